@@ -1,0 +1,100 @@
+"""The summary of a run: counts, latency percentiles, throughput, preemption and memory.
+
+Percentiles interpolate linearly (numpy's default) over the requests that have the value:
+TTFT over requests with a first token, e2e over finished ones, token gap over requests with
+at least two tokens. A figure with no data is None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from kvsched.records import STEP_COLUMNS, RequestRecord
+
+SUMMARY_KEYS = (
+    "num_requests", "num_finished", "num_starved", "num_unfinished", "num_rejected",
+    "num_steps", "duration",
+    "ttft_mean", "ttft_p50", "ttft_p95", "ttft_p99",
+    "ttft_steps_mean", "ttft_steps_p50", "ttft_steps_p95", "ttft_steps_p99",
+    "e2e_mean", "e2e_p50", "e2e_p99", "queue_time_p50", "queue_time_p99",
+    "token_gap_p50", "token_gap_p99", "token_gap_max",
+    "tokens_per_step", "busy_tokens_per_step", "throughput", "requests_per_time",
+    "num_preemptions", "recomputed_tokens", "generated_tokens", "recompute_ratio",
+    "prefill_tokens", "decode_tokens", "swapped_blocks",
+    "peak_blocks_used", "mean_blocks_used",
+)
+"""Every run's summary has these keys; runs whose requests carry classes add, per class C,
+`num_requests_C`, `num_starved_C`, `ttft_mean_C`, `ttft_p50_C`, `ttft_p99_C`."""
+
+CLASS_KEYS = ("num_requests", "num_starved", "ttft_mean", "ttft_p50", "ttft_p99")
+
+
+def _stats(values: Iterable[float | int | None], prefix: str, quantiles: Sequence[int],
+           mean: bool = True) -> dict[str, float | None]:
+    data = np.array([v for v in values if v is not None], dtype=float)
+    out: dict[str, float | None] = {}
+    if mean:
+        out[f"{prefix}_mean"] = float(data.mean()) if data.size else None
+    for q in quantiles:
+        out[f"{prefix}_p{q}"] = float(np.percentile(data, q)) if data.size else None
+    return out
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+    return numerator / denominator if denominator else None
+
+
+def summarize(requests: list[RequestRecord], steps: list[tuple]) -> dict[str, Any]:
+    """The summary keys (SUMMARY_KEYS, then per-class keys) of one run's records."""
+    statuses = [r.status for r in requests]
+    summary: dict[str, Any] = {
+        "num_requests": len(requests),
+        "num_finished": statuses.count("finished"),
+        "num_starved": statuses.count("starved"),
+        "num_unfinished": statuses.count("unfinished"),
+        "num_rejected": statuses.count("rejected"),
+        "num_steps": len(steps),
+    }
+    columns = dict(zip(STEP_COLUMNS, zip(*steps, strict=True), strict=True)) if steps else {}
+    duration = steps[-1][1] + steps[-1][2] if steps else 0.0
+    summary["duration"] = duration
+    summary |= _stats((r.ttft for r in requests), "ttft", (50, 95, 99))
+    summary |= _stats((r.ttft_steps for r in requests), "ttft_steps", (50, 95, 99))
+    summary |= _stats((r.e2e_latency for r in requests), "e2e", (50, 99))
+    summary |= _stats((r.queue_time for r in requests), "queue_time", (50, 99), mean=False)
+    gaps = [r.max_token_gap for r in requests if r.max_token_gap is not None]
+    summary |= _stats(gaps, "token_gap", (50, 99), mean=False)
+    summary["token_gap_max"] = max(gaps) if gaps else None
+
+    generated = sum(r.generated_tokens for r in requests)
+    prefill = sum(columns.get("prefill_tokens", ()))
+    decode = sum(columns.get("decode_tokens", ()))
+    recomputed = sum(columns.get("recomputed_tokens", ()))
+    summary["tokens_per_step"] = _ratio(generated, len(steps))
+    summary["busy_tokens_per_step"] = _ratio(prefill + decode + recomputed, len(steps))
+    summary["throughput"] = _ratio(generated, duration)
+    summary["requests_per_time"] = _ratio(summary["num_finished"], duration)
+    summary["num_preemptions"] = sum(r.num_preemptions for r in requests)
+    summary["recomputed_tokens"] = recomputed
+    summary["generated_tokens"] = generated
+    summary["recompute_ratio"] = recomputed / generated if generated else 0.0
+    summary["prefill_tokens"] = prefill
+    summary["decode_tokens"] = decode
+    summary["swapped_blocks"] = (sum(columns.get("swapped_out_blocks", ()))
+                                 + sum(columns.get("swapped_in_blocks", ())))
+    used = columns.get("blocks_used", ())
+    summary["peak_blocks_used"] = max(used) if used else 0
+    summary["mean_blocks_used"] = float(np.mean(used)) if used else 0.0
+
+    classes = sorted({r.class_name for r in requests if r.class_name is not None})
+    for name in classes:
+        members = [r for r in requests if r.class_name == name]
+        summary[f"num_requests_{name}"] = len(members)
+        summary[f"num_starved_{name}"] = sum(r.status == "starved" for r in members)
+        stats = _stats((r.ttft for r in members), "ttft", (50, 99))
+        for key, value in stats.items():
+            summary[f"{key}_{name}"] = value
+    return summary

@@ -1,0 +1,91 @@
+"""What a run records: one row per request, per step, per event, and optionally per batch entry.
+
+Column names here are a contract (CSV files, the CLI, users' notebooks). Times are in the
+run's time unit (`RunResult.time_unit`: "steps" or "s"); `*_steps` columns are always steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvsched.config import EngineConfig
+
+REQUEST_COLUMNS = (
+    "request_id", "arrival_time", "prompt_len", "output_len", "priority", "class", "status",
+    "first_scheduled_time", "first_token_time", "finish_time", "ttft", "ttft_steps",
+    "e2e_latency", "queue_time", "num_preemptions", "num_recomputed_tokens",
+    "num_swapped_blocks", "max_token_gap", "generated_tokens", "reason",
+)
+"""Per request. `ttft` = first token time - arrival (a request admitted on its arrival step
+has ttft 1 on the step clock); `ttft_steps` = steps from the one it joined the queue in to
+the one that produced its first token, inclusive; `queue_time` = first scheduled - arrival;
+`num_recomputed_tokens` = tokens prefilled again after recompute preemptions;
+`num_swapped_blocks` = blocks moved to host and back (both directions);
+`max_token_gap` = longest time between two of its consecutive tokens; `reason` = why it
+starved or was rejected."""
+
+STEP_COLUMNS = (
+    "step", "time", "duration", "num_running", "num_waiting", "num_prefill_requests",
+    "prefill_tokens", "decode_tokens", "recomputed_tokens", "budget_used", "blocks_used",
+    "blocks_free", "num_preempted", "num_admitted", "num_finished", "swapped_out_blocks",
+    "swapped_in_blocks",
+)
+"""Per executed step. `time` = its start; queue lengths and blocks are as the batch runs
+(after admissions and preemptions, before finishes); `prefill_tokens` are first-time prefill
+tokens, `recomputed_tokens` prefill tokens recomputed after preemption, `decode_tokens` one
+per decoding request (swap-ins included); `budget_used` is their sum."""
+
+EVENT_COLUMNS = ("step", "time", "request_id", "event", "detail")
+"""arrive, admit, preempt, swap_out, swap_in, finish, starve, reject. `time`: the arrival
+time for arrive/reject, the step's start for admit/preempt/swap, its end for finish."""
+
+BATCH_COLUMNS = ("step", "time", "request_id", "phase", "num_tokens")
+"""Optional: what each step ran, one row per scheduled request; phase prefill (recompute
+included), decode or swap_in."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    request_id: str
+    arrival_time: float
+    prompt_len: int
+    output_len: int
+    priority: int
+    class_name: str | None
+    status: str
+    first_scheduled_time: float | None
+    first_token_time: float | None
+    finish_time: float | None
+    ttft: float | None
+    ttft_steps: int | None
+    e2e_latency: float | None
+    queue_time: float | None
+    num_preemptions: int
+    num_recomputed_tokens: int
+    num_swapped_blocks: int
+    max_token_gap: float | None
+    generated_tokens: int
+    reason: str | None
+
+    def as_row(self) -> tuple:
+        return (self.request_id, self.arrival_time, self.prompt_len, self.output_len,
+                self.priority, self.class_name, self.status, self.first_scheduled_time,
+                self.first_token_time, self.finish_time, self.ttft, self.ttft_steps,
+                self.e2e_latency, self.queue_time, self.num_preemptions,
+                self.num_recomputed_tokens, self.num_swapped_blocks, self.max_token_gap,
+                self.generated_tokens, self.reason)
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """Everything one simulation recorded. Rows of `steps`, `events`, `batches` follow
+    STEP_COLUMNS, EVENT_COLUMNS, BATCH_COLUMNS; `batches` is None unless requested."""
+
+    config: EngineConfig
+    time_unit: str
+    requests: list[RequestRecord]
+    steps: list[tuple]
+    events: list[tuple]
+    batches: list[tuple] | None
+    summary: dict[str, Any]

@@ -1,0 +1,41 @@
+"""A request as a workload describes it, and the statuses a run can leave it in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Status(StrEnum):
+    """How a request ended a run."""
+
+    FINISHED = "finished"  # produced all `output_len` tokens
+    STARVED = "starved"  # still waiting when no work and no arrival was left
+    UNFINISHED = "unfinished"  # still queued or running when `max_steps` stopped the run
+    REJECTED = "rejected"  # turned away at arrival (a guard or admission control)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request of a workload.
+
+    `arrival_time` is in the run's time unit: steps on the step clock, seconds under a time
+    model. `priority`: lower values are served first by the `priority` policy.
+    `class_name` is a free label (e.g. "short", "long") carried into the records so that
+    metrics can be split per class.
+    """
+
+    request_id: str
+    arrival_time: float
+    prompt_len: int
+    output_len: int
+    priority: int = 0
+    class_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.prompt_len < 1:
+            raise ValueError(f"request {self.request_id}: prompt_len must be >= 1")
+        if self.output_len < 1:
+            raise ValueError(f"request {self.request_id}: output_len must be >= 1")
+        if not self.arrival_time >= 0:  # also refuses NaN
+            raise ValueError(f"request {self.request_id}: arrival_time must be >= 0")

@@ -1,0 +1,434 @@
+"""The step scheduler: running decodes first, then admissions from the waiting queue's head.
+
+`schedule()` decides one step and returns it as a `StepPlan`; it allocates and frees blocks
+and moves requests between queues, as vLLM's scheduler does. `postprocess()` applies the
+step's outcome once its end time is known: tokens, first tokens, finishes.
+
+Why a step costs O(changes), not O(running): a request that decodes in every decode pass has
+`generated == base + tick`, where `tick` counts this run's decode passes. The pass at which
+it next crosses a block boundary, and the pass at which it finishes, are known in advance
+and kept in two buckets keyed by tick. A pass where every running request decodes and the
+free blocks cover every boundary due is decided in bulk; any other pass (a block shortage,
+a budget smaller than the batch) runs the lesson's exact per-request loop. Entries made
+stale by a preemption, a finish or a skipped decode are recognised by the request's `epoch`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import chain
+
+from kvsched.blocks import BlockPool, blocks_for
+from kvsched.config import EngineConfig, PreemptionMode, Requeue, Unschedulable, Victim
+from kvsched.policies.base import Policy
+from kvsched.sequence import Seq, SeqState
+from kvsched.waiting import WaitingQueue
+
+Event = tuple[int, float, str, str, str]  # step, time, request_id, event, detail
+
+RUNNING = SeqState.RUNNING
+PREFILLING = SeqState.PREFILLING
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """One step's decision. `tick` is the decode pass the step runs (0: no decode pass)."""
+
+    step: int
+    time: float
+    tick: int = 0
+    num_decodes: int = 0  # running requests that decoded (swap-ins not included)
+    decoded: list[Seq] | None = None  # who decoded, kept only when batches are recorded
+    prefills: list[tuple[Seq, int, bool]] = field(default_factory=list)  # seq, tokens, recompute
+    swap_ins: list[Seq] = field(default_factory=list)
+    produced: list[Seq] = field(default_factory=list)  # (re)prefills completed, swap-ins
+    preempted: list[Seq] = field(default_factory=list)
+    num_admitted: int = 0
+    num_finished: int = 0
+    prefill_tokens: int = 0  # first-time prefill tokens
+    recomputed_tokens: int = 0  # prefill tokens recomputed after a preemption
+    kv_read_tokens: int = 0  # KV tokens the step's decodes attend over
+    swapped_out_blocks: int = 0
+    swapped_in_blocks: int = 0
+
+    @property
+    def is_idle(self) -> bool:
+        return not (self.tick or self.prefills or self.swap_ins or self.preempted)
+
+
+class Scheduler:
+    """Owns the waiting queue, the running set, the block pool and the decode-pass clock."""
+
+    def __init__(self, config: EngineConfig, policy: Policy, events: list[Event] | None = None,
+                 record_batches: bool = False) -> None:
+        self.config = config
+        self.pool = BlockPool(config.num_blocks, config.watermark_blocks)
+        self.waiting = WaitingQueue(policy)
+        self.running: dict[int, Seq] = {}  # decoding, in the order they joined the decode set
+        self.prefilling: dict[int, Seq] = {}  # chunked prefills under way, in admission order
+        self.events: list[Event] = events if events is not None else []
+        self.record_batches = record_batches
+        self.tick = 0
+        self.kv_tokens = 0  # tokens in the KV cache of the decoding requests
+        self.tick_end: list[float] = [0.0]  # end time of the step that ran decode pass k
+        self.tick_gap: list[float] = [0.0]  # tick_end[k] - tick_end[k - 1]
+        self._block_due: dict[int, list[tuple[Seq, int]]] = {}
+        self._finish_due: dict[int, list[tuple[Seq, int]]] = {}
+        self._admissions = 0
+        self._block_size = config.block_size
+        self._budget = config.max_num_batched_tokens
+        self._chunk_cap = config.long_prefill_token_threshold or config.max_num_batched_tokens
+
+    # -- arrivals -----------------------------------------------------------------------
+
+    def unschedulable_reason(self, seq: Seq) -> str | None:
+        """Why `seq` can never run under this engine, or None."""
+        cfg = self.config
+        if not cfg.chunked_prefill and seq.prompt_len > cfg.max_num_batched_tokens:
+            return (f"prompt_len {seq.prompt_len} > max_num_batched_tokens "
+                    f"{cfg.max_num_batched_tokens}")
+        # The KV cache never holds the last generated token, hence the - 1.
+        lifetime = blocks_for(seq.prompt_len + seq.output_len - 1, cfg.block_size)
+        usable = cfg.num_blocks - cfg.watermark_blocks
+        if lifetime > usable:
+            return (f"needs {lifetime} KV blocks to finish, the pool admits at most {usable} "
+                    f"({cfg.num_blocks} blocks - {cfg.watermark_blocks} watermark)")
+        return None
+
+    def add(self, seq: Seq, step: int) -> None:
+        """A request arrives: queue it, or reject it if it can never run and the engine says so."""
+        request = seq.request
+        seq.join_step = step
+        seq.unschedulable = self.unschedulable_reason(seq)
+        if seq.unschedulable and self.config.on_unschedulable is Unschedulable.REJECT:
+            self.reject(seq, step, seq.unschedulable)
+            return
+        seq.state = SeqState.WAITING
+        self.waiting.push(seq, request.arrival_time)
+        self.events.append((step, request.arrival_time, request.request_id, "arrive",
+                            f"unschedulable: {seq.unschedulable}" if seq.unschedulable else ""))
+
+    def reject(self, seq: Seq, step: int, reason: str) -> None:
+        request = seq.request
+        seq.state = SeqState.REJECTED
+        seq.end_reason = reason
+        self.events.append((step, request.arrival_time, request.request_id, "reject", reason))
+
+    # -- one step -------------------------------------------------------------------------
+
+    def schedule(self, step: int, now: float) -> StepPlan:
+        """Decide step `step`, starting at `now`."""
+        plan = StepPlan(step, now)
+        budget = self._budget
+        if self.config.mix_prefill_decode:
+            budget = self._decode(plan, budget)
+            budget = self._continue_prefills(plan, budget)
+            if not plan.preempted or self.config.admit_after_preempt:
+                self._admit(plan, budget, allow_prefill=True, allow_swap=True)
+            return plan
+        # Prefill-first: a step that prefills anything runs no decode (vLLM V0, SGLang).
+        budget = self._continue_prefills(plan, budget)
+        budget = self._admit(plan, budget, allow_prefill=True, allow_swap=False)
+        if plan.prefills:
+            return plan
+        budget = self._decode(plan, budget)
+        if not plan.preempted or self.config.admit_after_preempt:
+            self._admit(plan, budget, allow_prefill=False, allow_swap=True)
+        return plan
+
+    def postprocess(self, plan: StepPlan, end_time: float) -> None:
+        """Apply `plan`'s tokens now that the step ended at `end_time`."""
+        tick = plan.tick
+        if tick:
+            self.tick_gap.append(end_time - self.tick_end[-1])
+            self.tick_end.append(end_time)
+            due = self._finish_due.pop(tick, None)
+            if due:
+                for seq, epoch in due:
+                    if seq.epoch == epoch:
+                        self._close_run(seq, tick)
+                        self._finish(seq, plan, end_time)
+        for seq in plan.produced:
+            seq.generated += 1
+            last = seq.last_token_time
+            if last is None:
+                seq.first_token_time = end_time
+                seq.first_token_step = plan.step
+            elif seq.max_token_gap is None or end_time - last > seq.max_token_gap:
+                seq.max_token_gap = end_time - last
+            seq.last_token_time = end_time
+            if seq.generated >= seq.output_len:
+                self._finish(seq, plan, end_time)
+            else:
+                seq.base = seq.generated - self.tick
+                seq.run_tick = self.tick + 1
+                self._push_block_due(seq)
+                self._push_finish_due(seq)
+
+    def generated(self, seq: Seq) -> int:
+        """Tokens `seq` has produced so far."""
+        return seq.base + self.tick if seq.state is RUNNING else seq.generated
+
+    def close_all_runs(self) -> None:
+        """Settle the lazy counters of requests still running when a run stops early."""
+        for seq in self.running.values():
+            seq.generated = seq.base + self.tick
+            self._close_run(seq, self.tick)
+
+    # -- decodes ------------------------------------------------------------------------
+
+    def _decode(self, plan: StepPlan, budget: int) -> int:
+        running = self.running
+        n = len(running)
+        if not n:
+            return budget
+        self.tick += 1
+        tick = plan.tick = self.tick
+        due = self._block_due.pop(tick, None)
+        growing = [seq for seq, epoch in due if seq.epoch == epoch] if due else []
+        if n > budget or len(growing) > self.pool.free:
+            return self._decode_exact(plan, budget, tick)
+        if growing:
+            self.pool.allocate(len(growing))
+            for seq in growing:
+                seq.blocks += 1
+                self._push_block_due(seq)
+        if self.record_batches:
+            plan.decoded = list(running.values())
+        plan.num_decodes = n
+        plan.kv_read_tokens += self.kv_tokens + n
+        self.kv_tokens += n
+        return budget - n
+
+    def _decode_exact(self, plan: StepPlan, budget: int, tick: int) -> int:
+        """The lesson's loop, request by request, for passes that cannot be decided in bulk."""
+        block_size = self._block_size
+        pool = self.pool
+        decoded: list[Seq] = []
+        for seq in list(self.running.values()):
+            if seq.state is not RUNNING:
+                continue  # preempted as a victim earlier in this pass
+            if budget < 1:
+                break
+            if seq.prompt_len + seq.base + tick - 1 > seq.blocks * block_size:
+                if not pool.free:
+                    victim = self._pick_victim()
+                    self._preempt(victim, plan, cause=seq)
+                    if victim is seq:
+                        continue
+                    if victim.decoded_tick == tick:  # already decoded this pass: undo it
+                        decoded.remove(victim)
+                        budget += 1
+                pool.allocate(1)
+                seq.blocks += 1
+                self._push_block_due(seq)
+            seq.decoded_tick = tick
+            decoded.append(seq)
+            budget -= 1
+        for seq in self.running.values():
+            if seq.decoded_tick != tick:  # left out this pass: its counters stand still
+                seq.base -= 1
+                seq.epoch += 1
+                self._close_run(seq, tick - 1)
+                seq.run_tick = tick + 1
+                self._push_block_due(seq)
+                self._push_finish_due(seq)
+        plan.num_decodes = len(decoded)
+        plan.kv_read_tokens += sum(s.prompt_len + s.base + tick - 1 for s in decoded)
+        self.kv_tokens += len(decoded)
+        if self.record_batches:
+            plan.decoded = decoded
+        return budget
+
+    def _pick_victim(self) -> Seq:
+        rule = self.config.victim
+        if rule is Victim.LAST_ADMITTED and not self.config.chunked_prefill:
+            return next(reversed(self.running.values()))  # running is in admission order
+        candidates = chain(self.running.values(), self.prefilling.values())
+        if rule is Victim.LAST_ADMITTED:
+            return max(candidates, key=lambda s: s.admit_seq)
+        if rule is Victim.LOWEST_PRIORITY:
+            return max(candidates,
+                       key=lambda s: (s.request.priority, s.request.arrival_time, s.admit_seq))
+        tick = self.tick - 1  # counts as at the start of this pass
+        return min(candidates, key=lambda s: (
+            s.base + tick if s.state is RUNNING else s.generated, -s.prompt_len, -s.admit_seq))
+
+    def _preempt(self, victim: Seq, plan: StepPlan, cause: Seq) -> None:
+        tick = self.tick
+        request = victim.request
+        was_decoding = victim.state is RUNNING
+        if was_decoding:
+            victim.generated = victim.base + tick - 1  # its decode in this pass is undone
+            self.kv_tokens -= victim.prompt_len + victim.generated - 1
+            self._close_run(victim, tick - 1)
+            del self.running[victim.index]
+        else:  # mid-prefill: its chunks are lost
+            del self.prefilling[victim.index]
+            victim.prefill_left = 0
+        self.pool.release(victim.blocks)
+        victim.epoch += 1
+        victim.num_preemptions += 1
+        plan.preempted.append(victim)
+        swap = self.config.preemption is PreemptionMode.SWAP and was_decoding
+        mode = "swap" if swap else "recompute"
+        self.events.append((plan.step, plan.time, request.request_id, "preempt",
+                            f"{mode}; {victim.blocks} blocks freed for "
+                            f"{cause.request.request_id}"))
+        if swap:
+            victim.state = SeqState.SWAPPED
+            victim.host_blocks = victim.blocks
+            victim.num_swapped_blocks += victim.blocks
+            plan.swapped_out_blocks += victim.blocks
+            self.events.append((plan.step, plan.time, request.request_id, "swap_out",
+                                f"{victim.blocks} blocks"))
+        else:
+            victim.state = SeqState.PREEMPTED
+        victim.blocks = 0
+        if self.config.requeue is Requeue.FRONT:
+            self.waiting.push_front(victim)
+        else:
+            self.waiting.push(victim, plan.time)
+
+    # -- prefills and admissions -------------------------------------------------------
+
+    def _continue_prefills(self, plan: StepPlan, budget: int) -> int:
+        if not self.prefilling:
+            return budget
+        for seq in list(self.prefilling.values()):
+            if budget < 1:
+                break
+            chunk = min(seq.prefill_left, budget, self._chunk_cap)
+            budget -= chunk
+            self._prefill_chunk(plan, seq, chunk)
+        return budget
+
+    def _admit(self, plan: StepPlan, budget: int, allow_prefill: bool, allow_swap: bool) -> int:
+        """Admit from the head of the waiting queue; stop at the first head that does not fit."""
+        cfg = self.config
+        pool = self.pool
+        waiting = self.waiting
+        block_size = self._block_size
+        chunked = cfg.chunked_prefill
+        max_num_seqs = cfg.max_num_seqs
+        while budget > 0 and len(self.running) + len(self.prefilling) < max_num_seqs:
+            seq = waiting.peek()
+            if seq is None or seq.unschedulable:
+                break
+            request = seq.request
+            if seq.state is SeqState.SWAPPED:
+                if not allow_swap:
+                    break
+                cached = seq.prompt_len + seq.generated  # its KV plus the token it decodes now
+                need = blocks_for(cached, block_size)
+                if not pool.can_admit(need):
+                    break
+                waiting.pop()
+                pool.allocate(need)
+                seq.blocks = need
+                plan.swapped_in_blocks += seq.host_blocks
+                seq.num_swapped_blocks += seq.host_blocks
+                self.events.append((plan.step, plan.time, request.request_id, "swap_in",
+                                    f"{seq.host_blocks} blocks"))
+                seq.host_blocks = 0
+                seq.state = RUNNING
+                self.running[seq.index] = seq
+                self.kv_tokens += cached
+                plan.kv_read_tokens += cached
+                plan.swap_ins.append(seq)
+                plan.produced.append(seq)
+                budget -= 1
+            else:
+                if not allow_prefill:
+                    break
+                tokens = seq.prompt_len + seq.generated
+                if chunked:
+                    chunk = min(tokens, budget, self._chunk_cap)
+                elif tokens > budget:
+                    break
+                else:
+                    chunk = tokens
+                need = blocks_for(tokens, block_size)
+                if not pool.can_admit(need):
+                    break
+                waiting.pop()
+                pool.allocate(need)
+                seq.blocks = need
+                recompute = seq.state is SeqState.PREEMPTED
+                seq.prefill_recompute = recompute
+                seq.prefill_left = tokens
+                if seq.first_scheduled_time is None:
+                    seq.first_scheduled_time = plan.time
+                detail = f"{'recompute' if recompute else 'prefill'} {tokens} tokens"
+                if chunk < tokens:
+                    detail += f", first chunk {chunk}"
+                self.events.append((plan.step, plan.time, request.request_id, "admit", detail))
+                budget -= chunk
+                self._prefill_chunk(plan, seq, chunk)
+            self._admissions += 1
+            seq.admit_seq = self._admissions
+            plan.num_admitted += 1
+        return budget
+
+    def _prefill_chunk(self, plan: StepPlan, seq: Seq, chunk: int) -> None:
+        seq.prefill_left -= chunk
+        plan.prefills.append((seq, chunk, seq.prefill_recompute))
+        if seq.prefill_recompute:
+            plan.recomputed_tokens += chunk
+            seq.num_recomputed_tokens += chunk
+        else:
+            plan.prefill_tokens += chunk
+        if seq.prefill_left:
+            seq.state = PREFILLING
+            self.prefilling[seq.index] = seq
+            return
+        # The whole prompt (and, after a recompute, what was generated) is in the cache now.
+        self.prefilling.pop(seq.index, None)
+        seq.state = RUNNING
+        self.running[seq.index] = seq
+        self.kv_tokens += seq.prompt_len + seq.generated
+        plan.produced.append(seq)
+
+    # -- bookkeeping ------------------------------------------------------------------
+
+    def _finish(self, seq: Seq, plan: StepPlan, end_time: float) -> None:
+        seq.state = SeqState.FINISHED
+        seq.generated = seq.output_len
+        seq.finish_time = end_time
+        self.pool.release(seq.blocks)
+        seq.blocks = 0
+        self.kv_tokens -= seq.prompt_len + seq.output_len - 1
+        del self.running[seq.index]
+        seq.epoch += 1
+        plan.num_finished += 1
+        self.events.append((plan.step, end_time, seq.request.request_id, "finish",
+                            f"{seq.output_len} tokens"))
+
+    def _push_block_due(self, seq: Seq) -> None:
+        # The decode pass at which cache + 1 first exceeds the blocks held.
+        tick = seq.blocks * self._block_size - seq.prompt_len + 2 - seq.base
+        bucket = self._block_due.get(tick)
+        if bucket is None:
+            self._block_due[tick] = [(seq, seq.epoch)]
+        else:
+            bucket.append((seq, seq.epoch))
+
+    def _push_finish_due(self, seq: Seq) -> None:
+        tick = seq.output_len - seq.base
+        bucket = self._finish_due.get(tick)
+        if bucket is None:
+            self._finish_due[tick] = [(seq, seq.epoch)]
+        else:
+            bucket.append((seq, seq.epoch))
+
+    def _close_run(self, seq: Seq, last_tick: int) -> None:
+        """Fold the decode run ending at pass `last_tick` into `seq.max_token_gap`."""
+        first = seq.run_tick
+        if last_tick < first or seq.last_token_time is None:
+            return
+        gap = self.tick_end[first] - seq.last_token_time
+        if last_tick > first:
+            gap = max(gap, max(self.tick_gap[first + 1:last_tick + 1]))
+        if seq.max_token_gap is None or gap > seq.max_token_gap:
+            seq.max_token_gap = gap
+        seq.last_token_time = self.tick_end[last_tick]

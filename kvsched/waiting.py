@@ -1,0 +1,57 @@
+"""The waiting queue: preempted requests first (newest victim on top), then the policy's order."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+
+from kvsched.policies.base import Policy
+from kvsched.sequence import Seq
+
+
+class WaitingQueue:
+    """Requests waiting to be admitted.
+
+    Preempted requests sit on a stack ahead of everything never started, the most recently
+    preempted on top (the lesson: a preempted request goes to the front). The rest form a
+    heap ordered by the policy's key, ties broken by entry order.
+    """
+
+    __slots__ = ("_policy", "_stack", "_heap", "_entries")
+
+    def __init__(self, policy: Policy) -> None:
+        self._policy = policy
+        self._stack: list[Seq] = []
+        self._heap: list[tuple] = []
+        self._entries = 0
+
+    def __len__(self) -> int:
+        return len(self._stack) + len(self._heap)
+
+    def push(self, seq: Seq, enqueue_time: float) -> None:
+        """Queue `seq` in policy order, as entering at `enqueue_time`."""
+        self._entries += 1
+        key = self._policy.key(seq.request, enqueue_time)
+        heapq.heappush(self._heap, (*key, self._entries, seq))
+
+    def push_front(self, seq: Seq) -> None:
+        """Put a preempted request ahead of everything queued."""
+        self._stack.append(seq)
+
+    def peek(self) -> Seq | None:
+        if self._stack:
+            return self._stack[-1]
+        if self._heap:
+            return self._heap[0][-1]
+        return None
+
+    def pop(self) -> Seq:
+        if self._stack:
+            return self._stack.pop()
+        return heapq.heappop(self._heap)[-1]
+
+    def __iter__(self) -> Iterator[Seq]:
+        """Queued requests in service order (for reports; not for the hot path)."""
+        yield from reversed(self._stack)
+        for entry in sorted(self._heap, key=lambda e: e[:-1]):
+            yield entry[-1]
