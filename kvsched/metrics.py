@@ -24,7 +24,7 @@ SUMMARY_KEYS = (
     "tokens_per_step", "busy_tokens_per_step", "throughput", "requests_per_time",
     "num_preemptions", "recomputed_tokens", "generated_tokens", "recompute_ratio",
     "prefill_tokens", "decode_tokens", "swapped_blocks",
-    "peak_blocks_used", "mean_blocks_used",
+    "peak_blocks_used", "mean_blocks_used", "final_blocks_used",
 )
 """Every run's summary has these keys; runs whose requests carry classes add, per class C,
 `num_requests_C`, `num_starved_C`, `ttft_mean_C`, `ttft_p50_C`, `ttft_p99_C`."""

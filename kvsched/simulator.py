@@ -91,8 +91,9 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
     if not stopped_early:
         _explain_starvation(sched, step, now)
     records = [_record(seq, leftover, sched) for seq in sorted(seqs, key=lambda s: order[s.index])]
-    return RunResult(config, clock.unit, records, steps, events, batches,
-                     summarize(records, steps))
+    summary = summarize(records, steps)
+    summary["final_blocks_used"] = pool.num_blocks - pool.free  # 0 unless max_steps stopped it
+    return RunResult(config, clock.unit, records, steps, events, batches, summary)
 
 
 def _record_batch(batches: list[tuple], plan: StepPlan) -> None:
