@@ -1,5 +1,9 @@
 """The summary of a run: counts, latency percentiles, throughput, preemption and memory.
 
+Rates: `tokens_per_step` = generated tokens / steps; `busy_tokens_per_step` also counts the
+prefill and recomputed tokens the steps computed; `busy_fraction` = time spent in steps /
+`duration` (the end of the last step); `throughput` = generated tokens / `duration`.
+
 Percentiles interpolate linearly (numpy's default) over the requests that have the value:
 TTFT over requests with a first token, e2e over finished ones, token gap over requests with
 at least two tokens. A figure with no data is None.
@@ -21,7 +25,8 @@ SUMMARY_KEYS = (
     "ttft_steps_mean", "ttft_steps_p50", "ttft_steps_p95", "ttft_steps_p99",
     "e2e_mean", "e2e_p50", "e2e_p99", "queue_time_p50", "queue_time_p99",
     "token_gap_p50", "token_gap_p99", "token_gap_max",
-    "tokens_per_step", "busy_tokens_per_step", "throughput", "requests_per_time",
+    "tokens_per_step", "busy_tokens_per_step", "busy_fraction", "throughput",
+    "requests_per_time",
     "num_preemptions", "recomputed_tokens", "generated_tokens", "recompute_ratio",
     "prefill_tokens", "decode_tokens", "swapped_blocks",
     "peak_blocks_used", "mean_blocks_used", "final_blocks_used",
@@ -75,6 +80,7 @@ def summarize(requests: list[RequestRecord], steps: list[tuple]) -> dict[str, An
     recomputed = sum(columns.get("recomputed_tokens", ()))
     summary["tokens_per_step"] = _ratio(generated, len(steps))
     summary["busy_tokens_per_step"] = _ratio(prefill + decode + recomputed, len(steps))
+    summary["busy_fraction"] = _ratio(sum(columns.get("duration", ())), duration)
     summary["throughput"] = _ratio(generated, duration)
     summary["requests_per_time"] = _ratio(summary["num_finished"], duration)
     summary["num_preemptions"] = sum(r.num_preemptions for r in requests)

@@ -12,8 +12,15 @@ from typing import Protocol
 
 
 class TimeModel(Protocol):
-    unit: str  # "steps" or "s"
-    whole_steps: bool  # arrivals wait for the next whole step (the step clock)
+    @property
+    def unit(self) -> str:
+        """"steps" or "s"."""
+        ...
+
+    @property
+    def whole_steps(self) -> bool:
+        """Arrivals wait for the next whole step (the step clock)."""
+        ...
 
     def duration(self, prefill_tokens: int, num_decodes: int, kv_read_tokens: int,
                  swapped_blocks: int) -> float:

@@ -1,0 +1,5 @@
+"""`python -m kvsched` is the `kvsched` command."""
+
+from kvsched.cli import main
+
+main()

@@ -1,0 +1,293 @@
+"""The `kvsched` command: parse, call the library, render. Input errors exit 2 with one line."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from tabulate import tabulate
+
+from kvsched.errors import KvschedError
+from kvsched.policies import builtin_policies
+from kvsched.report import comparison_table, fmt, write_csv, write_json
+from kvsched.runner import ScenarioRun, describe, requests_of, run_scenario, write_scenario
+from kvsched.scenario import Assignment, Scenario, load_scenario
+from kvsched.sweep import OPTION_PATHS, Axis, SweepSource, parse_axis, parse_set_axis, run_sweep
+
+app = typer.Typer(
+    help="A laboratory for the scheduler of an LLM serving engine: run YAML scenarios, "
+         "sweep budgets and pools, compare TTFT, throughput and preemptions.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def friendly(command: F) -> F:
+    """Turn the library's input errors into one line on stderr and exit code 2."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except KvschedError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def lesson_scenario_path() -> Path:
+    """The embedded default scenario: the lesson's 20-request demo."""
+    return Path(str(resources.files("kvsched") / "data" / "lesson.yaml"))
+
+
+def shipped_scenarios_dir() -> Path:
+    local = Path("scenarios")
+    if local.is_dir():
+        return local
+    return Path(__file__).resolve().parent.parent / "scenarios"
+
+
+# -- run ------------------------------------------------------------------------------
+
+
+Files = Annotated[list[Path], typer.Argument(metavar="SCENARIO.yaml...",
+                                              help="Scenario YAML files.")]
+Out = Annotated[Path, typer.Option("--out", "-o", help="Folder for the records.")]
+Seed = Annotated[int | None, typer.Option("--seed", help="Override every variant's seed.")]
+Variants = Annotated[list[str], typer.Option("--variant", help="Only this variant (repeatable).")]
+
+
+@app.command(epilog="Example: kvsched run scenarios/pool60.yaml --set engine.num_blocks=90")
+@friendly
+def run(
+    scenarios: Files,
+    out: Out = Path("results"),
+    seed: Seed = None,
+    set_: Annotated[list[str], typer.Option(
+        "--set", metavar="KEY=VALUE",
+        help="Override a field in every variant, e.g. engine.num_blocks=60.")] = [],  # noqa: B006
+    variant: Variants = [],  # noqa: B006
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print a JSON list of summaries instead of tables.")] = False,
+    check: Annotated[bool, typer.Option(
+        "--check/--no-check", help="Exit 1 when an expectation fails.")] = True,
+    record_batches: Annotated[bool, typer.Option(
+        "--record-batches", help="Also write batches.csv: what ran in each step.")] = False,
+    plot: Annotated[bool, typer.Option("--plot", help="Also draw the run's pictures.")] = False,
+) -> None:
+    """Run every variant of each scenario, write records to OUT/<scenario>/, compare them."""
+    sets = [Assignment.parse(text) for text in set_]
+    loaded = [load_scenario(path, sets, seed) for path in scenarios]  # all valid before any run
+    payload: list[dict[str, Any]] = []
+    failed = False
+    for scenario in loaded:
+        result = run_scenario(scenario, variant, record_batches)
+        folder = write_scenario(result, out, _plot_files if plot else None)
+        failed |= not result.passed
+        if as_json:
+            payload += [{"scenario": scenario.name, "variant": r.name, **r.summary}
+                        for r in result.runs]
+        else:
+            typer.echo(render_run(result, folder))
+    if as_json:
+        typer.echo(json.dumps(payload, indent=2))
+    if check and failed:
+        raise typer.Exit(1)
+
+
+def _plot_files(folder: Path, result: ScenarioRun) -> None:
+    from kvsched.plots import plot_run_folder
+
+    plot_run_folder(folder)
+
+
+def headline(scenario: Scenario) -> str:
+    """The first sentence of a scenario's description."""
+    return scenario.description.strip().split(". ")[0].rstrip(".")
+
+
+def render_run(result: ScenarioRun, folder: Path) -> str:
+    scenario = result.scenario
+    lines = [f"== {scenario.name}" + (f": {headline(scenario)}" if scenario.description else "")]
+    lines.append(comparison_table([(r.name, r.summary) for r in result.runs], result.time_unit))
+    if result.checks:
+        lines.append("")
+        rows = []
+        for check in result.checks:
+            verdict = {True: "pass", False: "FAIL", None: "skip"}[check.passed]
+            note = check.detail or (check.expectation.note or "")
+            rows.append([verdict, describe(check.expectation), fmt(check.actual), note])
+        lines.append(tabulate(rows, headers=["check", "expectation", "measured", "note"],
+                              tablefmt="simple", disable_numparse=True))
+    lines.append(f"records: {folder}/")
+    return "\n".join(lines) + "\n"
+
+
+# -- sweep ----------------------------------------------------------------------------
+
+
+Values = Annotated[str | None, typer.Option(metavar="A..B|A..B:+S|A..B:xF|a,b")]
+
+
+@app.command(epilog="Example: kvsched sweep --budget 128..8192 --policy fcfs,spf -j 2")
+@friendly
+def sweep(
+    scenario: Annotated[Path | None, typer.Argument(
+        metavar="[SCENARIO.yaml]", help="Scenario file (default: the lesson's demo).")] = None,
+    budget: Annotated[str | None, typer.Option(help="max_num_batched_tokens values.")] = None,
+    blocks: Annotated[str | None, typer.Option(help="num_blocks values.")] = None,
+    policy: Annotated[str | None, typer.Option(help="Policies, e.g. fcfs,spf.")] = None,
+    preemption: Annotated[str | None, typer.Option(help="recompute,swap")] = None,
+    set_: Annotated[list[str], typer.Option(
+        "--set", metavar="KEY=V1,V2",
+        help="Sweep any field, e.g. engine.watermark=0,0.01,0.05.")] = [],  # noqa: B006
+    variant: Variants = [],  # noqa: B006
+    seed: Seed = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Parallel processes.")] = 1,
+    out: Out = Path("results"),
+    name: Annotated[str | None, typer.Option(help="Results go to OUT/sweep-NAME/.")] = None,
+    plot: Annotated[bool, typer.Option("--plot", help="Also draw sweep.png.")] = False,
+) -> None:
+    """Run the grid of all values given; A..B doubles, A..B:+S steps, A..B:xF multiplies."""
+    axes: list[Axis] = []
+    for option, text in (("budget", budget), ("blocks", blocks), ("policy", policy),
+                         ("preemption", preemption)):
+        if text is not None:
+            axes.append(parse_axis(f"--{option}", OPTION_PATHS[option], text))
+    axes += [parse_set_axis(text) for text in set_]
+    if not axes:
+        raise KvschedError("nothing to sweep: give --budget, --blocks, --policy, "
+                           "--preemption or --set KEY=V1,V2")
+    path = scenario or lesson_scenario_path()
+    loaded = load_scenario(path, (), seed)  # validates the file and names errors
+    source = SweepSource(path.read_text(encoding="utf-8"), str(scenario or "lesson (embedded)"),
+                         path.parent, (), seed)
+    points = len(variant or loaded.variants)
+    for axis in axes:
+        points *= len(axis.values)
+    console = Console(stderr=True)
+    with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True, disable=not console.is_terminal) as progress:
+        task = progress.add_task("sweep", total=points)
+        frame = run_sweep(source, axes, variant, jobs, lambda: progress.advance(task))
+    folder = out / f"sweep-{name or loaded.name}"
+    _write_sweep(folder, frame, axes, source)
+    typer.echo(render_sweep(frame, axes))
+    if plot:
+        from kvsched.plots import plot_sweep_folder
+
+        plot_sweep_folder(folder)
+    typer.echo(f"records: {folder}/summary.csv")
+
+
+def _write_sweep(folder: Path, frame: Any, axes: list[Axis], source: SweepSource) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".summary.csv.{os.getpid()}"
+    write_csv(frame, tmp)
+    os.replace(tmp, folder / "summary.csv")
+    tmp_json = folder / f".sweep.json.{os.getpid()}"
+    write_json({"source": source.source, "seed": source.seed,
+                "axes": [{"path": a.path, "option": a.option, "values": list(a.values),
+                          "geometric": a.geometric} for a in axes]}, tmp_json)
+    os.replace(tmp_json, folder / "sweep.json")
+
+
+def render_sweep(frame: Any, axes: list[Axis]) -> str:
+    shown = [("completed", lambda r: f"{r['num_finished']}/{r['num_requests']}"),
+             ("starved", lambda r: r["num_starved"]), ("TTFT p50", lambda r: r["ttft_p50"]),
+             ("p99", lambda r: r["ttft_p99"]), ("preempt", lambda r: r["num_preemptions"]),
+             ("recompute ratio", lambda r: r["recompute_ratio"]),
+             ("tokens/step", lambda r: r["tokens_per_step"])]
+    headers = [a.path for a in axes] + ["variant"] + [title for title, _ in shown]
+    rows = []
+    for record in frame.to_dict("records"):
+        record = {k: (None if isinstance(v, float) and v != v else v) for k, v in record.items()}
+        rows.append([fmt(record[a.path]) for a in axes] + [record["variant"]]
+                    + [fmt(get(record)) for _, get in shown])
+    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+
+
+# -- validate, policies, scenarios ------------------------------------------------------
+
+
+@app.command(epilog="Example: kvsched validate scenarios/*.yaml")
+def validate(scenarios: Files) -> None:
+    """Check scenario files (schema, variants, trace files) without running them."""
+    bad = 0
+    for path in scenarios:
+        try:
+            scenario = load_scenario(path)
+            counts = [len(requests_of(v)) for v in scenario.variants]
+        except KvschedError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            bad += 1
+            continue
+        typer.echo(f"ok: {path}: {scenario.name}, {len(scenario.variants)} variant(s), "
+                   f"{max(counts)} requests, {len(scenario.expectations)} expectation(s)")
+    if bad:
+        raise typer.Exit(2)
+
+
+@app.command(epilog="Example: kvsched policies")
+def policies() -> None:
+    """The built-in waiting-queue policies and their parameters."""
+    rows = [[info.name, ", ".join(f"{k}={v}" for k, v in info.params.items()),
+             info.summary.splitlines()[0]] for info in builtin_policies()]
+    typer.echo(tabulate(rows, headers=["policy", "parameters", "order"], tablefmt="simple"))
+    typer.echo("\nYour own: policy: {name: package.module:ClassName, <params>} "
+               "(a class with key(request, enqueue_time) -> tuple).")
+
+
+@app.command(epilog="Example: kvsched scenarios")
+@friendly
+def scenarios(
+    folder: Annotated[Path | None, typer.Option("--dir", help="Where to look.")] = None,
+) -> None:
+    """The scenarios that ship in scenarios/: name, variants and what each shows."""
+    where = folder or shipped_scenarios_dir()
+    files = sorted(where.glob("*.yaml"))
+    if not files:
+        raise KvschedError(f"no scenario files in {where}/")
+    rows = []
+    for path in files:
+        try:
+            scenario: Scenario = load_scenario(path)
+        except KvschedError as exc:
+            rows.append([path.name, "-", f"invalid: {exc}"])
+            continue
+        variants = ", ".join(v.name for v in scenario.variants)
+        rows.append([str(path), variants, headline(scenario)])
+    typer.echo(tabulate(rows, headers=["file", "variants", "what it shows"], tablefmt="simple"))
+
+
+@app.command(epilog="Example: kvsched plot results/pool60")
+@friendly
+def plot(
+    folder: Annotated[Path, typer.Argument(help="results/<scenario> or results/sweep-<name>.")],
+) -> None:
+    """Draw the pictures of a past run or sweep from its CSV files."""
+    from kvsched.plots import plot_folder
+
+    for path in plot_folder(folder):
+        typer.echo(f"wrote {path}")
+
+
+def main() -> None:
+    app(prog_name="kvsched")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

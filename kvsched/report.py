@@ -1,0 +1,114 @@
+"""Results as DataFrames, CSV files and printed tables (pure functions; nothing printed here)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from tabulate import tabulate
+
+from kvsched.records import (
+    BATCH_COLUMNS,
+    EVENT_COLUMNS,
+    REQUEST_COLUMNS,
+    STEP_COLUMNS,
+    RunResult,
+)
+
+FLOAT_FORMAT = "%.10g"  # enough digits for microseconds over a day; identical run to run
+
+
+def requests_frame(result: RunResult) -> pd.DataFrame:
+    return pd.DataFrame([r.as_row() for r in result.requests], columns=list(REQUEST_COLUMNS))
+
+
+def steps_frame(result: RunResult) -> pd.DataFrame:
+    return pd.DataFrame(result.steps, columns=list(STEP_COLUMNS))
+
+
+def events_frame(result: RunResult) -> pd.DataFrame:
+    return pd.DataFrame(result.events, columns=list(EVENT_COLUMNS))
+
+
+def batches_frame(result: RunResult) -> pd.DataFrame:
+    return pd.DataFrame(result.batches or [], columns=list(BATCH_COLUMNS))
+
+
+def write_csv(frame: pd.DataFrame, path: Path) -> None:
+    frame.to_csv(path, index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
+
+
+def write_json(data: Any, path: Path) -> None:
+    path.write_text(json.dumps(data, indent=2, default=_jsonable) + "\n", encoding="utf-8")
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+# -- human-readable figures ---------------------------------------------------------------
+
+
+def fmt(value: Any) -> str:
+    """A figure for a table: thousands grouped, 3-4 significant digits, '-' for none."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, int) or float(value).is_integer():
+        return f"{int(value):,}"
+    magnitude = abs(value)
+    if magnitude >= 1000:
+        return f"{value:,.0f}"
+    if magnitude >= 100:
+        return f"{value:.1f}"
+    if magnitude >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+Column = tuple[str, Callable[[dict[str, Any]], Any]]
+
+
+def comparison_columns(time_unit: str) -> list[Column]:
+    """The comparison table's columns: what an operator compares between variants."""
+    unit = "steps" if time_unit == "steps" else "s"
+    return [
+        ("completed", lambda s: f"{s['num_finished']}/{s['num_requests']}"),
+        ("starved", lambda s: s["num_starved"]),
+        (f"TTFT mean ({unit})", lambda s: s["ttft_mean"]),
+        ("p50", lambda s: s["ttft_p50"]),
+        ("p95", lambda s: s["ttft_p95"]),
+        ("p99", lambda s: s["ttft_p99"]),
+        (f"e2e p99 ({unit})", lambda s: s["e2e_p99"]),
+        ("preempt", lambda s: s["num_preemptions"]),
+        ("recomputed", lambda s: s["recomputed_tokens"]),
+        ("recompute ratio", lambda s: s["recompute_ratio"]),
+        ("tokens/step", lambda s: s["tokens_per_step"]),
+        ("peak blocks", lambda s: s["peak_blocks_used"]),
+    ]
+
+
+def comparison_table(rows: Sequence[tuple[str, dict[str, Any]]], time_unit: str,
+                     extra: Sequence[Column] = ()) -> str:
+    """One row per variant: (name, summary) pairs."""
+    columns = comparison_columns(time_unit) + list(extra)
+    body = [[name] + [fmt(get(summary)) for _, get in columns] for name, summary in rows]
+    return tabulate(body, headers=["variant"] + [title for title, _ in columns],
+                    tablefmt="simple", disable_numparse=True)
+
+
+def summary_frame(rows: Sequence[tuple[str, dict[str, Any]]]) -> pd.DataFrame:
+    """summary.csv: one row per variant, every summary key a column (per-class keys last)."""
+    records = [{"variant": name, **{key: value for key, value in summary.items()
+                                    if not isinstance(value, list | dict)}}
+               for name, summary in rows]
+    return pd.DataFrame.from_records(records)

@@ -1,0 +1,231 @@
+"""Running a scenario: every variant through the engine, its expectations checked, its records
+written to `<out>/<scenario>/` all at once or not at all."""
+
+from __future__ import annotations
+
+import operator
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvsched import __version__
+from kvsched.errors import ScenarioError
+from kvsched.policies import make_policy
+from kvsched.records import RunResult
+from kvsched.report import (
+    batches_frame,
+    events_frame,
+    requests_frame,
+    steps_frame,
+    summary_frame,
+    write_csv,
+    write_json,
+)
+from kvsched.request import Request
+from kvsched.scenario import Scenario, Variant, unknown_value
+from kvsched.schema import ConstantTime, Expectation, LinearTime, RunSpec, TraceWorkload
+from kvsched.simulator import simulate
+from kvsched.timing import ConstantStep, LinearStep, StepClock, TimeModel
+from kvsched.workload import build_requests
+
+OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
+    ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
+    "==": operator.eq, "!=": operator.ne,
+}
+
+
+@dataclass(frozen=True)
+class VariantRun:
+    name: str
+    variant: Variant
+    result: RunResult
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return self.result.summary
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    expectation: Expectation
+    actual: float | None  # the metric, or the ratio with `ratio_to`
+    passed: bool | None  # None: skipped (a variant it needs was not run)
+    detail: str
+
+
+@dataclass(frozen=True)
+class ScenarioRun:
+    scenario: Scenario
+    runs: list[VariantRun]
+    checks: list[CheckResult]
+
+    @property
+    def passed(self) -> bool:
+        return all(check.passed is not False for check in self.checks)
+
+    @property
+    def time_unit(self) -> str:
+        return self.runs[0].result.time_unit if self.runs else "steps"
+
+
+def time_model_of(spec: RunSpec) -> TimeModel:
+    time = spec.time
+    if isinstance(time, ConstantTime):
+        return ConstantStep(time.step_time)
+    if isinstance(time, LinearTime):
+        return LinearStep(time.base, time.per_prefill_token, time.per_decode, time.per_kv_token,
+                          time.per_swapped_block)
+    return StepClock()
+
+
+def requests_of(variant: Variant) -> list[Request]:
+    """The variant's workload, built (files read, seeded generators drawn)."""
+    assert variant.spec.workload is not None
+    return build_requests(variant.spec.workload, variant.spec.seed,
+                          variant.scenario.base_dir, variant.error)
+
+
+def run_variant(variant: Variant, record_batches: bool = False) -> RunResult:
+    spec = variant.spec
+    policy = make_policy(spec.policy.name, **spec.policy.all_params())
+    return simulate(requests_of(variant), spec.engine.to_config(), policy, time_model_of(spec),
+                    record_batches=record_batches)
+
+
+def select(scenario: Scenario, names: Iterable[str]) -> list[Variant]:
+    """The variants called `names` (all when empty), or an error naming the valid ones."""
+    wanted = list(names)
+    known = [v.name for v in scenario.variants]
+    for name in wanted:
+        if name not in known:
+            raise ScenarioError(scenario.source, unknown_value("variant", name, known),
+                                "--variant")
+    return [v for v in scenario.variants if not wanted or v.name in wanted]
+
+
+def run_scenario(scenario: Scenario, variants: Iterable[str] = (), record_batches: bool = False,
+                 on_done: Callable[[VariantRun], None] | None = None) -> ScenarioRun:
+    runs = []
+    for variant in select(scenario, variants):
+        run = VariantRun(variant.name, variant, run_variant(variant, record_batches))
+        runs.append(run)
+        if on_done:
+            on_done(run)
+    summaries = {run.name: run.summary for run in runs}
+    return ScenarioRun(scenario, runs, check_expectations(scenario.expectations, summaries))
+
+
+def check_expectations(expectations: Iterable[Expectation],
+                       summaries: dict[str, dict[str, Any]]) -> list[CheckResult]:
+    checks = []
+    for expectation in expectations:
+        needed = [expectation.variant] + ([expectation.ratio_to] if expectation.ratio_to else [])
+        if any(name not in summaries for name in needed):
+            checks.append(CheckResult(expectation, None, None, "skipped: variant not run"))
+            continue
+        actual = _figure(summaries[expectation.variant], expectation)
+        if expectation.ratio_to:
+            reference = _figure(summaries[expectation.ratio_to], expectation)
+            actual = None if actual is None or not reference else actual / reference
+        if actual is None:
+            checks.append(CheckResult(expectation, None, False, "metric has no value"))
+            continue
+        passed = OPERATORS[expectation.op](actual, expectation.value)
+        checks.append(CheckResult(expectation, float(actual), passed, ""))
+    return checks
+
+
+def _figure(summary: dict[str, Any], expectation: Expectation) -> float | None:
+    value = summary.get(expectation.metric)
+    if value is None or expectation.per is None:
+        return value
+    divisor = summary.get(expectation.per)
+    return value / divisor if divisor else None
+
+
+def describe(expectation: Expectation) -> str:
+    """`pool60: num_preemptions / baseline > 5` style text for tables."""
+    metric = expectation.metric
+    if expectation.per:
+        metric = f"{metric} / {expectation.per}"
+    if expectation.ratio_to:
+        metric = f"({metric}) vs {expectation.ratio_to}" if expectation.per else (
+            f"{metric} vs {expectation.ratio_to}")
+    value = f"{expectation.value:g}"
+    return f"{expectation.variant}: {metric} {expectation.op} {value}"
+
+
+# -- writing ---------------------------------------------------------------------------
+
+
+def write_scenario(run: ScenarioRun, out_dir: Path,
+                   extra_files: Callable[[Path, ScenarioRun], None] | None = None) -> Path:
+    """Write `<out_dir>/<scenario>/` whole: into a temporary folder, then renamed into place."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    final = out_dir / run.scenario.name
+    staging = Path(tempfile.mkdtemp(prefix=f".{run.scenario.name}.", dir=out_dir))
+    try:
+        for variant_run in run.runs:
+            _write_variant(staging / variant_run.name, variant_run)
+        rows = [(r.name, r.summary) for r in run.runs]
+        write_csv(summary_frame(rows), staging / "summary.csv")
+        if extra_files:
+            extra_files(staging, run)
+        _replace_dir(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return final
+
+
+def _write_variant(folder: Path, run: VariantRun) -> None:
+    folder.mkdir()
+    result = run.result
+    write_csv(requests_frame(result), folder / "requests.csv")
+    write_csv(steps_frame(result), folder / "steps.csv")
+    write_csv(events_frame(result), folder / "events.csv")
+    if result.batches is not None:
+        write_csv(batches_frame(result), folder / "batches.csv")
+    write_json({"variant": run.name, "time_unit": result.time_unit, **run.summary},
+               folder / "summary.json")
+    write_json(run_record(run.variant, result), folder / "run.json")
+
+
+def run_record(variant: Variant, result: RunResult) -> dict[str, Any]:
+    """Enough to rerun the variant: the resolved configuration as a standalone scenario."""
+    scenario = variant.scenario
+    resolved = variant.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    workload = resolved.get("workload", {})
+    base = scenario.base_dir.resolve()
+    if isinstance(variant.spec.workload, TraceWorkload):
+        workload["path"] = str(base / variant.spec.workload.path)
+    for entry in [workload] + list(workload.get("mix", [])):
+        for key in ("prompt_len", "output_len"):
+            length = entry.get(key)
+            if isinstance(length, dict) and length.get("kind") == "empirical":
+                length["path"] = str(base / length["path"])
+    return {
+        "kvsched_version": __version__,
+        "source": scenario.source,
+        "scenario": scenario.name,
+        "variant": variant.name,
+        "seed": variant.spec.seed,
+        "set": [a.text for a in scenario.assignments],
+        "time_unit": result.time_unit,
+        "watermark_blocks": result.config.watermark_blocks,
+        "resolved": {"name": f"{scenario.name}-{variant.name}", **resolved},
+    }
+
+
+def _replace_dir(staging: Path, final: Path) -> None:
+    if final.exists():
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        os.replace(final, old)
+        os.replace(staging, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(staging, final)

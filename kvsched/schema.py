@@ -1,0 +1,320 @@
+"""The scenario file's schema: typed models, unknown keys refused, defaults from the engine.
+
+Shorthands are expanded before validation so that every field has one type: `policy: spf`
+means `{name: spf}`, a length given as a number means `{kind: constant, value: N}`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from kvsched.config import EngineConfig
+from kvsched.policies import make_policy
+
+_ENGINE = EngineConfig()
+PositiveInt = Annotated[int, Field(ge=1)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+NonNegativeFloat = Annotated[float, Field(ge=0)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+# -- engine, policy, time ---------------------------------------------------------------
+
+
+class EngineSpec(Strict):
+    """`engine:` — see `kvsched.config.EngineConfig` for what each knob means."""
+
+    max_num_batched_tokens: PositiveInt = _ENGINE.max_num_batched_tokens
+    max_num_seqs: PositiveInt = _ENGINE.max_num_seqs
+    block_size: PositiveInt = _ENGINE.block_size
+    num_blocks: PositiveInt = _ENGINE.num_blocks
+    watermark: Annotated[float, Field(ge=0, lt=1)] = _ENGINE.watermark
+    preemption: Literal["recompute", "swap"] = _ENGINE.preemption.value
+    max_steps: PositiveInt = _ENGINE.max_steps
+    victim: Literal["last_admitted", "lowest_priority", "fewest_generated"] = (
+        _ENGINE.victim.value)
+    requeue: Literal["front", "back"] = _ENGINE.requeue.value
+    mix_prefill_decode: bool = _ENGINE.mix_prefill_decode
+    admit_after_preempt: bool = _ENGINE.admit_after_preempt
+    chunked_prefill: bool = _ENGINE.chunked_prefill
+    long_prefill_token_threshold: NonNegativeInt = _ENGINE.long_prefill_token_threshold
+    on_unschedulable: Literal["starve", "reject"] = _ENGINE.on_unschedulable.value
+
+    def to_config(self) -> EngineConfig:
+        return EngineConfig(**self.model_dump())
+
+
+class PolicySpec(BaseModel):
+    """`policy:` a name, or `{name, <params>}` / `{name, params: {...}}`."""
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    def all_params(self) -> dict[str, Any]:
+        return {**self.params, **(self.model_extra or {})}
+
+    @model_validator(mode="after")
+    def _known_policy(self) -> PolicySpec:
+        make_policy(self.name, **self.all_params())  # ValueError names what is wrong
+        return self
+
+
+class StepsTime(Strict):
+    kind: Literal["steps"]
+
+
+class ConstantTime(Strict):
+    kind: Literal["constant"]
+    step_time: PositiveFloat
+
+
+class LinearTime(Strict):
+    kind: Literal["linear"]
+    base: PositiveFloat = 0.005
+    per_prefill_token: NonNegativeFloat = 0.0001
+    per_decode: NonNegativeFloat = 0.0001
+    per_kv_token: NonNegativeFloat = 0.0
+    per_swapped_block: NonNegativeFloat = 0.0
+
+
+TimeSpec = Annotated[StepsTime | ConstantTime | LinearTime, Field(discriminator="kind")]
+
+
+# -- workloads --------------------------------------------------------------------------
+
+
+class ConstantLen(Strict):
+    kind: Literal["constant"]
+    value: PositiveInt
+
+
+class UniformLen(Strict):
+    """Integers from `low` to `high`, both included."""
+
+    kind: Literal["uniform"]
+    low: PositiveInt
+    high: PositiveInt
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformLen:
+        if self.high < self.low:
+            raise ValueError(f"high ({self.high}) must be >= low ({self.low})")
+        return self
+
+
+class LognormalLen(Strict):
+    """exp(Normal(ln median, sigma)), rounded, clipped to [min, max]."""
+
+    kind: Literal["lognormal"]
+    median: PositiveFloat
+    sigma: NonNegativeFloat
+    min: PositiveInt = 1
+    max: PositiveInt | None = None
+
+
+class EmpiricalLen(Strict):
+    """Sampled with replacement from one column of a CSV or JSONL file."""
+
+    kind: Literal["empirical"]
+    path: str
+    column: str
+
+
+LengthSpec = Annotated[ConstantLen | UniformLen | LognormalLen | EmpiricalLen,
+                       Field(discriminator="kind")]
+
+
+def _expand_length(value: Any) -> Any:
+    return {"kind": "constant", "value": value} if isinstance(value, int) and not isinstance(
+        value, bool) else value
+
+
+class AllAtOnce(Strict):
+    kind: Literal["all_at_once"]
+    at: NonNegativeFloat = 0.0
+
+
+class Poisson(Strict):
+    kind: Literal["poisson"]
+    rate: PositiveFloat
+
+
+class Gamma(Strict):
+    """Inter-arrival times with mean 1/rate and coefficient of variation `cv` (>1: bursty)."""
+
+    kind: Literal["gamma"]
+    rate: PositiveFloat
+    cv: PositiveFloat
+
+
+class Fixed(Strict):
+    kind: Literal["fixed"]
+    interval: PositiveFloat
+
+
+ArrivalSpec = Annotated[AllAtOnce | Poisson | Gamma | Fixed, Field(discriminator="kind")]
+
+
+class RequestClass(Strict):
+    """One class of a synthetic mix: its share and its length distributions."""
+
+    name: Annotated[str, Field(min_length=1)]
+    weight: PositiveFloat
+    prompt_len: LengthSpec
+    output_len: LengthSpec
+    priority: int = 0
+
+    @field_validator("prompt_len", "output_len", mode="before")
+    @classmethod
+    def expand_lengths(cls, value: Any) -> Any:
+        return _expand_length(value)
+
+
+class InlineRequest(Strict):
+    id: str | int | None = None
+    arrival: NonNegativeFloat = 0.0
+    prompt_len: PositiveInt
+    output_len: PositiveInt
+    priority: int = 0
+    class_: str | None = Field(default=None, alias="class")
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+
+
+class InlineWorkload(Strict):
+    kind: Literal["inline"]
+    requests: Annotated[list[InlineRequest], Field(min_length=1)]
+
+
+class SyntheticWorkload(Strict):
+    """`num_requests` or `duration`; lengths from `prompt_len`/`output_len` or a `mix`."""
+
+    kind: Literal["synthetic"]
+    num_requests: PositiveInt | None = None
+    duration: PositiveFloat | None = None
+    arrival: ArrivalSpec
+    prompt_len: LengthSpec | None = None
+    output_len: LengthSpec | None = None
+    priority: int = 0
+    mix: Annotated[list[RequestClass], Field(min_length=1)] | None = None
+
+    @field_validator("prompt_len", "output_len", mode="before")
+    @classmethod
+    def expand_lengths(cls, value: Any) -> Any:
+        return _expand_length(value)
+
+    @model_validator(mode="after")
+    def _complete(self) -> SyntheticWorkload:
+        if (self.num_requests is None) == (self.duration is None):
+            raise ValueError("give exactly one of num_requests or duration")
+        if self.duration is not None and self.arrival.kind == "all_at_once":
+            raise ValueError("all_at_once arrivals need num_requests, not duration")
+        if self.mix is None and (self.prompt_len is None or self.output_len is None):
+            raise ValueError("give prompt_len and output_len, or a mix of classes")
+        if self.mix is not None and (self.prompt_len is not None or self.output_len is not None):
+            raise ValueError("give either prompt_len/output_len or a mix, not both")
+        return self
+
+
+class TraceColumns(Strict):
+    """Column names of a trace in another format; `arrival_unit` scales its times to seconds."""
+
+    arrival_time: str
+    prompt_len: str
+    output_len: str
+    priority: str | None = None
+    class_: str | None = Field(default=None, alias="class")
+    request_id: str | None = None
+    arrival_unit: Literal["s", "ms", "us", "datetime"] = "s"
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+
+
+class TraceWorkload(Strict):
+    """Replay a CSV or JSONL file. Window `[start, start + duration)` in trace seconds, then
+    `limit` rows; `time_scale` multiplies arrival times (0.5 replays twice as fast)."""
+
+    kind: Literal["trace"]
+    path: str
+    format: Literal["kvsched", "azure", "mooncake", "vidur"] | None = None
+    columns: TraceColumns | None = None
+    limit: PositiveInt | None = None
+    start: NonNegativeFloat = 0.0
+    duration: PositiveFloat | None = None
+    time_scale: PositiveFloat = 1.0
+
+    @model_validator(mode="after")
+    def _one_layout(self) -> TraceWorkload:
+        if (self.format is None) == (self.columns is None):
+            raise ValueError("give exactly one of format (kvsched, azure, mooncake, vidur) "
+                             "or columns")
+        return self
+
+
+WorkloadSpec = Annotated[InlineWorkload | SyntheticWorkload | TraceWorkload,
+                         Field(discriminator="kind")]
+
+
+# -- the scenario -----------------------------------------------------------------------
+
+OPS = (">", ">=", "<", "<=", "==", "!=")
+
+
+class Expectation(Strict):
+    """A claim on a variant's summary: `metric op value`. With `per`, the metric is first
+    divided by another metric of the same variant (`num_starved_long per num_requests_long`);
+    with `ratio_to`, the figure is divided by the same figure of another variant."""
+
+    variant: str
+    metric: str
+    op: Literal[">", ">=", "<", "<=", "==", "!="]
+    value: float
+    ratio_to: str | None = None
+    per: str | None = None
+    note: str | None = None
+
+
+def _expand_policy(value: Any) -> Any:
+    return {"name": value} if isinstance(value, str) else value
+
+
+class RunSpec(Strict):
+    """What one variant runs: the base configuration with the variant's overrides applied."""
+
+    description: str = ""
+    seed: int = 0
+    engine: EngineSpec = EngineSpec()
+    policy: PolicySpec = PolicySpec(name="fcfs")
+    time: TimeSpec = StepsTime(kind="steps")
+    workload: WorkloadSpec
+
+    @field_validator("policy", mode="before")
+    @classmethod
+    def expand_policy(cls, value: Any) -> Any:
+        return _expand_policy(value)
+
+
+class VariantSpec(Strict):
+    """A named override of the base: any of description, seed, engine, policy, time, workload."""
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
+
+
+class ScenarioSpec(RunSpec):
+    """A whole file. The base may leave `workload` to its variants."""
+
+    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
+    workload: WorkloadSpec | None = None  # type: ignore[assignment]
+    variants: list[VariantSpec] = Field(default_factory=list)
+    expect: list[Expectation] = Field(default_factory=list)
+
+
+OVERRIDABLE = ("description", "seed", "engine", "policy", "time", "workload")

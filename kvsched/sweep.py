@@ -1,0 +1,188 @@
+"""Sweeps: one scenario over the grid of every combination of the values given.
+
+Values: `A..B` doubles from A up to B (128..8192: 128, 256, ..., 8192), `A..B:+S` steps by S,
+`A..B:xF` multiplies by F, and `a,b,c` is taken as it is.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from kvsched.errors import KvschedError, ScenarioError
+from kvsched.runner import run_variant, select
+from kvsched.scenario import Assignment, Scenario, load_scenario_text
+
+OPTION_PATHS = {
+    "budget": "engine.max_num_batched_tokens",
+    "blocks": "engine.num_blocks",
+    "policy": "policy",
+    "preemption": "engine.preemption",
+}
+"""The sweep command's shorthand options and the scenario field each one sets."""
+
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_RANGE = re.compile(rf"^({_NUMBER})\.\.({_NUMBER})(?::([+x*])({_NUMBER}))?$")
+MAX_POINTS = 100_000
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One swept field: its dotted path, its values, and whether they double (log axis)."""
+
+    path: str
+    values: tuple[Any, ...]
+    geometric: bool
+    option: str  # how the user named it: --budget, --set engine.watermark, ...
+
+
+def parse_axis(option: str, path: str, text: str) -> Axis:
+    """Parse a value list or range given to `option`, or raise a one-line error."""
+    text = text.strip()
+    match = _RANGE.match(text)
+    if match:
+        values, geometric = _expand_range(option, text, match)
+        return Axis(path, tuple(values), geometric, option)
+    if ".." in text:
+        raise _bad(option, text)
+    items = [item.strip() for item in text.split(",")]
+    if not text or any(not item for item in items):
+        raise _bad(option, text)
+    values = [_scalar(item) for item in items]
+    numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+    if option in ("--budget", "--blocks") and not numeric:
+        raise _bad(option, text)
+    ratios = numeric and len(values) > 2 and all(
+        b == 2 * a for a, b in zip(values, values[1:], strict=False))
+    return Axis(path, tuple(values), bool(ratios), option)
+
+
+def _expand_range(option: str, text: str, match: re.Match[str]) -> tuple[list[Any], bool]:
+    start, end = _scalar(match[1]), _scalar(match[2])
+    kind, step = match[3], match[4]
+    if start > end:
+        raise ScenarioError(option, f"range '{text}' runs backwards: start must be <= end")
+    if kind is None or kind in "x*":
+        factor = 2 if kind is None else _scalar(step)
+        if start <= 0:
+            raise ScenarioError(option, f"range '{text}': a multiplying range must start > 0")
+        if factor <= 1:
+            raise ScenarioError(option, f"range '{text}': the factor must be > 1")
+        values, value = [], start
+        while value <= end * (1 + 1e-9):
+            values.append(_tidy(value))
+            value = value * factor
+        return values, True
+    increment = _scalar(step)
+    if increment <= 0:
+        raise ScenarioError(option, f"range '{text}': the step must be > 0")
+    count = int((end - start) / increment + 1e-9) + 1
+    if count > MAX_POINTS:
+        raise ScenarioError(option, f"range '{text}' has {count:,} values; at most {MAX_POINTS:,}")
+    return [_tidy(start + k * increment) for k in range(count)], False
+
+
+def _tidy(value: float) -> int | float:
+    rounded = round(value, 10)
+    return int(rounded) if float(rounded).is_integer() else rounded
+
+
+def _scalar(text: str) -> Any:
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def _bad(option: str, text: str) -> ScenarioError:
+    return ScenarioError(option, f"expected A..B, A..B:+S, A..B:xF or a comma list, got '{text}'")
+
+
+def parse_set_axis(text: str) -> Axis:
+    """`--set KEY=V1,V2` (or a range) as an axis."""
+    key, sep, values = text.partition("=")
+    if not sep or not key.strip():
+        raise ScenarioError("--set", f"expected KEY=V1,V2,..., got '{text}'")
+    return parse_axis(f"--set {key.strip()}", key.strip(), values)
+
+
+def grid(axes: Sequence[Axis]) -> list[dict[str, Any]]:
+    """Every combination of the axes' values, the first axis varying slowest."""
+    points = [dict(zip([a.path for a in axes], combo, strict=True))
+              for combo in itertools.product(*(a.values for a in axes))]
+    if len(points) > MAX_POINTS:
+        raise KvschedError(f"the grid has {len(points):,} points; at most {MAX_POINTS:,}")
+    return points
+
+
+# -- running ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SweepSource:
+    """A scenario as text, so that worker processes can load it again (picklable)."""
+
+    text: str
+    source: str
+    base_dir: Path
+    sets: tuple[Assignment, ...] = ()
+    seed: int | None = None
+
+    def load(self, point: dict[str, Any]) -> Scenario:
+        extra = tuple(Assignment(tuple(path.split(".")), value, f"{path}={value}")
+                      for path, value in point.items())
+        return load_scenario_text(self.text, self.source, self.base_dir, self.sets + extra,
+                                  self.seed)
+
+
+def _run_point(job: tuple[SweepSource, dict[str, Any], str]) -> dict[str, Any]:
+    source, point, variant_name = job
+    scenario = source.load(point)
+    variant = next(v for v in scenario.variants if v.name == variant_name)
+    result = run_variant(variant)
+    return {"time_unit": result.time_unit, **result.summary}
+
+
+def run_sweep(source: SweepSource, axes: Sequence[Axis], variants: Sequence[str] = (),
+              jobs: int = 1, on_point: Callable[[], None] | None = None) -> pd.DataFrame:
+    """One row per grid point and variant: the point's values, `variant`, the summary keys.
+
+    Every point is validated before anything runs; `jobs` > 1 runs points in processes.
+    """
+    points = grid(axes)
+    names = [v.name for v in select(source.load({}), variants)]
+    for point in points:
+        source.load(point)  # refuse a bad value before spending time on the others
+    work = [(source, point, name) for point in points for name in names]
+    if jobs > 1 and len(work) > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            summaries = []
+            for summary in pool.map(_run_point, work, chunksize=1):
+                summaries.append(summary)
+                if on_point:
+                    on_point()
+    else:
+        summaries = []
+        for job in work:
+            summaries.append(_run_point(job))
+            if on_point:
+                on_point()
+    rows = [{**point, "variant": name, **summary}
+            for (_, point, name), summary in zip(work, summaries, strict=True)]
+    return pd.DataFrame.from_records(rows)

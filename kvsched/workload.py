@@ -1,0 +1,309 @@
+"""Workloads: the list of requests a run replays, from an inline list, a seeded generator or a
+trace file. The same spec and seed always give the same requests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from kvsched.errors import ScenarioError
+from kvsched.request import Request
+from kvsched.schema import (
+    AllAtOnce,
+    ConstantLen,
+    EmpiricalLen,
+    Fixed,
+    Gamma,
+    InlineWorkload,
+    LengthSpec,
+    LognormalLen,
+    Poisson,
+    SyntheticWorkload,
+    TraceWorkload,
+    UniformLen,
+    WorkloadSpec,
+)
+
+MAX_SYNTHETIC_REQUESTS = 10_000_000
+
+Locate = Callable[[tuple, str], ScenarioError]
+"""Builds the error for a field of the workload spec, e.g. (("workload", "path"), "...")."""
+
+
+def _default_locate(field: tuple, message: str) -> ScenarioError:
+    return ScenarioError("workload", message, ".".join(map(str, field)))
+
+
+def build_requests(spec: WorkloadSpec, seed: int = 0, base_dir: Path = Path("."),
+                   locate: Locate = _default_locate) -> list[Request]:
+    """The requests of a workload spec; paths resolve against `base_dir`."""
+    if isinstance(spec, InlineWorkload):
+        requests = _inline(spec, locate)
+    elif isinstance(spec, SyntheticWorkload):
+        requests = _synthetic(spec, np.random.default_rng(seed), base_dir, locate)
+    else:
+        requests = _trace(spec, base_dir, locate)
+    if not requests:
+        raise locate(("workload",), "the workload has no requests")
+    return requests
+
+
+# -- inline -----------------------------------------------------------------------------
+
+
+def _inline(spec: InlineWorkload, locate: Locate) -> list[Request]:
+    requests = []
+    seen: set[str] = set()
+    for i, item in enumerate(spec.requests):
+        request_id = f"r{i}" if item.id is None else str(item.id)
+        if request_id in seen:
+            raise locate(("workload", "requests", i, "id"),
+                         f"duplicate request id '{request_id}'")
+        seen.add(request_id)
+        requests.append(Request(request_id, item.arrival, item.prompt_len, item.output_len,
+                                item.priority, item.class_))
+    return requests
+
+
+# -- synthetic --------------------------------------------------------------------------
+
+
+def _synthetic(spec: SyntheticWorkload, rng: np.random.Generator, base_dir: Path,
+               locate: Locate) -> list[Request]:
+    arrivals = _arrival_times(spec, rng, locate)
+    n = len(arrivals)
+    priorities = np.full(n, spec.priority)
+    labels: list[str | None] = [None] * n
+    if spec.mix is None:
+        assert spec.prompt_len is not None and spec.output_len is not None
+        prompts = _lengths(spec.prompt_len, n, rng, base_dir, ("workload", "prompt_len"), locate)
+        outputs = _lengths(spec.output_len, n, rng, base_dir, ("workload", "output_len"), locate)
+    else:
+        weights = np.array([c.weight for c in spec.mix])
+        chosen = rng.choice(len(spec.mix), size=n, p=weights / weights.sum())
+        prompts = np.empty(n, dtype=np.int64)
+        outputs = np.empty(n, dtype=np.int64)
+        for k, cls in enumerate(spec.mix):
+            members = np.flatnonzero(chosen == k)
+            where = ("workload", "mix", k)
+            prompts[members] = _lengths(cls.prompt_len, len(members), rng, base_dir,
+                                        (*where, "prompt_len"), locate)
+            outputs[members] = _lengths(cls.output_len, len(members), rng, base_dir,
+                                        (*where, "output_len"), locate)
+            priorities[members] = cls.priority
+            for i in members:
+                labels[i] = cls.name
+    return [Request(f"r{i}", float(arrivals[i]), int(prompts[i]), int(outputs[i]),
+                    int(priorities[i]), labels[i]) for i in range(n)]
+
+
+def _arrival_times(spec: SyntheticWorkload, rng: np.random.Generator,
+                   locate: Locate) -> np.ndarray:
+    """Arrival times; the first request arrives at 0 (or at `at` for all_at_once)."""
+    process = spec.arrival
+    if isinstance(process, AllAtOnce):
+        assert spec.num_requests is not None
+        return np.full(spec.num_requests, process.at)
+    rate = 1 / process.interval if isinstance(process, Fixed) else process.rate
+
+    def gaps(size: int) -> np.ndarray:
+        if isinstance(process, Poisson):
+            return rng.exponential(1 / process.rate, size)
+        if isinstance(process, Gamma):
+            shape = 1 / process.cv ** 2
+            return rng.gamma(shape, 1 / (rate * shape), size)
+        return np.full(size, process.interval)
+
+    if spec.num_requests is not None:
+        n = spec.num_requests
+        return np.concatenate(([0.0], np.cumsum(gaps(n - 1))))
+    assert spec.duration is not None
+    expected = rate * spec.duration
+    if expected > MAX_SYNTHETIC_REQUESTS:
+        raise locate(("workload", "duration"),
+                     f"about {expected:,.0f} requests; at most {MAX_SYNTHETIC_REQUESTS:,} allowed")
+    times = np.array([0.0])
+    while times[-1] < spec.duration:
+        more = times[-1] + np.cumsum(gaps(int(expected * 0.2) + 16))
+        times = np.concatenate((times, more))
+    return times[times < spec.duration]
+
+
+def _lengths(spec: LengthSpec, n: int, rng: np.random.Generator, base_dir: Path,
+             where: tuple, locate: Locate) -> np.ndarray:
+    """`n` token lengths, all >= 1."""
+    if isinstance(spec, ConstantLen):
+        return np.full(n, spec.value, dtype=np.int64)
+    if isinstance(spec, UniformLen):
+        return rng.integers(spec.low, spec.high + 1, size=n)
+    if isinstance(spec, LognormalLen):
+        values = np.rint(np.exp(rng.normal(np.log(spec.median), spec.sigma, n)))
+        return np.clip(values, spec.min, spec.max).astype(np.int64)
+    assert isinstance(spec, EmpiricalLen)
+    column = _empirical_column(spec, base_dir, where, locate)
+    return rng.choice(column, size=n)
+
+
+def _empirical_column(spec: EmpiricalLen, base_dir: Path, where: tuple,
+                      locate: Locate) -> np.ndarray:
+    path = _resolve(base_dir, spec.path)
+    table = _read_table(path, (*where, "path"), locate)
+    if spec.column not in table.columns:
+        raise locate((*where, "column"), _missing_column(spec.column, path, table))
+    values = _numbers(table[spec.column], path, spec.column, (*where, "path"), locate,
+                      minimum=1, whole=True)
+    if not len(values):
+        raise locate((*where, "path"), f"{path}: column '{spec.column}' is empty")
+    return values.astype(np.int64)
+
+
+# -- traces -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TraceLayout:
+    """Where a trace format keeps each field, and the unit of its arrival column."""
+
+    arrival_time: str
+    prompt_len: str
+    output_len: str
+    priority: str | None = None
+    class_name: str | None = None
+    request_id: str | None = None
+    arrival_unit: str = "s"  # s, ms, us or datetime (seconds since the first row)
+    optional_extras: bool = False  # extra columns used only when present
+
+
+FORMATS = {
+    "kvsched": TraceLayout("arrival_time", "prompt_len", "output_len", "priority", "class",
+                           "request_id", optional_extras=True),
+    "azure": TraceLayout("TIMESTAMP", "ContextTokens", "GeneratedTokens",
+                         arrival_unit="datetime"),
+    "mooncake": TraceLayout("timestamp", "input_length", "output_length", arrival_unit="ms"),
+    "vidur": TraceLayout("arrived_at", "num_prefill_tokens", "num_decode_tokens"),
+}
+
+_UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+
+
+def _layout(spec: TraceWorkload) -> TraceLayout:
+    if spec.format is not None:
+        return FORMATS[spec.format]
+    columns = spec.columns
+    assert columns is not None
+    return TraceLayout(columns.arrival_time, columns.prompt_len, columns.output_len,
+                       columns.priority, columns.class_, columns.request_id,
+                       columns.arrival_unit)
+
+
+def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate) -> list[Request]:
+    where = ("workload", "path")
+    path = _resolve(base_dir, spec.path)
+    table = _read_table(path, where, locate)
+    layout = _layout(spec)
+    for column in (layout.arrival_time, layout.prompt_len, layout.output_len):
+        if column not in table.columns:
+            raise locate(where, _missing_column(column, path, table))
+    if not layout.optional_extras:
+        for extra in (layout.priority, layout.class_name, layout.request_id):
+            if extra is not None and extra not in table.columns:
+                raise locate(where, _missing_column(extra, path, table))
+
+    arrivals = _arrival_seconds(table[layout.arrival_time], layout.arrival_unit, path,
+                                where, locate)
+    prompts = _numbers(table[layout.prompt_len], path, layout.prompt_len, where, locate,
+                       minimum=1, whole=True)
+    outputs = _numbers(table[layout.output_len], path, layout.output_len, where, locate,
+                       minimum=1, whole=True)
+    n = len(table)
+    priorities = np.zeros(n, dtype=np.int64)
+    if layout.priority is not None and layout.priority in table.columns:
+        priorities = _numbers(table[layout.priority], path, layout.priority, where, locate,
+                              minimum=None, whole=True).astype(np.int64)
+    labels: list[str | None] = [None] * n
+    if layout.class_name is not None and layout.class_name in table.columns:
+        labels = [None if pd.isna(v) else str(v) for v in table[layout.class_name]]
+    if layout.request_id is not None and layout.request_id in table.columns:
+        ids = [str(v) for v in table[layout.request_id]]
+    else:
+        ids = [f"r{i}" for i in range(n)]
+
+    keep = arrivals >= spec.start
+    if spec.duration is not None:
+        keep &= arrivals < spec.start + spec.duration
+    rows = np.flatnonzero(keep)
+    if spec.limit is not None:
+        rows = rows[:spec.limit]
+    seen: set[str] = set()
+    requests = []
+    for i in rows:
+        if ids[i] in seen:
+            raise locate(where, f"{path} {_row(path, i)}: duplicate request id '{ids[i]}'")
+        seen.add(ids[i])
+        requests.append(Request(ids[i], float((arrivals[i] - spec.start) * spec.time_scale),
+                                int(prompts[i]), int(outputs[i]), int(priorities[i]),
+                                labels[i]))
+    return requests
+
+
+def _arrival_seconds(column: pd.Series, unit: str, path: Path, where: tuple,
+                     locate: Locate) -> np.ndarray:
+    if unit == "datetime":
+        stamps = pd.to_datetime(column, errors="coerce")
+        bad = np.flatnonzero(stamps.isna().to_numpy())
+        if len(bad):
+            raise locate(where, f"{path} {_row(path, bad[0])}: column '{column.name}': "
+                                f"expected a timestamp, got '{column.iloc[bad[0]]}'")
+        seconds = (stamps - stamps.min()).dt.total_seconds().to_numpy()
+        return np.asarray(seconds, dtype=float)
+    values = _numbers(column, path, str(column.name), where, locate, minimum=0, whole=False)
+    return values * _UNIT_SECONDS[unit]
+
+
+def _numbers(column: pd.Series, path: Path, name: str, where: tuple, locate: Locate, *,
+             minimum: float | None, whole: bool) -> np.ndarray:
+    """The column as numbers, or an error naming the first bad row."""
+    values = pd.to_numeric(column, errors="coerce").to_numpy(dtype=float)
+    checks = [(np.isnan(values), "expected a number")]
+    if whole:
+        checks.append((~np.isnan(values) & (values % 1 != 0), "expected a whole number"))
+    if minimum is not None:
+        checks.append((values < minimum, f"expected a number >= {minimum:g}"))
+    for bad, message in checks:
+        rows = np.flatnonzero(bad)
+        if len(rows):
+            raise locate(where, f"{path} {_row(path, rows[0])}: column '{name}': {message}, "
+                                f"got '{column.iloc[rows[0]]}'")
+    return values
+
+
+def _read_table(path: Path, where: tuple, locate: Locate) -> pd.DataFrame:
+    if not path.is_file():
+        raise locate(where, f"no such file '{path}'")
+    try:
+        if path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
+            return pd.read_json(path, lines=True)
+        return pd.read_csv(path)
+    except (ValueError, pd.errors.ParserError, OSError, UnicodeDecodeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise locate(where, f"cannot parse '{path}': {first}") from None
+
+
+def _row(path: Path, index: int | np.integer) -> str:
+    """The file line of data row `index` (CSV files have a header line)."""
+    header = 0 if path.suffix.lower() in (".jsonl", ".ndjson", ".json") else 1
+    return f"line {int(index) + 1 + header}"
+
+
+def _missing_column(column: str, path: Path, table: pd.DataFrame) -> str:
+    return (f"{path} has no column '{column}'; it has: "
+            f"{', '.join(map(str, table.columns)) or 'no columns'}")
+
+
+def _resolve(base_dir: Path, path: str) -> Path:
+    candidate = Path(path).expanduser()
+    return candidate if candidate.is_absolute() else base_dir / candidate
