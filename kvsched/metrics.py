@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from kvsched.admission import Slo
 from kvsched.records import STEP_COLUMNS, RequestRecord
 
 SUMMARY_KEYS = (
@@ -30,6 +31,8 @@ SUMMARY_KEYS = (
     "num_preemptions", "recomputed_tokens", "generated_tokens", "recompute_ratio",
     "prefill_tokens", "decode_tokens", "swapped_blocks",
     "peak_blocks_used", "mean_blocks_used", "final_blocks_used",
+    "thrash_ratio_max", "backpressure_steps",
+    "num_slo_met", "slo_attainment", "goodput",
 )
 """Every run's summary has these keys; runs whose requests carry classes add, per class C,
 `num_requests_C`, `num_starved_C`, `ttft_mean_C`, `ttft_p50_C`, `ttft_p99_C`."""
@@ -52,8 +55,13 @@ def _ratio(numerator: float, denominator: float) -> float | None:
     return numerator / denominator if denominator else None
 
 
-def summarize(requests: list[RequestRecord], steps: list[tuple]) -> dict[str, Any]:
-    """The summary keys (SUMMARY_KEYS, then per-class keys) of one run's records."""
+def summarize(requests: list[RequestRecord], steps: list[tuple], slo: Slo | None = None,
+              final_blocks_used: int = 0) -> dict[str, Any]:
+    """The summary keys (SUMMARY_KEYS, then per-class keys) of one run's records.
+
+    With an `slo`, goodput counts finished requests within its TTFT (and e2e) targets:
+    `num_slo_met`, `slo_attainment` (share of all requests), `goodput` (per time unit).
+    """
     statuses = [r.status for r in requests]
     summary: dict[str, Any] = {
         "num_requests": len(requests),
@@ -94,6 +102,18 @@ def summarize(requests: list[RequestRecord], steps: list[tuple]) -> dict[str, An
     used = columns.get("blocks_used", ())
     summary["peak_blocks_used"] = max(used) if used else 0
     summary["mean_blocks_used"] = float(np.mean(used)) if used else 0.0
+    summary["final_blocks_used"] = final_blocks_used  # blocks still held when the run ended
+    summary["thrash_ratio_max"] = max(columns.get("thrash_ratio", ()), default=0.0)
+    summary["backpressure_steps"] = sum(columns.get("backpressure", ()))
+    met = None
+    if slo is not None and (slo.ttft is not None or slo.e2e is not None):
+        met = sum(r.status == "finished"
+                  and (slo.ttft is None or r.ttft is not None and r.ttft <= slo.ttft)
+                  and (slo.e2e is None or r.e2e_latency is not None and r.e2e_latency <= slo.e2e)
+                  for r in requests)
+    summary["num_slo_met"] = met
+    summary["slo_attainment"] = None if met is None else _ratio(met, len(requests))
+    summary["goodput"] = None if met is None else _ratio(met, duration)
 
     classes = sorted({r.class_name for r in requests if r.class_name is not None})
     for name in classes:

@@ -29,16 +29,19 @@ STEP_COLUMNS = (
     "step", "time", "duration", "num_running", "num_waiting", "num_prefill_requests",
     "prefill_tokens", "decode_tokens", "recomputed_tokens", "budget_used", "blocks_used",
     "blocks_free", "num_preempted", "num_admitted", "num_finished", "swapped_out_blocks",
-    "swapped_in_blocks",
+    "swapped_in_blocks", "thrash_ratio", "backpressure",
 )
 """Per executed step. `time` = its start; queue lengths and blocks are as the batch runs
 (after admissions and preemptions, before finishes); `prefill_tokens` are first-time prefill
 tokens, `recomputed_tokens` prefill tokens recomputed after preemption, `decode_tokens` one
-per decoding request (swap-ins included); `budget_used` is their sum."""
+per decoding request (swap-ins included); `budget_used` is their sum; `thrash_ratio` is
+recomputed / newly generated tokens over the backpressure window ending at this step, and
+`backpressure` 1 while that signal is up."""
 
 EVENT_COLUMNS = ("step", "time", "request_id", "event", "detail")
-"""arrive, admit, preempt, swap_out, swap_in, finish, starve, reject. `time`: the arrival
-time for arrive/reject, the step's start for admit/preempt/swap, its end for finish."""
+"""arrive, admit, preempt, swap_out, swap_in, finish, starve, reject, and backpressure
+(on/off, no request). `time`: the arrival time for arrive/reject, the step's start for
+admit/preempt/swap/backpressure, its end for finish."""
 
 BATCH_COLUMNS = ("step", "time", "request_id", "phase", "num_tokens")
 """Optional: what each step ran, one row per scheduled request; phase prefill (recompute

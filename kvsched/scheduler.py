@@ -39,7 +39,7 @@ class StepPlan:
     tick: int = 0
     num_decodes: int = 0  # running requests that decoded (swap-ins not included)
     decoded: list[Seq] | None = None  # who decoded, kept only when batches are recorded
-    prefills: list[tuple[Seq, int, bool]] = field(default_factory=list)  # seq, tokens, recompute
+    prefills: list[tuple[Seq, int]] = field(default_factory=list)  # seq, chunk tokens
     swap_ins: list[Seq] = field(default_factory=list)
     produced: list[Seq] = field(default_factory=list)  # (re)prefills completed, swap-ins
     preempted: list[Seq] = field(default_factory=list)
@@ -68,6 +68,7 @@ class Scheduler:
         self.prefilling: dict[int, Seq] = {}  # chunked prefills under way, in admission order
         self.events: list[Event] = events if events is not None else []
         self.record_batches = record_batches
+        self.admit_fresh = True  # False while backpressure holds back never-started requests
         self.tick = 0
         self.kv_tokens = 0  # tokens in the KV cache of the decoding requests
         self.tick_end: list[float] = [0.0]  # end time of the step that ran decode pass k
@@ -221,6 +222,7 @@ class Scheduler:
                         budget += 1
                 pool.allocate(1)
                 seq.blocks += 1
+                seq.grew_tick = tick
                 self._push_block_due(seq)
             seq.decoded_tick = tick
             decoded.append(seq)
@@ -242,11 +244,10 @@ class Scheduler:
 
     def _pick_victim(self) -> Seq:
         rule = self.config.victim
-        if rule is Victim.LAST_ADMITTED and not self.config.chunked_prefill:
-            return next(reversed(self.running.values()))  # running is in admission order
+        if rule is Victim.LAST_ADMITTED:  # both queues are in admission order
+            tails = [next(reversed(q.values())) for q in (self.running, self.prefilling) if q]
+            return max(tails, key=lambda s: s.admit_seq)
         candidates = chain(self.running.values(), self.prefilling.values())
-        if rule is Victim.LAST_ADMITTED:
-            return max(candidates, key=lambda s: s.admit_seq)
         if rule is Victim.LOWEST_PRIORITY:
             return max(candidates,
                        key=lambda s: (s.request.priority, s.request.arrival_time, s.admit_seq))
@@ -263,8 +264,15 @@ class Scheduler:
             self.kv_tokens -= victim.prompt_len + victim.generated - 1
             self._close_run(victim, tick - 1)
             del self.running[victim.index]
-        else:  # mid-prefill: its chunks are lost
+            if victim.grew_tick == tick and victim.decoded_tick == tick:
+                victim.blocks -= 1  # the block it just took holds nothing yet
+                self.pool.release(1)
+            # The re-prefill recomputes its context and the token it was about to decode.
+            victim.recompute_upto = victim.prompt_len + victim.generated
+        else:  # mid-prefill: the chunks computed so far are lost
             del self.prefilling[victim.index]
+            done = victim.prompt_len + victim.generated - victim.prefill_left
+            victim.recompute_upto = max(victim.recompute_upto, done)
             victim.prefill_left = 0
         self.pool.release(victim.blocks)
         victim.epoch += 1
@@ -313,7 +321,8 @@ class Scheduler:
         max_num_seqs = cfg.max_num_seqs
         while budget > 0 and len(self.running) + len(self.prefilling) < max_num_seqs:
             seq = waiting.peek()
-            if seq is None or seq.unschedulable:
+            if seq is None or seq.unschedulable or (
+                    not self.admit_fresh and seq.state is SeqState.WAITING):
                 break
             request = seq.request
             if seq.state is SeqState.SWAPPED:
@@ -354,30 +363,34 @@ class Scheduler:
                 waiting.pop()
                 pool.allocate(need)
                 seq.blocks = need
-                recompute = seq.state is SeqState.PREEMPTED
-                seq.prefill_recompute = recompute
                 seq.prefill_left = tokens
                 if seq.first_scheduled_time is None:
                     seq.first_scheduled_time = plan.time
-                detail = f"{'recompute' if recompute else 'prefill'} {tokens} tokens"
+                kind = "recompute" if seq.state is SeqState.PREEMPTED else "prefill"
+                detail = f"{kind} {tokens} tokens"
                 if chunk < tokens:
                     detail += f", first chunk {chunk}"
                 self.events.append((plan.step, plan.time, request.request_id, "admit", detail))
                 budget -= chunk
+                self._admissions += 1
+                seq.admit_seq = self._admissions
                 self._prefill_chunk(plan, seq, chunk)
+                plan.num_admitted += 1
+                continue
             self._admissions += 1
             seq.admit_seq = self._admissions
             plan.num_admitted += 1
         return budget
 
     def _prefill_chunk(self, plan: StepPlan, seq: Seq, chunk: int) -> None:
+        start = seq.prompt_len + seq.generated - seq.prefill_left  # context tokens done so far
         seq.prefill_left -= chunk
-        plan.prefills.append((seq, chunk, seq.prefill_recompute))
-        if seq.prefill_recompute:
-            plan.recomputed_tokens += chunk
-            seq.num_recomputed_tokens += chunk
-        else:
-            plan.prefill_tokens += chunk
+        plan.prefills.append((seq, chunk))
+        recomputed = min(chunk, max(0, seq.recompute_upto - start))
+        if recomputed:
+            plan.recomputed_tokens += recomputed
+            seq.num_recomputed_tokens += recomputed
+        plan.prefill_tokens += chunk - recomputed
         if seq.prefill_left:
             seq.state = PREFILLING
             self.prefilling[seq.index] = seq
@@ -385,7 +398,11 @@ class Scheduler:
         # The whole prompt (and, after a recompute, what was generated) is in the cache now.
         self.prefilling.pop(seq.index, None)
         seq.state = RUNNING
-        self.running[seq.index] = seq
+        running = self.running
+        late = bool(running) and next(reversed(running.values())).admit_seq > seq.admit_seq
+        running[seq.index] = seq
+        if late:  # a chunked prefill finished after a later admission: keep admission order
+            self.running = dict(sorted(running.items(), key=lambda item: item[1].admit_seq))
         self.kv_tokens += seq.prompt_len + seq.generated
         plan.produced.append(seq)
 

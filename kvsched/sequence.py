@@ -37,10 +37,11 @@ class Seq:
     blocks: int = 0  # device blocks held
     host_blocks: int = 0  # blocks parked in host memory while SWAPPED
     prefill_left: int = 0  # PREFILLING: tokens of the current (re)prefill still to compute
-    prefill_recompute: bool = False  # PREFILLING: the prefill is a recompute
+    recompute_upto: int = 0  # context tokens computed before its last recompute preemption
     epoch: int = 0  # bumped whenever lazy events queued for this seq become stale
     admit_seq: int = 0  # admission counter: larger = admitted more recently
     decoded_tick: int = 0  # last tick this seq decoded in the exact path
+    grew_tick: int = 0  # last tick this seq took a new block to decode
     join_step: int = 0
     first_scheduled_time: float | None = None
     first_token_time: float | None = None

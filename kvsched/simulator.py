@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from kvsched.admission import AdmissionController, Slo, SloAdmission
+from kvsched.backpressure import Backpressure, ThrashMonitor
 from kvsched.config import EngineConfig
 from kvsched.metrics import summarize
 from kvsched.policies import Fcfs
@@ -18,15 +20,24 @@ from kvsched.timing import StepClock, TimeModel
 
 def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
              policy: Policy | None = None, time_model: TimeModel | None = None, *,
+             admission: SloAdmission | None = None, slo: Slo | None = None,
+             backpressure: Backpressure | None = None,
              record_batches: bool = False) -> RunResult:
     """Run `requests` through the engine until nothing is left to do (or `max_steps`).
 
     Requests are served in arrival order (simultaneous arrivals in input order); the records
     list them in input order. The same inputs always give the same records.
+    `admission` turns requests away at arrival; `slo` only measures (goodput); the thrash
+    monitor always runs (`backpressure` sets its window and thresholds, and whether it acts).
     """
     config = config or EngineConfig()
     policy = policy or Fcfs()
     clock = time_model or StepClock()
+    if slo is None and admission is not None:
+        slo = Slo(ttft=admission.ttft_slo)
+    monitor = ThrashMonitor(backpressure or Backpressure())
+    act = monitor.config.act
+    gate = AdmissionController(admission, clock) if admission else None
     ids = [r.request_id for r in requests]
     if len(set(ids)) != len(ids):
         duplicate = next(i for i in ids if ids.count(i) > 1)
@@ -48,9 +59,19 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
     now = 0.0
     stopped_early = False
     while True:
-        while next_arrival < num_arrivals and arrivals[next_arrival] <= now:
-            sched.add(seqs[next_arrival], step)
+        # A hair of slack: times summed step by step drift (0.1 * 8 = 0.7999999999999999).
+        horizon = now + 1e-9 * (1.0 + now)
+        while next_arrival < num_arrivals and arrivals[next_arrival] <= horizon:
+            seq = seqs[next_arrival]
             next_arrival += 1
+            now = max(now, seq.request.arrival_time)  # absorb the drift, never start early
+            if gate is not None and not sched.unschedulable_reason(seq):
+                reason = gate.rejects(seq, sched, now)
+                if reason:
+                    seq.join_step = step
+                    sched.reject(seq, step, reason)
+                    continue
+            sched.add(seq, step)
         plan = sched.schedule(step, now)
         if plan.is_idle:  # nothing runs, nothing can be admitted: wait for the next arrival
             if next_arrival == num_arrivals:
@@ -71,11 +92,20 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
         blocks_free = pool.free
         end = now + duration
         sched.postprocess(plan, end)
+        signal = monitor.signal
+        ratio = monitor.update(plan.recomputed_tokens, plan.num_decodes + len(plan.produced))
+        if monitor.signal != signal:
+            _backpressure_event(sched, plan, monitor, ratio)
+            if act:
+                sched.admit_fresh = not monitor.signal
+        if gate is not None:
+            gate.observe(now, end, plan.num_admitted)
         steps.append((
             step, now, duration, num_running, num_waiting, len(plan.prefills),
             plan.prefill_tokens, num_decodes, plan.recomputed_tokens, computed + num_decodes,
             pool.num_blocks - blocks_free, blocks_free, len(plan.preempted), plan.num_admitted,
-            plan.num_finished, plan.swapped_out_blocks, plan.swapped_in_blocks,
+            plan.num_finished, plan.swapped_out_blocks, plan.swapped_in_blocks, ratio,
+            int(monitor.signal),
         ))
         if batches is not None:
             _record_batch(batches, plan)
@@ -91,16 +121,26 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
     if not stopped_early:
         _explain_starvation(sched, step, now)
     records = [_record(seq, leftover, sched) for seq in sorted(seqs, key=lambda s: order[s.index])]
-    summary = summarize(records, steps)
-    summary["final_blocks_used"] = pool.num_blocks - pool.free  # 0 unless max_steps stopped it
+    summary = summarize(records, steps, slo, final_blocks_used=pool.num_blocks - pool.free)
     return RunResult(config, clock.unit, records, steps, events, batches, summary)
+
+
+def _backpressure_event(sched: Scheduler, plan: StepPlan, monitor: ThrashMonitor,
+                        ratio: float) -> None:
+    config = monitor.config
+    if monitor.signal:
+        detail = (f"on: thrash ratio {ratio:.3g} > {config.threshold:g} over {config.window} "
+                  f"steps" + ("; new admissions paused" if config.act else ""))
+    else:
+        detail = f"off: thrash ratio {ratio:.3g} < {config.release:g}"
+    sched.events.append((plan.step, plan.time, "", "backpressure", detail))
 
 
 def _record_batch(batches: list[tuple], plan: StepPlan) -> None:
     step, time = plan.step, plan.time
     for seq in plan.decoded or ():
         batches.append((step, time, seq.request.request_id, "decode", 1))
-    for seq, tokens, _ in plan.prefills:
+    for seq, tokens in plan.prefills:
         batches.append((step, time, seq.request.request_id, "prefill", tokens))
     for seq in plan.swap_ins:
         batches.append((step, time, seq.request.request_id, "swap_in", 1))

@@ -6,7 +6,12 @@ import heapq
 from collections.abc import Iterator
 
 from kvsched.policies.base import Policy
-from kvsched.sequence import Seq
+from kvsched.sequence import Seq, SeqState
+
+
+def admission_tokens(seq: Seq) -> int:
+    """Budget tokens its admission takes: its (re)prefill, or 1 to swap in and decode."""
+    return 1 if seq.state is SeqState.SWAPPED else seq.prompt_len + seq.generated
 
 
 class WaitingQueue:
@@ -17,13 +22,14 @@ class WaitingQueue:
     heap ordered by the policy's key, ties broken by entry order.
     """
 
-    __slots__ = ("_policy", "_stack", "_heap", "_entries")
+    __slots__ = ("_policy", "_stack", "_heap", "_entries", "queued_tokens")
 
     def __init__(self, policy: Policy) -> None:
         self._policy = policy
         self._stack: list[Seq] = []
         self._heap: list[tuple] = []
         self._entries = 0
+        self.queued_tokens = 0  # budget tokens needed to admit everything queued
 
     def __len__(self) -> int:
         return len(self._stack) + len(self._heap)
@@ -33,10 +39,12 @@ class WaitingQueue:
         self._entries += 1
         key = self._policy.key(seq.request, enqueue_time)
         heapq.heappush(self._heap, (*key, self._entries, seq))
+        self.queued_tokens += admission_tokens(seq)
 
     def push_front(self, seq: Seq) -> None:
         """Put a preempted request ahead of everything queued."""
         self._stack.append(seq)
+        self.queued_tokens += admission_tokens(seq)
 
     def peek(self) -> Seq | None:
         if self._stack:
@@ -46,9 +54,9 @@ class WaitingQueue:
         return None
 
     def pop(self) -> Seq:
-        if self._stack:
-            return self._stack.pop()
-        return heapq.heappop(self._heap)[-1]
+        seq = self._stack.pop() if self._stack else heapq.heappop(self._heap)[-1]
+        self.queued_tokens -= admission_tokens(seq)
+        return seq
 
     def __iter__(self) -> Iterator[Seq]:
         """Queued requests in service order (for reports; not for the hot path)."""

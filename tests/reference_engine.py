@@ -28,7 +28,8 @@ class R:
         self.blocks = 0
         self.host = 0
         self.prefill_left = 0
-        self.recompute = False
+        self.recompute_upto = 0
+        self.grew_at = -1
         self.admit_seq = 0
         self.join_step = 0
         self.first_sched = None
@@ -94,9 +95,10 @@ def reference_simulate(requests, cfg: EngineConfig, policy, clock):
     now = 0.0
     limit = False
     while True:
-        while i < len(rs) and rs[i].req.arrival_time <= now:
+        while i < len(rs) and rs[i].req.arrival_time <= now + 1e-9 * (1.0 + now):
             r = rs[i]
             i += 1
+            now = max(now, r.req.arrival_time)
             r.join_step = step
             r.unsched = unsched(r)
             if r.unsched and cfg.on_unschedulable is Unschedulable.REJECT:
@@ -127,8 +129,13 @@ def reference_simulate(requests, cfg: EngineConfig, policy, clock):
             was_decoding = v in running
             if was_decoding:
                 running.remove(v)
+                if v in decoded and v.grew_at == step:  # its fresh block holds nothing yet
+                    v.blocks -= 1
+                    free += 1
+                v.recompute_upto = v.P + v.gen
             else:
                 prefilling.remove(v)
+                v.recompute_upto = max(v.recompute_upto, v.P + v.gen - v.prefill_left)
                 v.prefill_left = 0
             free += v.blocks
             v.preempts += 1
@@ -168,17 +175,18 @@ def reference_simulate(requests, cfg: EngineConfig, policy, clock):
                             budget += 1
                     free -= 1
                     r.blocks += 1
+                    r.grew_at = step
                 decoded.append(r)
                 budget -= 1
 
         def chunk_of(r, n):
+            start = r.P + r.gen - r.prefill_left
             r.prefill_left -= n
-            prefills.append((r, n, r.recompute))
-            if r.recompute:
-                acc["recomp"] += n
-                r.recomputed += n
-            else:
-                acc["prefill"] += n
+            prefills.append((r, n))
+            again = min(n, max(0, r.recompute_upto - start))
+            acc["recomp"] += again
+            r.recomputed += again
+            acc["prefill"] += n - again
             if r.prefill_left:
                 r.state = "prefilling"
                 if r not in prefilling:
@@ -187,7 +195,8 @@ def reference_simulate(requests, cfg: EngineConfig, policy, clock):
                 if r in prefilling:
                     prefilling.remove(r)
                 r.state = "running"
-                running.append(r)
+                running.append(r)  # decodes stay in admission order
+                running.sort(key=lambda q: q.admit_seq)
                 produced.append(r)
 
         def continue_prefills():
@@ -239,12 +248,15 @@ def reference_simulate(requests, cfg: EngineConfig, policy, clock):
                     pop(r)
                     free -= need
                     r.blocks = need
-                    r.recompute = r.state == "preempted"
                     r.prefill_left = tokens
                     if r.first_sched is None:
                         r.first_sched = now
                     budget -= n
+                    counter["admit"] += 1
+                    r.admit_seq = counter["admit"]
                     chunk_of(r, n)
+                    acc["admitted"] += 1
+                    continue
                 counter["admit"] += 1
                 r.admit_seq = counter["admit"]
                 acc["admitted"] += 1

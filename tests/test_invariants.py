@@ -200,7 +200,7 @@ def check_invariants(requests: list[Request], config: EngineConfig, result: RunR
         assert not by_step
 
 
-@settings(max_examples=1000, **SETTINGS)
+@settings(max_examples=2000, **SETTINGS)
 @given(workloads(), configs(), policies, clocks, st.booleans())
 def test_invariants_hold_for_any_run(requests, config, policy, clock, record_batches):
     """Statuses, tokens, blocks, budgets, clock and summary are consistent in every run."""
@@ -235,7 +235,7 @@ def crowded_runs(draw):
     return requests, config
 
 
-@settings(max_examples=600, **SETTINGS)
+@settings(max_examples=1200, **SETTINGS)
 @given(crowded_runs(), policies, clocks)
 def test_invariants_hold_under_memory_pressure(run, policy, clock):
     """Under heavy preemption every request still finishes, with blocks and tokens accounted."""
@@ -265,7 +265,7 @@ def test_same_inputs_give_identical_records(requests, config, policy, clock):
     assert first.summary == second.summary
 
 
-@settings(max_examples=600, **SETTINGS)
+@settings(max_examples=800, **SETTINGS)
 @given(
     workloads(max_requests=6, max_prompt=6, max_output=8),
     st.builds(

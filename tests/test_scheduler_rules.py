@@ -558,3 +558,31 @@ def test_record_batches_rows_for_one_step():
     plain = simulate(requests, EngineConfig())
     assert plain.batches is None
     assert plain.steps == result.steps
+
+
+# -- found while writing these tests: the engine disagrees with the spec ------------------
+
+
+def test_chunked_decodes_run_in_admission_order():
+    """Spec: running decodes first, in admission order, also when prefill was chunked."""
+    # Budget 4, chunks of at most 2, 6 blocks of 4, swap. step 0 admits a (10 tokens, 3 blocks,
+    # chunk 2) then b (2 tokens, 1 block), which gets its first token at once. a's chunks end
+    # in step 4. b takes a 2nd block in step 3 (5 tokens): 1 block left free.
+    # step 7: in admission order a decodes first and takes the free block (13 tokens > 12);
+    # then b (2 + 7 = 9 > 8) needs one, none is free: the victim is b itself (last admitted),
+    # which swaps out its 2 blocks, and later swaps 2 back in (needing 3 blocks then).
+    requests = [Request("a", 0, 10, 5), Request("b", 0, 2, 10)]
+    result = run(requests, max_num_batched_tokens=4, block_size=4, num_blocks=6, watermark=0,
+                 chunked_prefill=True, long_prefill_token_threshold=2, preemption="swap")
+    assert [e[2] for e in events(result, "admit")] == ["a", "b"]
+    assert events(result, "preempt") == [(7, 7.0, "b", "preempt")]
+    assert row(result, 7)["swapped_out_blocks"] == 2
+    assert rec(result, "b").num_swapped_blocks == 2 + 2
+
+
+def test_arrival_exactly_at_a_step_start_joins_that_step():
+    """ConstantStep(0.1): step 8 starts at 0.8 s; a request arriving at 0.8 s joins step 8."""
+    result = run([Request("a", 0, 4, 20), Request("b", 0.8, 4, 1)],
+                 time_model=ConstantStep(0.1))
+    assert [e[0] for e in events(result, "admit") if e[2] == "b"] == [8]
+    assert rec(result, "b").ttft == pytest.approx(0.1)

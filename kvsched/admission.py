@@ -1,0 +1,101 @@
+"""Service-level objectives and SLO-aware admission (the lesson's exercise 2).
+
+`Slo` holds the targets a run is measured against (goodput); `SloAdmission` uses a TTFT
+target to turn requests away at arrival when the work queued ahead of them says they would
+miss it: rejecting early is usually better service than accepting and timing out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from enum import StrEnum
+
+from kvsched.scheduler import Scheduler
+from kvsched.sequence import Seq
+from kvsched.timing import TimeModel
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    """Targets in the run's time unit; a request meets its SLO when it finishes within both."""
+
+    ttft: float | None = None
+    e2e: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("ttft", "e2e"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"slo {name} must be > 0, got {value}")
+
+
+class Estimator(StrEnum):
+    """How admission predicts a new request's TTFT."""
+
+    TOKENS = "tokens"  # prefill tokens queued ahead / budget left after the decodes
+    THROUGHPUT = "throughput"  # requests queued ahead / recent admission rate
+
+
+@dataclass(frozen=True, slots=True)
+class SloAdmission:
+    """Reject at arrival when the estimated TTFT exceeds `ttft_slo` (in the run's time unit).
+
+    `tokens`: the queued prefill work (waiting prompts, plus prompt + generated tokens of
+    preempted requests) and this prompt, served at `budget - running decodes` tokens per step,
+    each step priced by the time model. It counts all queued work, which is exact under FCFS
+    and pessimistic under policies that let the newcomer jump ahead. It ignores memory.
+    `throughput`: requests ahead + 1 divided by the admission rate of the last `window` steps
+    (it sees memory and head-of-line limits as they are); `tokens` until something was admitted.
+    """
+
+    ttft_slo: float
+    estimator: Estimator = Estimator.TOKENS
+    window: int = 200
+
+    def __post_init__(self) -> None:
+        if not self.ttft_slo > 0:
+            raise ValueError(f"ttft_slo must be > 0, got {self.ttft_slo}")
+        if self.window < 1:
+            raise ValueError(f"window must be >= 1, got {self.window}")
+        object.__setattr__(self, "estimator", Estimator(self.estimator))
+
+
+class AdmissionController:
+    """Applies an `SloAdmission` during one run; keeps the recent admission rate."""
+
+    def __init__(self, policy: SloAdmission, clock: TimeModel) -> None:
+        self.policy = policy
+        self.clock = clock
+        self._admitted: deque[tuple[float, float, int]] = deque()  # (start, end, admitted)
+        self._admitted_sum = 0
+
+    def observe(self, start: float, end: float, admitted: int) -> None:
+        """Called after each step with how many requests it admitted."""
+        window = self._admitted
+        window.append((start, end, admitted))
+        self._admitted_sum += admitted
+        if len(window) > self.policy.window:
+            self._admitted_sum -= window.popleft()[2]
+
+    def estimate(self, seq: Seq, sched: Scheduler, now: float) -> float:
+        """Predicted TTFT of `seq` if queued now (arrival at `seq.request.arrival_time`)."""
+        wait = now - seq.request.arrival_time  # the step clock rounds arrivals up
+        if self.policy.estimator is Estimator.THROUGHPUT and self._admitted_sum:
+            span = self._admitted[-1][1] - self._admitted[0][0]
+            return wait + (len(sched.waiting) + 1) * span / self._admitted_sum
+        running = len(sched.running)
+        per_step = max(1, sched.config.max_num_batched_tokens - running)
+        work = sched.waiting.queued_tokens + seq.prompt_len
+        steps = math.ceil(work / per_step)
+        duration = self.clock.duration(min(work, per_step), running, sched.kv_tokens, 0)
+        return wait + steps * duration
+
+    def rejects(self, seq: Seq, sched: Scheduler, now: float) -> str | None:
+        """Why `seq` is turned away, or None to admit it to the queue."""
+        estimate = self.estimate(seq, sched, now)
+        if estimate <= self.policy.ttft_slo:
+            return None
+        return (f"estimated TTFT {estimate:.4g} > ttft_slo {self.policy.ttft_slo:g} "
+                f"({self.policy.estimator.value} estimator)")
