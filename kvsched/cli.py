@@ -17,7 +17,7 @@ from tabulate import tabulate
 
 from kvsched.errors import KvschedError
 from kvsched.policies import builtin_policies
-from kvsched.report import comparison_table, fmt, write_csv, write_json
+from kvsched.report import comparison_table, fmt, incident_kinds, write_csv, write_json
 from kvsched.runner import ScenarioRun, describe, requests_of, run_scenario, write_scenario
 from kvsched.scenario import Assignment, Scenario, load_scenario
 from kvsched.sweep import OPTION_PATHS, Axis, SweepSource, parse_axis, parse_set_axis, run_sweep
@@ -122,7 +122,15 @@ def headline(scenario: Scenario) -> str:
 def render_run(result: ScenarioRun, folder: Path) -> str:
     scenario = result.scenario
     lines = [f"== {scenario.name}" + (f": {headline(scenario)}" if scenario.description else "")]
-    lines.append(comparison_table([(r.name, r.summary) for r in result.runs], result.time_unit))
+    summaries = [(r.name, r.summary) for r in result.runs]
+    lines.append(comparison_table(summaries, result.time_unit,
+                                  extra=[("incidents", incident_kinds)]))
+    lines.append("")
+    lines.append("diagnosis:" + ("" if any(s["incidents"] for _, s in summaries)
+                                 else " no incident"))
+    for name, summary in summaries:
+        for incident in summary["incidents"]:
+            lines.append(f"  {name}: {incident['message']}")
     if result.checks:
         lines.append("")
         rows = []

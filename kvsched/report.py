@@ -106,9 +106,19 @@ def comparison_table(rows: Sequence[tuple[str, dict[str, Any]]], time_unit: str,
                     tablefmt="simple", disable_numparse=True)
 
 
+def _cell(value: Any) -> Any:
+    """A summary value as one CSV cell: incident lists become their kinds."""
+    if isinstance(value, list):
+        return "; ".join(item["kind"] if isinstance(item, dict) else str(item) for item in value)
+    return value
+
+
+def incident_kinds(summary: dict[str, Any]) -> str:
+    return ", ".join(item["kind"] for item in summary.get("incidents", ())) or "-"
+
+
 def summary_frame(rows: Sequence[tuple[str, dict[str, Any]]]) -> pd.DataFrame:
     """summary.csv: one row per variant, every summary key a column (per-class keys last)."""
-    records = [{"variant": name, **{key: value for key, value in summary.items()
-                                    if not isinstance(value, list | dict)}}
+    records = [{"variant": name, **{key: _cell(value) for key, value in summary.items()}}
                for name, summary in rows]
     return pd.DataFrame.from_records(records)

@@ -8,11 +8,14 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from kvsched import __version__
+from kvsched.admission import Estimator, Slo, SloAdmission
+from kvsched.backpressure import Action, Backpressure
+from kvsched.diagnosis import Incident, Thresholds, diagnose, incident_flags
 from kvsched.errors import ScenarioError
 from kvsched.policies import make_policy
 from kvsched.records import RunResult
@@ -43,10 +46,13 @@ class VariantRun:
     name: str
     variant: Variant
     result: RunResult
+    incidents: tuple[Incident, ...] = ()
 
     @property
     def summary(self) -> dict[str, Any]:
-        return self.result.summary
+        """The run's summary, the diagnosis flags, and `incidents` with their evidence."""
+        return {**self.result.summary, **incident_flags(list(self.incidents)),
+                "incidents": [incident.as_dict() for incident in self.incidents]}
 
 
 @dataclass(frozen=True)
@@ -89,11 +95,44 @@ def requests_of(variant: Variant) -> list[Request]:
                           variant.scenario.base_dir, variant.error)
 
 
+def slo_of(spec: RunSpec) -> Slo | None:
+    return Slo(spec.slo.ttft, spec.slo.e2e) if spec.slo is not None else None
+
+
 def run_variant(variant: Variant, record_batches: bool = False) -> RunResult:
     spec = variant.spec
     policy = make_policy(spec.policy.name, **spec.policy.all_params())
+    admission = None
+    if spec.admission is not None:
+        target = spec.admission.ttft_slo
+        if target is None:
+            assert spec.slo is not None and spec.slo.ttft is not None
+            target = spec.slo.ttft
+        admission = SloAdmission(target, Estimator(spec.admission.estimator),
+                                 spec.admission.window)
+    pressure = spec.backpressure
     return simulate(requests_of(variant), spec.engine.to_config(), policy, time_model_of(spec),
+                    admission=admission, slo=slo_of(spec),
+                    backpressure=Backpressure(pressure.window, pressure.threshold,
+                                              pressure.release, Action(pressure.act)),
                     record_batches=record_batches)
+
+
+def diagnose_runs(runs: list[VariantRun]) -> list[VariantRun]:
+    """Each run with its incidents; comparisons are against the run's baseline variant
+    (`diagnosis.baseline`, by default the first variant of the scenario)."""
+    by_name = {run.name: run for run in runs}
+    first = runs[0].variant.scenario.variants[0].name if runs else None
+    out = []
+    for run in runs:
+        spec = run.variant.spec
+        name = spec.diagnosis.baseline or first
+        baseline = by_name.get(name) if name and name != run.name else None
+        thresholds = Thresholds(**spec.diagnosis.model_dump(exclude={"baseline"}))
+        incidents = diagnose(run.result, thresholds,
+                             baseline.result if baseline else None, slo_of(spec))
+        out.append(replace(run, incidents=tuple(incidents)))
+    return out
 
 
 def select(scenario: Scenario, names: Iterable[str]) -> list[Variant]:
@@ -115,6 +154,7 @@ def run_scenario(scenario: Scenario, variants: Iterable[str] = (), record_batche
         runs.append(run)
         if on_done:
             on_done(run)
+    runs = diagnose_runs(runs)
     summaries = {run.name: run.summary for run in runs}
     return ScenarioRun(scenario, runs, check_expectations(scenario.expectations, summaries))
 

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from kvsched.diagnosis import INCIDENT_KEYS
 from kvsched.errors import ScenarioError
 from kvsched.metrics import CLASS_KEYS, SUMMARY_KEYS
 from kvsched.schema import OVERRIDABLE, Expectation, RunSpec, ScenarioSpec
@@ -179,6 +180,11 @@ def _resolve_variants(scenario: Scenario, seed: int | None) -> tuple[Variant, ..
 
 def _check_expectations(scenario: Scenario) -> None:
     names = [v.name for v in scenario.variants]
+    for variant in scenario.variants:
+        baseline = variant.spec.diagnosis.baseline
+        if baseline is not None and baseline not in names:
+            raise variant.error(("diagnosis", "baseline"),
+                                unknown_value("variant", baseline, names))
     for i, expectation in enumerate(scenario.spec.expect):
         for key in ("variant", "ratio_to"):
             value = getattr(expectation, key)
@@ -188,13 +194,13 @@ def _check_expectations(scenario: Scenario) -> None:
         for key in ("metric", "per"):
             metric = getattr(expectation, key)
             if metric is not None and not is_known_metric(metric):
-                raise scenario.error_at(("expect", i, key), None,
-                                        unknown_value("metric", metric, SUMMARY_KEYS))
+                raise scenario.error_at(("expect", i, key), None, unknown_value(
+                    "metric", metric, (*SUMMARY_KEYS, *INCIDENT_KEYS)))
 
 
 def is_known_metric(metric: str) -> bool:
     """A summary key, or a per-class key such as `ttft_p99_long`."""
-    if metric in SUMMARY_KEYS or metric == "incidents":
+    if metric in SUMMARY_KEYS or metric in INCIDENT_KEYS:
         return True
     return any(metric.startswith(f"{key}_") and len(metric) > len(key) + 1
                for key in CLASS_KEYS)

@@ -68,7 +68,9 @@ class Scheduler:
         self.prefilling: dict[int, Seq] = {}  # chunked prefills under way, in admission order
         self.events: list[Event] = events if events is not None else []
         self.record_batches = record_batches
-        self.admit_fresh = True  # False while backpressure holds back never-started requests
+        self.admitting = True  # False while backpressure holds admissions back
+        self.reserving = False  # True: admit only what the pool can carry to the end
+        self.committed_blocks = 0  # lifetime blocks of everything running or prefilling
         self.tick = 0
         self.kv_tokens = 0  # tokens in the KV cache of the decoding requests
         self.tick_end: list[float] = [0.0]  # end time of the step that ran decode pass k
@@ -76,6 +78,8 @@ class Scheduler:
         self._block_due: dict[int, list[tuple[Seq, int]]] = {}
         self._finish_due: dict[int, list[tuple[Seq, int]]] = {}
         self._admissions = 0
+        self._hol_head: Seq | None = None  # the head currently blocking a request that fits
+        self._stopped_at: tuple[Seq, str, int] | None = None  # head the last admission stopped at
         self._block_size = config.block_size
         self._budget = config.max_num_batched_tokens
         self._chunk_cap = config.long_prefill_token_threshold or config.max_num_batched_tokens
@@ -100,6 +104,7 @@ class Scheduler:
         """A request arrives: queue it, or reject it if it can never run and the engine says so."""
         request = seq.request
         seq.join_step = step
+        seq.lifetime_blocks = blocks_for(seq.prompt_len + seq.output_len - 1, self._block_size)
         seq.unschedulable = self.unschedulable_reason(seq)
         if seq.unschedulable and self.config.on_unschedulable is Unschedulable.REJECT:
             self.reject(seq, step, seq.unschedulable)
@@ -126,10 +131,12 @@ class Scheduler:
             budget = self._continue_prefills(plan, budget)
             if not plan.preempted or self.config.admit_after_preempt:
                 self._admit(plan, budget, allow_prefill=True, allow_swap=True)
+                self._track_head_of_line(plan)
             return plan
         # Prefill-first: a step that prefills anything runs no decode (vLLM V0, SGLang).
         budget = self._continue_prefills(plan, budget)
         budget = self._admit(plan, budget, allow_prefill=True, allow_swap=False)
+        self._track_head_of_line(plan)
         if plan.prefills:
             return plan
         budget = self._decode(plan, budget)
@@ -275,6 +282,7 @@ class Scheduler:
             victim.recompute_upto = max(victim.recompute_upto, done)
             victim.prefill_left = 0
         self.pool.release(victim.blocks)
+        self.committed_blocks -= victim.lifetime_blocks
         victim.epoch += 1
         victim.num_preemptions += 1
         plan.preempted.append(victim)
@@ -319,11 +327,16 @@ class Scheduler:
         block_size = self._block_size
         chunked = cfg.chunked_prefill
         max_num_seqs = cfg.max_num_seqs
+        self._stopped_at = None
         while budget > 0 and len(self.running) + len(self.prefilling) < max_num_seqs:
             seq = waiting.peek()
-            if seq is None or seq.unschedulable or (
-                    not self.admit_fresh and seq.state is SeqState.WAITING):
+            if seq is None or not self.admitting:
                 break
+            if seq.unschedulable:
+                self._stopped_at = (seq, "can never run", budget)
+                break
+            if self.reserving and self.committed_blocks + seq.lifetime_blocks > pool.num_blocks:
+                break  # backpressure: the pool could not carry it to the end
             request = seq.request
             if seq.state is SeqState.SWAPPED:
                 if not allow_swap:
@@ -331,6 +344,7 @@ class Scheduler:
                 cached = seq.prompt_len + seq.generated  # its KV plus the token it decodes now
                 need = blocks_for(cached, block_size)
                 if not pool.can_admit(need):
+                    self._stopped_at = (seq, f"needs {need} blocks", budget)
                     break
                 waiting.pop()
                 pool.allocate(need)
@@ -354,11 +368,13 @@ class Scheduler:
                 if chunked:
                     chunk = min(tokens, budget, self._chunk_cap)
                 elif tokens > budget:
+                    self._stopped_at = (seq, f"needs {tokens} tokens", budget)
                     break
                 else:
                     chunk = tokens
                 need = blocks_for(tokens, block_size)
                 if not pool.can_admit(need):
+                    self._stopped_at = (seq, f"needs {need} blocks", budget)
                     break
                 waiting.pop()
                 pool.allocate(need)
@@ -374,13 +390,50 @@ class Scheduler:
                 budget -= chunk
                 self._admissions += 1
                 seq.admit_seq = self._admissions
+                self.committed_blocks += seq.lifetime_blocks
                 self._prefill_chunk(plan, seq, chunk)
                 plan.num_admitted += 1
                 continue
             self._admissions += 1
             seq.admit_seq = self._admissions
+            self.committed_blocks += seq.lifetime_blocks
             plan.num_admitted += 1
         return budget
+
+    def _track_head_of_line(self, plan: StepPlan) -> None:
+        """Record head-of-line blocking: the head cannot be admitted, the next one could.
+
+        Only transitions become events (`hol_block` when a head starts blocking, `hol_release`
+        when it stops), so the cost per step is a peek at the second request."""
+        stop = self._stopped_at
+        blocking = None
+        if stop is not None:
+            head, why, budget = stop
+            behind = self.waiting.second()
+            if behind is not None and self._fits(behind, budget):
+                blocking = (head, why, budget, behind)
+        current = self._hol_head
+        if blocking is not None and blocking[0] is current:
+            return
+        if current is not None:
+            self.events.append((plan.step, plan.time, current.request.request_id,
+                                "hol_release", ""))
+            self._hol_head = None
+        if blocking is not None:
+            head, why, budget, behind = blocking
+            self._hol_head = head
+            self.events.append((plan.step, plan.time, head.request.request_id, "hol_block",
+                                f"{why}, {budget} tokens and {self.pool.free} blocks left; "
+                                f"{behind.request.request_id} behind it would fit"))
+
+    def _fits(self, seq: Seq, budget: int) -> bool:
+        """Whether `seq` could be admitted with `budget` tokens and the blocks free now."""
+        if seq.unschedulable:
+            return False
+        cached = seq.prompt_len + seq.generated
+        swap_or_chunk = seq.state is SeqState.SWAPPED or self.config.chunked_prefill
+        tokens = 1 if swap_or_chunk else cached
+        return tokens <= budget and self.pool.can_admit(blocks_for(cached, self._block_size))
 
     def _prefill_chunk(self, plan: StepPlan, seq: Seq, chunk: int) -> None:
         start = seq.prompt_len + seq.generated - seq.prefill_left  # context tokens done so far
@@ -413,6 +466,7 @@ class Scheduler:
         seq.generated = seq.output_len
         seq.finish_time = end_time
         self.pool.release(seq.blocks)
+        self.committed_blocks -= seq.lifetime_blocks
         seq.blocks = 0
         self.kv_tokens -= seq.prompt_len + seq.output_len - 1
         del self.running[seq.index]

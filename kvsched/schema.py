@@ -281,6 +281,51 @@ class Expectation(Strict):
     note: str | None = None
 
 
+class SloSpec(Strict):
+    """`slo:` targets that goodput is measured against (in the run's time unit)."""
+
+    ttft: PositiveFloat | None = None
+    e2e: PositiveFloat | None = None
+
+
+class AdmissionSpec(Strict):
+    """`admission:` reject at arrival when the estimated TTFT exceeds `ttft_slo`."""
+
+    ttft_slo: PositiveFloat | None = None  # default: slo.ttft
+    estimator: Literal["tokens", "throughput"] = "tokens"
+    window: PositiveInt = 200
+
+
+class BackpressureSpec(Strict):
+    """`backpressure:` the thrash signal's window (steps), thresholds, and what it does
+    while up: none (only recorded), pause (admit nothing) or reserve (admit only what the pool
+    can carry to the end)."""
+
+    window: PositiveInt = 100
+    threshold: NonNegativeFloat = 0.2
+    release: NonNegativeFloat = 0.1
+    act: Literal["none", "pause", "reserve"] = "none"
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BackpressureSpec:
+        if self.release > self.threshold:
+            raise ValueError(f"release ({self.release}) must be <= threshold ({self.threshold})")
+        return self
+
+
+class DiagnosisSpec(Strict):
+    """`diagnosis:` detector thresholds (see kvsched.diagnosis) and the baseline variant."""
+
+    baseline: str | None = None  # default: the scenario's first variant
+    thrash_ratio: NonNegativeFloat = 0.2
+    preemptions_per_request: NonNegativeFloat = 0.2
+    hol_factor: PositiveFloat = 2.0
+    tail_ratio: PositiveFloat = 5.0
+    class_tail_ratio: PositiveFloat = 5.0
+    slo_miss_share: Annotated[float, Field(ge=0, le=1)] = 0.05
+    overtaken_factor: PositiveFloat = 10.0
+
+
 def _expand_policy(value: Any) -> Any:
     return {"name": value} if isinstance(value, str) else value
 
@@ -294,6 +339,17 @@ class RunSpec(Strict):
     policy: PolicySpec = PolicySpec(name="fcfs")
     time: TimeSpec = StepsTime(kind="steps")
     workload: WorkloadSpec
+    slo: SloSpec | None = None
+    admission: AdmissionSpec | None = None
+    backpressure: BackpressureSpec = BackpressureSpec()
+    diagnosis: DiagnosisSpec = DiagnosisSpec()
+
+    @model_validator(mode="after")
+    def _admission_target(self) -> RunSpec:
+        if self.admission is not None and self.admission.ttft_slo is None and (
+                self.slo is None or self.slo.ttft is None):
+            raise ValueError("admission needs a ttft_slo (or slo.ttft)")
+        return self
 
     @field_validator("policy", mode="before")
     @classmethod
@@ -317,4 +373,5 @@ class ScenarioSpec(RunSpec):
     expect: list[Expectation] = Field(default_factory=list)
 
 
-OVERRIDABLE = ("description", "seed", "engine", "policy", "time", "workload")
+OVERRIDABLE = ("description", "seed", "engine", "policy", "time", "workload", "slo", "admission",
+               "backpressure", "diagnosis")

@@ -35,6 +35,7 @@ class Seq:
     generated: int = 0
     base: int = 0
     blocks: int = 0  # device blocks held
+    lifetime_blocks: int = 0  # blocks it holds when its last token is decoded
     host_blocks: int = 0  # blocks parked in host memory while SWAPPED
     prefill_left: int = 0  # PREFILLING: tokens of the current (re)prefill still to compute
     recompute_upto: int = 0  # context tokens computed before its last recompute preemption

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 
 from kvsched.admission import AdmissionController, Slo, SloAdmission
-from kvsched.backpressure import Backpressure, ThrashMonitor
+from kvsched.backpressure import Action, Backpressure, ThrashMonitor
 from kvsched.config import EngineConfig
 from kvsched.metrics import summarize
 from kvsched.policies import Fcfs
@@ -36,7 +36,7 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
     if slo is None and admission is not None:
         slo = Slo(ttft=admission.ttft_slo)
     monitor = ThrashMonitor(backpressure or Backpressure())
-    act = monitor.config.act
+    action = monitor.config.act
     gate = AdmissionController(admission, clock) if admission else None
     ids = [r.request_id for r in requests]
     if len(set(ids)) != len(ids):
@@ -73,6 +73,11 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
                     continue
             sched.add(seq, step)
         plan = sched.schedule(step, now)
+        if plan.is_idle and monitor.signal:  # idle: nothing can thrash, stop holding back
+            monitor.clear()
+            sched.events.append((step, now, "", "backpressure", "off: the engine is idle"))
+            sched.admitting, sched.reserving = True, False
+            continue
         if plan.is_idle:  # nothing runs, nothing can be admitted: wait for the next arrival
             if next_arrival == num_arrivals:
                 break
@@ -96,8 +101,8 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
         ratio = monitor.update(plan.recomputed_tokens, plan.num_decodes + len(plan.produced))
         if monitor.signal != signal:
             _backpressure_event(sched, plan, monitor, ratio)
-            if act:
-                sched.admit_fresh = not monitor.signal
+            sched.admitting = not (monitor.signal and action is Action.PAUSE)
+            sched.reserving = monitor.signal and action is Action.RESERVE
         if gate is not None:
             gate.observe(now, end, plan.num_admitted)
         steps.append((
@@ -130,7 +135,9 @@ def _backpressure_event(sched: Scheduler, plan: StepPlan, monitor: ThrashMonitor
     config = monitor.config
     if monitor.signal:
         detail = (f"on: thrash ratio {ratio:.3g} > {config.threshold:g} over {config.window} "
-                  f"steps" + ("; new admissions paused" if config.act else ""))
+                  f"steps" + {Action.NONE: "", Action.PAUSE: "; admissions paused",
+                             Action.RESERVE: "; admitting only what the pool can finish"
+                             }[config.act])
     else:
         detail = f"off: thrash ratio {ratio:.3g} < {config.release:g}"
     sched.events.append((plan.step, plan.time, "", "backpressure", detail))

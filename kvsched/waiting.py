@@ -53,6 +53,17 @@ class WaitingQueue:
             return self._heap[0][-1]
         return None
 
+    def second(self) -> Seq | None:
+        """The request right behind the head (for head-of-line diagnosis)."""
+        stack, heap = self._stack, self._heap
+        if len(stack) >= 2:
+            return stack[-2]
+        if stack:
+            return heap[0][-1] if heap else None
+        if len(heap) >= 3:
+            return min(heap[1], heap[2])[-1]
+        return heap[1][-1] if len(heap) == 2 else None
+
     def pop(self) -> Seq:
         seq = self._stack.pop() if self._stack else heapq.heappop(self._heap)[-1]
         self.queued_tokens -= admission_tokens(seq)

@@ -1,0 +1,279 @@
+"""Naming what went wrong in a run, with evidence.
+
+Five detectors read a run's records (and, for comparisons, the baseline variant's):
+- starvation: requests that never ran (and why), or that waited more than
+  `overtaken_factor` median end-to-end latencies while at least as many later arrivals
+  overtook them;
+- head_of_line: a head that cannot be admitted while a request behind it would fit, either
+  forever (the head never runs) or for longer than `hol_factor` times the median
+  end-to-end latency (waiting about one service time behind a big request is ordinary
+  queueing, not an incident);
+- thrashing: recompute ratio (or, under swap, tokens swapped per generated token) above
+  `thrash_ratio` with at least `preemptions_per_request` preemptions per finished request
+  (one unlucky preemption is not thrashing);
+- tail_blowup: p99/p50 TTFT more than `tail_ratio` times the baseline's, with a worse p99;
+  or one class's p99 more than `class_tail_ratio` times every other class's, and worse
+  than the same class in the baseline;
+- slo_violation: more than `slo_miss_share` of the admitted requests miss their SLO.
+A healthy run reports nothing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kvsched.admission import Slo
+from kvsched.records import RequestRecord, RunResult
+
+KINDS = ("starvation", "head_of_line", "thrashing", "tail_blowup", "slo_violation")
+INCIDENT_KEYS = ("num_incidents", *(f"incident_{kind}" for kind in KINDS))
+"""Summary keys the diagnosis adds: a count, and a 0/1 flag per kind (for `expect`)."""
+
+_MOST_OVERTAKEN_CHECKED = 200  # longest waits examined for overtaking (bounds the cost)
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """When a detector speaks up (the `diagnosis:` section of a scenario)."""
+
+    thrash_ratio: float = 0.2
+    preemptions_per_request: float = 0.2
+    hol_factor: float = 2.0
+    tail_ratio: float = 5.0
+    class_tail_ratio: float = 5.0
+    slo_miss_share: float = 0.05
+    overtaken_factor: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Incident:
+    kind: str
+    message: str  # one line, for people
+    evidence: dict[str, Any] = field(default_factory=dict)  # the figures behind it
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def diagnose(result: RunResult, thresholds: Thresholds = Thresholds(),
+             baseline: RunResult | None = None, slo: Slo | None = None) -> list[Incident]:
+    """Every incident found in `result` (compared with `baseline` where a detector needs one)."""
+    found = [
+        starvation(result, thresholds),
+        head_of_line(result, thresholds),
+        thrashing(result, thresholds),
+        tail_blowup(result, thresholds, baseline),
+        slo_violation(result, thresholds, slo),
+    ]
+    return [incident for incident in found if incident is not None]
+
+
+def incident_flags(incidents: list[Incident]) -> dict[str, int]:
+    kinds = {incident.kind for incident in incidents}
+    return {"num_incidents": len(incidents),
+            **{f"incident_{kind}": int(kind in kinds) for kind in KINDS}}
+
+
+# -- detectors --------------------------------------------------------------------------
+
+
+def _unit(result: RunResult) -> str:
+    return "steps" if result.time_unit == "steps" else "s"
+
+
+def _reason_group(reason: str | None) -> str:
+    text = reason or ""
+    if text.startswith("prompt_len"):
+        return "prompt over the budget"
+    if text.startswith("needs"):
+        return "never fits the pool"
+    if text.startswith("recompute of"):
+        return "recompute over the budget"
+    if text.startswith("queued behind"):
+        return "behind a head that never runs"
+    return "never admitted"
+
+
+def _end_time(result: RunResult) -> float:
+    arrivals = [r.arrival_time for r in result.requests]
+    return max([result.summary["duration"], *arrivals]) if arrivals else 0.0
+
+
+def starvation(result: RunResult, thresholds: Thresholds) -> Incident | None:
+    unit = _unit(result)
+    end = _end_time(result)
+    starved = [r for r in result.requests if r.status == "starved"]
+    overtaken = _overtaken(result, thresholds)
+    if not starved and not overtaken:
+        return None
+    parts = []
+    evidence: dict[str, Any] = {}
+    if starved:
+        groups = Counter(_reason_group(r.reason) for r in starved)
+        longest = max(end - r.arrival_time for r in starved)
+        why = ", ".join(f"{n}: {group}" for group, n in groups.most_common())
+        parts.append(f"{len(starved)} never ran ({why}), waiting up to {longest:.4g} {unit}")
+        evidence |= {"num_starved": len(starved), "reasons": dict(groups),
+                     "longest_wait": longest}
+    if overtaken:
+        worst = max(overtaken, key=lambda item: item[1])
+        parts.append(f"{len(overtaken)} waited over {thresholds.overtaken_factor:g}x the "
+                     f"median end-to-end latency while later arrivals overtook them (worst "
+                     f"{worst[0].request_id}: {worst[1]:.4g} {unit}, overtaken by {worst[2]})")
+        evidence |= {"num_overtaken": len(overtaken), "worst_overtaken": worst[0].request_id,
+                     "worst_overtaken_wait": worst[1], "overtaken_by": worst[2]}
+    return Incident("starvation", "starvation: " + "; ".join(parts), evidence)
+
+
+def _overtaken(result: RunResult,
+               thresholds: Thresholds) -> list[tuple[RequestRecord, float, int]]:
+    """Requests that waited > factor x the median end-to-end latency and were overtaken by at
+    least `factor` later arrivals (checked for the longest waits only)."""
+    served = [r for r in result.requests if r.queue_time is not None]
+    e2e = [r.e2e_latency for r in result.requests if r.e2e_latency is not None]
+    if len(served) < 2 or not e2e:
+        return []
+    waits = np.array([r.queue_time for r in served])
+    limit = thresholds.overtaken_factor * float(np.median(e2e))
+    arrivals = np.array([r.arrival_time for r in served])
+    starts = np.array([r.first_scheduled_time for r in served])
+    found = []
+    for i in np.argsort(-waits, kind="stable")[:_MOST_OVERTAKEN_CHECKED]:
+        if waits[i] <= limit:
+            break
+        by = int(np.count_nonzero((arrivals > arrivals[i]) & (starts < starts[i])))
+        if by >= thresholds.overtaken_factor:
+            found.append((served[i], float(waits[i]), by))
+    return found
+
+
+def head_of_line(result: RunResult, thresholds: Thresholds) -> Incident | None:
+    intervals = _hol_intervals(result)
+    if not intervals:
+        return None
+    unit = _unit(result)
+    status = {r.request_id: r.status for r in result.requests}
+    forever = [i for i in intervals if status.get(i[0]) in ("starved", "unfinished")
+               and i[3] is None]
+    head, detail, start, _, stop = max(intervals, key=lambda i: i[4] - i[2])
+    e2e = [r.e2e_latency for r in result.requests if r.e2e_latency is not None]
+    typical = float(np.median(e2e)) if e2e else _end_time(result)
+    if not forever and stop - start <= thresholds.hol_factor * typical:
+        return None
+    waiting = sum(1 for r in result.requests if r.request_id != head
+                  and r.arrival_time <= stop and r.status != "rejected"
+                  and (r.first_scheduled_time is None or r.first_scheduled_time > start))
+    message = (f"head_of_line: {head} ({detail}) held {waiting} requests back for "
+               f"{stop - start:.4g} {unit}, {(stop - start) / typical:.3g}x the median "
+               f"end-to-end latency")
+    if forever:
+        message += f"; {len(forever)} head(s) never ran"
+    return Incident("head_of_line", message, {
+        "head": head, "detail": detail, "held_back": waiting, "longest_block": stop - start,
+        "median_e2e": typical, "heads_never_ran": len(forever), "num_blocks": len(intervals)})
+
+
+def _hol_intervals(result: RunResult) -> list[tuple[str, str, float, float | None, float]]:
+    """(head, detail, start, release time or None, end) from hol_block/hol_release events."""
+    end = _end_time(result)
+    open_: dict[str, tuple[str, float]] = {}
+    intervals = []
+    for _, time, request_id, event, detail in result.events:
+        if event == "hol_block":
+            open_[request_id] = (detail, time)
+        elif event == "hol_release" and request_id in open_:
+            detail_, start = open_.pop(request_id)
+            intervals.append((request_id, detail_, start, time, time))
+    for request_id, (detail, start) in open_.items():
+        intervals.append((request_id, detail, start, None, end))
+    return intervals
+
+
+def thrashing(result: RunResult, thresholds: Thresholds) -> Incident | None:
+    s = result.summary
+    ratio = s["recompute_ratio"]
+    swapped = s["swapped_blocks"] * result.config.block_size
+    swap_ratio = swapped / s["generated_tokens"] if s["generated_tokens"] else 0.0
+    per_request = s["num_preemptions"] / max(1, s["num_finished"])
+    if max(ratio, swap_ratio) <= thresholds.thrash_ratio \
+            or per_request < thresholds.preemptions_per_request:
+        return None
+    computed = s["prefill_tokens"] + s["recomputed_tokens"] + s["decode_tokens"]
+    share = s["recomputed_tokens"] / computed if computed else 0.0
+    if ratio >= swap_ratio:
+        what = (f"recompute ratio {ratio:.3g} > {thresholds.thrash_ratio:g}, {100 * share:.0f}% "
+                f"of the computed tokens were recomputation")
+    else:
+        what = (f"{swap_ratio:.3g} tokens of KV swapped per generated token "
+                f"({s['swapped_blocks']:,} blocks over PCIe)")
+    return Incident("thrashing", (
+        f"thrashing: {what}; {per_request:.2g} preemptions per finished request"), {
+        "recompute_ratio": ratio, "swap_ratio": swap_ratio, "preemptions_per_request": per_request,
+        "recompute_share": share, "backpressure_steps": s["backpressure_steps"]})
+
+
+def tail_blowup(result: RunResult, thresholds: Thresholds,
+                baseline: RunResult | None) -> Incident | None:
+    s = result.summary
+    base = baseline.summary if baseline is not None else None
+    unit = _unit(result)
+    parts = []
+    evidence: dict[str, Any] = {}
+    spread = _spread(s)
+    if base is not None and spread is not None:
+        base_spread = _spread(base)
+        if base_spread and spread > thresholds.tail_ratio * base_spread \
+                and s["ttft_p99"] > base["ttft_p99"]:
+            parts.append(f"p99/p50 TTFT {spread:.3g} vs {base_spread:.3g} in the baseline "
+                         f"(p99 {s['ttft_p99']:.4g} vs {base['ttft_p99']:.4g} {unit})")
+            evidence |= {"spread": spread, "baseline_spread": base_spread}
+    classes = [k[len("ttft_p99_"):] for k in s if k.startswith("ttft_p99_")]
+    for name in classes:
+        p99 = s[f"ttft_p99_{name}"]
+        others = [s[f"ttft_p99_{o}"] for o in classes if o != name
+                  and s[f"ttft_p99_{o}"] is not None]
+        if p99 is None or not others or p99 <= thresholds.class_tail_ratio * max(others):
+            continue
+        base_p99 = base.get(f"ttft_p99_{name}") if base is not None else None
+        if base_p99 is not None and p99 <= base_p99:
+            continue
+        versus = f", {p99 / base_p99:.3g}x the baseline's" if base_p99 else ""
+        parts.append(f"class {name} p99 TTFT {p99:.4g} {unit} is {p99 / max(others):.3g}x "
+                     f"the other classes'{versus}")
+        evidence[f"ttft_p99_{name}"] = p99
+    if not parts:
+        return None
+    return Incident("tail_blowup", "tail_blowup: " + "; ".join(parts), evidence)
+
+
+def _spread(summary: dict[str, Any]) -> float | None:
+    p50, p99 = summary.get("ttft_p50"), summary.get("ttft_p99")
+    return p99 / p50 if p50 and p99 is not None else None
+
+
+def slo_violation(result: RunResult, thresholds: Thresholds, slo: Slo | None) -> Incident | None:
+    if slo is None or (slo.ttft is None and slo.e2e is None):
+        return None
+    admitted = [r for r in result.requests if r.status != "rejected"]
+    if not admitted:
+        return None
+    missed = [r for r in admitted if not (
+        r.status == "finished"
+        and (slo.ttft is None or r.ttft is not None and r.ttft <= slo.ttft)
+        and (slo.e2e is None or r.e2e_latency is not None and r.e2e_latency <= slo.e2e))]
+    share = len(missed) / len(admitted)
+    if share <= thresholds.slo_miss_share:
+        return None
+    ttfts = [r.ttft for r in missed if r.ttft is not None]
+    worst = f", worst TTFT {max(ttfts):.4g} {_unit(result)}" if ttfts else ""
+    rejected = len(result.requests) - len(admitted)
+    targets = ", ".join(f"{k} <= {v:g}" for k, v in (("ttft", slo.ttft), ("e2e", slo.e2e))
+                        if v is not None)
+    return Incident("slo_violation", (
+        f"slo_violation: {len(missed)} of {len(admitted)} admitted requests "
+        f"({100 * share:.0f}%) missed {targets}{worst}; {rejected} rejected at arrival"), {
+        "num_missed": len(missed), "miss_share": share, "num_rejected": rejected})
