@@ -149,7 +149,7 @@ def main() -> None:
         print(f"{case:15} {best['seconds']:7.3f} s  {best['requests_per_s']:>9,} req/s  "
               f"{best['decode_tokens_per_s']:>12,} decode tok/s  {best['steps']:>9,} steps  "
               f"peak {best['peak_rss_mib']:.0f} MiB", flush=True)
-    machine = f"{platform.machine()} {platform.processor() or ''} Python {platform.python_version()}"
+    machine = f"{platform.machine()} Python {platform.python_version()}"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=["machine", *rows[0]])

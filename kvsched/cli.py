@@ -18,7 +18,14 @@ from tabulate import tabulate
 from kvsched.errors import KvschedError
 from kvsched.policies import builtin_policies
 from kvsched.report import comparison_table, fmt, incident_kinds, write_csv, write_json
-from kvsched.runner import ScenarioRun, describe, requests_of, run_scenario, write_scenario
+from kvsched.runner import (
+    ScenarioRun,
+    describe,
+    prepare,
+    requests_of,
+    run_scenario,
+    write_scenario,
+)
 from kvsched.scenario import Assignment, Scenario, load_scenario
 from kvsched.sweep import OPTION_PATHS, Axis, SweepSource, parse_axis, parse_set_axis, run_sweep
 
@@ -90,11 +97,12 @@ def run(
 ) -> None:
     """Run every variant of each scenario, write records to OUT/<scenario>/, compare them."""
     sets = [Assignment.parse(text) for text in set_]
-    loaded = [load_scenario(path, sets, seed) for path in scenarios]  # all valid before any run
+    loaded = [load_scenario(path, sets, seed) for path in scenarios]
+    workloads = [prepare(scenario, variant) for scenario in loaded]  # all valid before any run
     payload: list[dict[str, Any]] = []
     failed = False
-    for scenario in loaded:
-        result = run_scenario(scenario, variant, record_batches)
+    for scenario, requests in zip(loaded, workloads, strict=True):
+        result = run_scenario(scenario, variant, record_batches, workloads=requests)
         folder = write_scenario(result, out, _plot_files if plot else None)
         failed |= not result.passed
         if as_json:
@@ -109,9 +117,13 @@ def run(
 
 
 def _plot_files(folder: Path, result: ScenarioRun) -> None:
+    """Draw into the staged folder; a drawing problem must not cost the run its records."""
     from kvsched.plots import plot_run_folder
 
-    plot_run_folder(folder)
+    try:
+        plot_run_folder(folder)
+    except Exception as exc:  # noqa: BLE001 - report and keep the records
+        typer.echo(f"warning: {result.scenario.name}: plots not drawn: {exc}", err=True)
 
 
 def headline(scenario: Scenario) -> str:

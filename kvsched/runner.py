@@ -99,7 +99,9 @@ def slo_of(spec: RunSpec) -> Slo | None:
     return Slo(spec.slo.ttft, spec.slo.e2e) if spec.slo is not None else None
 
 
-def run_variant(variant: Variant, record_batches: bool = False) -> RunResult:
+def run_variant(variant: Variant, record_batches: bool = False,
+                requests: list[Request] | None = None) -> RunResult:
+    """Simulate one variant (`requests`: its workload, if already built)."""
     spec = variant.spec
     policy = make_policy(spec.policy.name, **spec.policy.all_params())
     admission = None
@@ -111,7 +113,9 @@ def run_variant(variant: Variant, record_batches: bool = False) -> RunResult:
         admission = SloAdmission(target, Estimator(spec.admission.estimator),
                                  spec.admission.window)
     pressure = spec.backpressure
-    return simulate(requests_of(variant), spec.engine.to_config(), policy, time_model_of(spec),
+    if requests is None:
+        requests = requests_of(variant)
+    return simulate(requests, spec.engine.to_config(), policy, time_model_of(spec),
                     admission=admission, slo=slo_of(spec),
                     backpressure=Backpressure(pressure.window, pressure.threshold,
                                               pressure.release, Action(pressure.act)),
@@ -146,11 +150,20 @@ def select(scenario: Scenario, names: Iterable[str]) -> list[Variant]:
     return [v for v in scenario.variants if not wanted or v.name in wanted]
 
 
+def prepare(scenario: Scenario, variants: Iterable[str] = ()) -> dict[str, list[Request]]:
+    """Build every selected variant's workload now, so that bad input (a trace with a bad
+    column) is refused before anything runs or is written."""
+    return {variant.name: requests_of(variant) for variant in select(scenario, variants)}
+
+
 def run_scenario(scenario: Scenario, variants: Iterable[str] = (), record_batches: bool = False,
-                 on_done: Callable[[VariantRun], None] | None = None) -> ScenarioRun:
+                 on_done: Callable[[VariantRun], None] | None = None,
+                 workloads: dict[str, list[Request]] | None = None) -> ScenarioRun:
+    """Run the selected variants (`workloads`: from `prepare`, or built here)."""
     runs = []
     for variant in select(scenario, variants):
-        run = VariantRun(variant.name, variant, run_variant(variant, record_batches))
+        requests = workloads.get(variant.name) if workloads else None
+        run = VariantRun(variant.name, variant, run_variant(variant, record_batches, requests))
         runs.append(run)
         if on_done:
             on_done(run)
@@ -172,7 +185,9 @@ def check_expectations(expectations: Iterable[Expectation],
             reference = _figure(summaries[expectation.ratio_to], expectation)
             actual = None if actual is None or not reference else actual / reference
         if actual is None:
-            checks.append(CheckResult(expectation, None, False, "metric has no value"))
+            why = ("the reference figure is 0 or missing" if expectation.ratio_to
+                   else "the metric has no value")
+            checks.append(CheckResult(expectation, None, False, why))
             continue
         passed = OPERATORS[expectation.op](actual, expectation.value)
         checks.append(CheckResult(expectation, float(actual), passed, ""))
@@ -208,6 +223,9 @@ def write_scenario(run: ScenarioRun, out_dir: Path,
     out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / run.scenario.name
     staging = Path(tempfile.mkdtemp(prefix=f".{run.scenario.name}.", dir=out_dir))
+    umask = os.umask(0)
+    os.umask(umask)
+    staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; results are ordinary folders
     try:
         for variant_run in run.runs:
             _write_variant(staging / variant_run.name, variant_run)

@@ -28,11 +28,12 @@ Path_ = tuple[str | int, ...]
 
 @dataclass(frozen=True)
 class Assignment:
-    """One `--set dotted.path=value` from the command line."""
+    """One `--set dotted.path=value` from the command line (or a sweep axis: `option`)."""
 
     path: tuple[str, ...]
     value: Any
     text: str
+    option: str = "--set"
 
     @classmethod
     def parse(cls, text: str) -> Assignment:
@@ -85,7 +86,8 @@ class Scenario:
         for assignment in self.assignments:
             n = min(len(assignment.path), len(field))
             if tuple(field[:n]) == assignment.path[:n]:
-                return ScenarioError("--set", message, _dotted(field) or assignment.text)
+                where = _dotted(field) or ".".join(assignment.path)
+                return ScenarioError(self.source, message, f"{assignment.option} {where}")
         if variant_index is not None:
             overrides = self.raw["variants"][variant_index]
             base = {key: _expand(key, self.raw[key]) for key in OVERRIDABLE if key in self.raw}
@@ -129,21 +131,26 @@ def load_scenario_text(text: str, source: str, base_dir: Path,
     if not isinstance(raw, dict):
         kind = "an empty file" if raw is None else _kind(raw)
         raise ScenarioError(source, f"expected a mapping of scenario fields, got {kind}", line=1)
-    lines = _line_map(node)
+    try:
+        lines = _line_map(node)
+    except DuplicateKey as dup:
+        raise ScenarioError(source, "duplicate key (given twice)", dup.field, dup.line) from None
     sets = tuple(a if isinstance(a, Assignment) else Assignment.parse(a) for a in assignments)
+    if seed is not None:
+        sets += (Assignment(("seed",), seed, f"seed={seed}", "--seed"),)
     try:
         spec = ScenarioSpec.model_validate(raw)
     except ValidationError as exc:
         loc, message = _first_error(exc, ScenarioSpec)
         raise ScenarioError(source, message, _dotted(loc), _line_of(lines, loc)) from None
     scenario = Scenario(spec.name, spec.description, source, base_dir, spec, raw, lines, sets)
-    variants = _resolve_variants(scenario, seed)
+    variants = _resolve_variants(scenario)
     object.__setattr__(scenario, "variants", variants)
     _check_expectations(scenario)
     return scenario
 
 
-def _resolve_variants(scenario: Scenario, seed: int | None) -> tuple[Variant, ...]:
+def _resolve_variants(scenario: Scenario) -> tuple[Variant, ...]:
     raw = scenario.raw
     base = {key: _expand(key, raw[key]) for key in OVERRIDABLE if key in raw}
     variants_raw = raw.get("variants") or []
@@ -167,8 +174,6 @@ def _resolve_variants(scenario: Scenario, seed: int | None) -> tuple[Variant, ..
         resolved = _merge(base, body)
         for assignment in scenario.assignments:
             resolved = _assign(resolved, assignment)
-        if seed is not None:
-            resolved["seed"] = seed
         try:
             spec = RunSpec.model_validate(resolved)
         except ValidationError as exc:
@@ -283,7 +288,8 @@ def _contains(container: Any, key: str | int) -> bool:
 
 def _first_error(exc: ValidationError, root: type[BaseModel]) -> tuple[Path_, str]:
     errors = exc.errors(include_url=False)
-    error = errors[0]
+    # An unknown key usually explains a "missing" one next to it: name it first.
+    error = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc, parent = _clean_loc(root, error["loc"])
     message = _message(error, loc, parent)
     if len(errors) > 1:
@@ -383,6 +389,11 @@ def _line_of(lines: dict[Path_, int], loc: Path_) -> int | None:
     return None
 
 
+class DuplicateKey(Exception):
+    def __init__(self, field: str, line: int) -> None:
+        self.field, self.line = field, line
+
+
 def _line_map(node: yaml.Node | None, prefix: Path_ = ()) -> dict[Path_, int]:
     """YAML line (1-based) of every key path in the document."""
     lines: dict[Path_, int] = {}
@@ -390,8 +401,12 @@ def _line_map(node: yaml.Node | None, prefix: Path_ = ()) -> dict[Path_, int]:
         return lines
     lines.setdefault(prefix, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
         for key_node, value_node in node.value:
             key = key_node.value
+            if key in seen:
+                raise DuplicateKey(_dotted((*prefix, key)), key_node.start_mark.line + 1)
+            seen.add(key)
             lines[(*prefix, key)] = key_node.start_mark.line + 1
             for path, line in _line_map(value_node, (*prefix, key)).items():
                 lines.setdefault(path, line)

@@ -8,20 +8,39 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from kvsched.config import EngineConfig
 from kvsched.policies import make_policy
 
 _ENGINE = EngineConfig()
+MAX_SYNTHETIC_REQUESTS = 10_000_000
 PositiveInt = Annotated[int, Field(ge=1)]
+
+
+def _not_only_dots(name: str) -> str:
+    if set(name) == {"."}:
+        raise ValueError(f"'{name}' cannot name a folder; use letters, digits, '_', '-' or '.'")
+    return name
+
+
+# A name becomes a folder: letters, digits, '_', '-', '.', but not only dots ('.', '..').
+Name = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$"),
+                 AfterValidator(_not_only_dots)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 NonNegativeFloat = Annotated[float, Field(ge=0)]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 # -- engine, policy, time ---------------------------------------------------------------
@@ -53,7 +72,7 @@ class EngineSpec(Strict):
 class PolicySpec(BaseModel):
     """`policy:` a name, or `{name, <params>}` / `{name, params: {...}}`."""
 
-    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True, allow_inf_nan=False)
     name: str
     params: dict[str, Any] = Field(default_factory=dict)
 
@@ -117,6 +136,12 @@ class LognormalLen(Strict):
     sigma: NonNegativeFloat
     min: PositiveInt = 1
     max: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LognormalLen:
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) must be >= min ({self.min})")
+        return self
 
 
 class EmpiricalLen(Strict):
@@ -185,7 +210,8 @@ class InlineRequest(Strict):
     priority: int = 0
     class_: str | None = Field(default=None, alias="class")
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True,
+                              allow_inf_nan=False)
 
 
 class InlineWorkload(Strict):
@@ -197,7 +223,7 @@ class SyntheticWorkload(Strict):
     """`num_requests` or `duration`; lengths from `prompt_len`/`output_len` or a `mix`."""
 
     kind: Literal["synthetic"]
-    num_requests: PositiveInt | None = None
+    num_requests: Annotated[int, Field(ge=1, le=MAX_SYNTHETIC_REQUESTS)] | None = None
     duration: PositiveFloat | None = None
     arrival: ArrivalSpec
     prompt_len: LengthSpec | None = None
@@ -234,7 +260,8 @@ class TraceColumns(Strict):
     request_id: str | None = None
     arrival_unit: Literal["s", "ms", "us", "datetime"] = "s"
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True,
+                              allow_inf_nan=False)
 
 
 class TraceWorkload(Strict):
@@ -334,7 +361,7 @@ class RunSpec(Strict):
     """What one variant runs: the base configuration with the variant's overrides applied."""
 
     description: str = ""
-    seed: int = 0
+    seed: NonNegativeInt = 0
     engine: EngineSpec = EngineSpec()
     policy: PolicySpec = PolicySpec(name="fcfs")
     time: TimeSpec = StepsTime(kind="steps")
@@ -361,13 +388,13 @@ class VariantSpec(Strict):
     """A named override of the base: any of description, seed, engine, policy, time, workload."""
 
     model_config = ConfigDict(extra="allow", strict=True, frozen=True)
-    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
+    name: Name
 
 
 class ScenarioSpec(RunSpec):
     """A whole file. The base may leave `workload` to its variants."""
 
-    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
+    name: Name
     workload: WorkloadSpec | None = None  # type: ignore[assignment]
     variants: list[VariantSpec] = Field(default_factory=list)
     expect: list[Expectation] = Field(default_factory=list)

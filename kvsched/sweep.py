@@ -10,7 +10,7 @@ import itertools
 import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -144,8 +144,12 @@ class SweepSource:
     sets: tuple[Assignment, ...] = ()
     seed: int | None = None
 
+    options: tuple[tuple[str, str], ...] = ()  # swept path -> the option that sets it
+
     def load(self, point: dict[str, Any]) -> Scenario:
-        extra = tuple(Assignment(tuple(path.split(".")), value, f"{path}={value}")
+        named = dict(self.options)
+        extra = tuple(Assignment(tuple(path.split(".")), value, f"{path}={value}",
+                                 named.get(path, "--set"))
                       for path, value in point.items())
         return load_scenario_text(self.text, self.source, self.base_dir, self.sets + extra,
                                   self.seed)
@@ -166,6 +170,7 @@ def run_sweep(source: SweepSource, axes: Sequence[Axis], variants: Sequence[str]
     Every point is validated before anything runs; `jobs` > 1 runs points in processes.
     """
     points = grid(axes)
+    source = replace(source, options=tuple((a.path, a.option.split()[0]) for a in axes))
     names = [v.name for v in select(source.load({}), variants)]
     for point in points:
         source.load(point)  # refuse a bad value before spending time on the others

@@ -13,6 +13,7 @@ import pandas as pd
 from kvsched.errors import ScenarioError
 from kvsched.request import Request
 from kvsched.schema import (
+    MAX_SYNTHETIC_REQUESTS,
     AllAtOnce,
     ConstantLen,
     EmpiricalLen,
@@ -27,8 +28,6 @@ from kvsched.schema import (
     UniformLen,
     WorkloadSpec,
 )
-
-MAX_SYNTHETIC_REQUESTS = 10_000_000
 
 Locate = Callable[[tuple, str], ScenarioError]
 """Builds the error for a field of the workload spec, e.g. (("workload", "path"), "...")."""
@@ -253,7 +252,7 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate) -> list[Request]
 def _arrival_seconds(column: pd.Series, unit: str, path: Path, where: tuple,
                      locate: Locate) -> np.ndarray:
     if unit == "datetime":
-        stamps = pd.to_datetime(column, errors="coerce")
+        stamps = pd.to_datetime(column, errors="coerce", format="ISO8601")
         bad = np.flatnonzero(stamps.isna().to_numpy())
         if len(bad):
             raise locate(where, f"{path} {_row(path, bad[0])}: column '{column.name}': "
@@ -268,9 +267,10 @@ def _numbers(column: pd.Series, path: Path, name: str, where: tuple, locate: Loc
              minimum: float | None, whole: bool) -> np.ndarray:
     """The column as numbers, or an error naming the first bad row."""
     values = pd.to_numeric(column, errors="coerce").to_numpy(dtype=float)
-    checks = [(np.isnan(values), "expected a number")]
+    checks = [(np.isnan(values), "expected a number"),
+              (np.isinf(values), "expected a finite number")]
     if whole:
-        checks.append((~np.isnan(values) & (values % 1 != 0), "expected a whole number"))
+        checks.append((np.isfinite(values) & (values % 1 != 0), "expected a whole number"))
     if minimum is not None:
         checks.append((values < minimum, f"expected a number >= {minimum:g}"))
     for bad, message in checks:
