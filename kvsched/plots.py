@@ -1,0 +1,597 @@
+"""Pictures of a past run or sweep, drawn from the records it wrote (PNG, matplotlib's Agg).
+
+A run folder `<out>/<scenario>/` gets `timeline-<variant>.png`, `ttft.png` and `latency.png`;
+a sweep folder `<out>/sweep-<name>/` gets `sweep.png`. The series are prepared by pure
+functions (`timeline_series`, `ttft_cdf`, `latency_points`, `sweep_lines`: a DataFrame in, a
+small DataFrame out) and the drawing functions only lay them out. Figures are built with
+`matplotlib.figure.Figure`, never pyplot: no display, no global figure registry, and the
+caller's matplotlib backend is left alone. The engine never imports this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from kvsched.errors import KvschedError
+from kvsched.report import fmt
+
+COLORS = {
+    "decode": "#4e79a7",
+    "prefill": "#f28e2b",
+    "recomputed": "#e15759",
+    "peak": "#9a9a9a",
+    "blocks": "#76b7b2",
+    "waiting": "#b07aa1",
+    "running": "#59a14f",
+    "preempt": "#9c0d38",
+    "backpressure": "#bab0ac",
+    "limit": "#222222",
+}
+"""What a colour means in a timeline, the same in every timeline."""
+
+VARIANT_COLORS = ("#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9",
+                  "#000000", "#8c564b")
+"""One colour per variant, in the order of the run's summary.csv: the same variant has the
+same colour in ttft.png and latency.png (and the n-th line of sweep.png the n-th colour)."""
+
+LINE_MARKERS = ("o", "s", "^", "D", "v", "P", "*", "X")
+"""The n-th line of sweep.png: a marker too, so that lines lying on each other stay visible."""
+
+APART_MARKERS = {"starved": "x", "rejected": "+", "unfinished": "^"}
+"""How a request without a first token is drawn in latency.png, by status."""
+
+MAX_POINTS = 2000
+"""Timelines longer than this many steps are bucketed down to at most this many points."""
+
+DPI = 100
+WIDE_RANGE = 100.0  # a log axis once the values span more than two decades
+
+STEP_COLUMNS = ("step", "time", "prefill_tokens", "recomputed_tokens", "decode_tokens",
+                "budget_used", "blocks_used", "num_waiting", "num_running", "num_preempted")
+REQUEST_COLUMNS = ("request_id", "prompt_len", "class", "status", "ttft")
+SWEEP_METRICS = ("ttft_p50", "ttft_p99", "throughput", "num_preemptions")
+
+
+# -- reading the records ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class VariantRecords:
+    """One variant's records as read back from `<run>/<variant>/`."""
+
+    scenario: str
+    name: str
+    time_unit: str  # "steps" or "s"
+    max_num_batched_tokens: int
+    num_blocks: int
+    watermark_blocks: int
+    steps: pd.DataFrame
+    requests: pd.DataFrame
+
+
+@dataclass(frozen=True, slots=True)
+class SweepAxis:
+    """One swept field as sweep.json records it."""
+
+    path: str
+    option: str
+    values: tuple[Any, ...]
+    geometric: bool
+
+
+def read_csv(path: Path, columns: tuple[str, ...] = ()) -> pd.DataFrame:
+    """A record CSV, or a one-line error naming the file and what is wrong with it."""
+    if not path.is_file():
+        raise KvschedError(f"{path}: missing")
+    try:
+        frame = pd.read_csv(path, dtype={"class": str, "status": str, "variant": str})
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise KvschedError(f"{path}: not a readable CSV ({str(exc).splitlines()[0]})") from None
+    missing = [column for column in columns if column not in frame.columns]
+    if missing:
+        raise KvschedError(f"{path}: missing column(s) {', '.join(missing)}")
+    return frame
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise KvschedError(f"{path}: missing")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise KvschedError(f"{path}: not readable JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise KvschedError(f"{path}: expected a JSON object")
+    return data
+
+
+def read_variant(folder: Path) -> VariantRecords:
+    """The records of one variant folder (run.json, steps.csv, requests.csv)."""
+    run = read_json(folder / "run.json")
+    try:
+        engine = run["resolved"]["engine"]
+        limits = (int(engine["max_num_batched_tokens"]), int(engine["num_blocks"]),
+                  int(run["watermark_blocks"]))
+        time_unit = str(run["time_unit"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise KvschedError(f"{folder / 'run.json'}: no usable field {exc}") from None
+    requests = read_csv(folder / "requests.csv", REQUEST_COLUMNS)
+    requests["class"] = requests["class"].fillna("")
+    # the folder may be a staging copy (`run --plot`): the scenario's name is in run.json
+    return VariantRecords(str(run.get("scenario", folder.parent.name)), folder.name, time_unit,
+                          *limits, read_csv(folder / "steps.csv", STEP_COLUMNS), requests)
+
+
+def read_run(folder: Path) -> list[VariantRecords]:
+    """A run folder's variants, in the order of its summary.csv."""
+    summary = read_csv(folder / "summary.csv", ("variant",))
+    variants = [read_variant(folder / name) for name in summary["variant"]]
+    if not variants:
+        raise KvschedError(f"{folder / 'summary.csv'}: no variants")
+    return variants
+
+
+def read_sweep(folder: Path) -> tuple[dict[str, Any], list[SweepAxis], pd.DataFrame]:
+    """sweep.json, its axes, and summary.csv (one row per grid point and variant)."""
+    info = read_json(folder / "sweep.json")
+    try:
+        axes = [SweepAxis(str(a["path"]), str(a["option"]), tuple(a["values"]),
+                          bool(a["geometric"])) for a in info["axes"]]
+    except (KeyError, TypeError) as exc:
+        raise KvschedError(f"{folder / 'sweep.json'}: no usable field {exc}") from None
+    if not axes:
+        raise KvschedError(f"{folder / 'sweep.json'}: no axes")
+    columns = tuple(a.path for a in axes) + ("variant", "time_unit") + SWEEP_METRICS
+    return info, axes, read_csv(folder / "summary.csv", columns)
+
+
+# -- preparing the series (pure) -----------------------------------------------------------
+
+
+def timeline_series(steps: pd.DataFrame, max_points: int = MAX_POINTS) -> pd.DataFrame:
+    """Per-step records bucketed into at most `max_points` rows of consecutive steps.
+
+    Columns: `step` and `time` where the bucket starts, `num_steps` in it; token counts and
+    `num_preempted` summed (totals are kept); `peak_tokens` (the largest `budget_used`),
+    `blocks_used`, `num_waiting`, `num_running` and, when recorded, `backpressure` as the
+    bucket's maximum (spikes are kept). With `max_points` >= the steps, one row per step.
+    """
+    if max_points < 1:
+        raise ValueError("max_points must be >= 1")
+    num_rows = len(steps)
+    width = max(1, -(-num_rows // max_points))  # ceiling division
+    starts = np.arange(0, num_rows, width)
+    sums = ["prefill_tokens", "recomputed_tokens", "decode_tokens", "num_preempted"]
+    peaks = ["blocks_used", "num_waiting", "num_running"]
+    peaks += ["backpressure"] if "backpressure" in steps.columns else []
+    series = {
+        "step": steps["step"].to_numpy()[starts],
+        "time": steps["time"].to_numpy()[starts],
+        "num_steps": np.diff(np.append(starts, num_rows)),
+    }
+    if num_rows:
+        for column in sums:
+            series[column] = np.add.reduceat(steps[column].to_numpy(), starts)
+        series["peak_tokens"] = np.maximum.reduceat(steps["budget_used"].to_numpy(), starts)
+        for column in peaks:
+            series[column] = np.maximum.reduceat(steps[column].to_numpy(), starts)
+    else:
+        series |= {column: np.zeros(0, dtype=int) for column in sums + ["peak_tokens"] + peaks}
+    return pd.DataFrame(series)
+
+
+def ttft_cdf(requests: pd.DataFrame) -> pd.DataFrame:
+    """The empirical CDF of TTFT over the requests that got a first token.
+
+    Columns `ttft` (sorted) and `fraction` (k/n for the k-th smallest; the last row is 1).
+    Requests without a first token (starved, rejected) are not in it: count them apart.
+    """
+    values = np.sort(requests["ttft"].dropna().to_numpy(dtype=float))
+    return pd.DataFrame({"ttft": values,
+                         "fraction": np.arange(1, len(values) + 1) / max(len(values), 1)})
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyPoints:
+    """Requests with a first token (`served`: prompt_len, ttft) and those without (`apart`:
+    prompt_len, status), which have no TTFT to draw and are shown apart."""
+
+    served: pd.DataFrame
+    apart: pd.DataFrame
+
+
+def latency_points(requests: pd.DataFrame) -> LatencyPoints:
+    """Per request, TTFT against prompt length; requests without a first token apart."""
+    has_ttft = requests["ttft"].notna()
+    served = requests.loc[has_ttft, ["request_id", "prompt_len", "ttft"]]
+    apart = requests.loc[~has_ttft, ["request_id", "prompt_len", "status"]]
+    return LatencyPoints(served.reset_index(drop=True), apart.reset_index(drop=True))
+
+
+def class_names(frames: list[pd.DataFrame]) -> list[str]:
+    """The request classes found in any of the frames, sorted; empty when none carry one."""
+    names = set().union(*(set(frame["class"].dropna().astype(str)) for frame in frames))
+    return sorted(names - {""})
+
+
+def sweep_x_axis(axes: list[SweepAxis]) -> SweepAxis:
+    """The axis drawn along x: the numeric one with the most values (the first of equals),
+    else the categorical one with the most; the others become lines."""
+    numeric = [axis for axis in axes if _numeric(axis.values)]
+    return max(numeric or axes, key=lambda axis: len(axis.values))
+
+
+def sweep_lines(frame: pd.DataFrame, axes: list[SweepAxis]) -> dict[str, pd.DataFrame]:
+    """One line per value of the other axes (and per variant, when several): its label and a
+    frame of `x` and SWEEP_METRICS sorted by x. A numeric x axis gives its values as `x`;
+    a categorical one the position of each value in the axis (draw them as tick labels)."""
+    x_axis = sweep_x_axis(axes)
+    others = [axis.path for axis in axes if axis is not x_axis]
+    keys = others + (["variant"] if frame["variant"].nunique() > 1 else [])
+    if _numeric(x_axis.values):
+        x = frame[x_axis.path].astype(float)
+    else:
+        position = {_value_key(value): i for i, value in enumerate(x_axis.values)}
+        x = frame[x_axis.path].map(lambda value: position.get(_value_key(value), np.nan))
+    points = frame.assign(x=x)
+    groups = points.groupby(keys, sort=False, dropna=False) if keys else [((), points)]
+    lines = {}
+    for key, group in groups:
+        values = key if isinstance(key, tuple) else (key,)
+        label = ", ".join(str(value) if name == "variant" else f"{_short(name)}={value}"
+                          for name, value in zip(keys, values, strict=True))
+        line = group[["x", *SWEEP_METRICS]].astype(float).sort_values("x", kind="stable")
+        lines[label or str(group["variant"].iloc[0])] = line.reset_index(drop=True)
+    return lines
+
+
+def wide_range(values: Any) -> bool:
+    """Whether positive values span more than two decades (then a log axis helps)."""
+    data = np.asarray(values, dtype=float)
+    data = data[np.isfinite(data)]
+    if data.size == 0 or data.min() <= 0:
+        return False
+    return bool(data.max() / data.min() > WIDE_RANGE)
+
+
+def _numeric(values: tuple[Any, ...]) -> bool:
+    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+
+
+def _value_key(value: Any) -> Any:
+    """Sweep values compared across the CSV round trip (1 and 1.0 are the same point)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _short(path: str) -> str:
+    return path.rsplit(".", 1)[-1]
+
+
+def _unit(time_unit: str) -> str:
+    return "steps" if time_unit == "steps" else "s"
+
+
+def _units(time_units: Any) -> str:
+    """The unit for an axis label; variants on different clocks are said to be."""
+    units = sorted({_unit(str(unit)) for unit in time_units}) or ["steps"]
+    return units[0] if len(units) == 1 else f"{' or '.join(units)}, per variant's clock"
+
+
+def _per(time_unit: str) -> str:
+    return "step" if time_unit == "steps" else "s"
+
+
+# -- drawing -------------------------------------------------------------------------------
+
+
+def draw_timeline(records: VariantRecords, max_points: int = MAX_POINTS) -> Figure:
+    """Per step: stacked tokens vs the budget, KV blocks vs the pool, the two queues."""
+    series = timeline_series(records.steps, max_points)
+    fig = Figure(figsize=(12, 8.5), dpi=DPI, layout="constrained")
+    tokens_ax, blocks_ax, queue_ax = fig.subplots(3, 1, sharex=True, height_ratios=(3, 2, 2))
+    width = int(series["num_steps"].max()) if len(series) else 1
+    detail = (f"{len(records.steps):,} steps, budget {records.max_num_batched_tokens:,} tokens, "
+              f"pool {records.num_blocks:,} blocks")
+    if width > 1:
+        detail += f"; each point = {width:,} steps (tokens: mean per step, line: peak step)"
+    fig.suptitle(f"{records.scenario} / {records.name}: tokens, KV blocks and queues per "
+                 f"engine step\n{detail}", fontsize="medium")
+    if series.empty:
+        tokens_ax.text(0.5, 0.5, "no step was executed", ha="center", va="center",
+                       transform=tokens_ax.transAxes)
+        return fig
+    edges = np.append(series["step"], series["step"].iloc[-1] + series["num_steps"].iloc[-1])
+    per_step = series["num_steps"].to_numpy()
+    base = np.zeros(len(series))
+    for column in ("decode", "prefill", "recomputed"):
+        top = base + series[f"{column}_tokens"].to_numpy() / per_step
+        tokens_ax.stairs(top, edges, baseline=base, fill=True, color=COLORS[column],
+                         label=f"{column} ({int(series[f'{column}_tokens'].sum()):,})")
+        base = top
+    if width > 1:
+        tokens_ax.stairs(series["peak_tokens"], edges, color=COLORS["peak"], linewidth=0.5,
+                         zorder=0.5, label="peak step")
+    tokens_ax.axhline(records.max_num_batched_tokens, color=COLORS["limit"], linestyle="--",
+                      linewidth=1, label=f"budget ({records.max_num_batched_tokens:,})")
+    ceiling = max(records.max_num_batched_tokens, series["peak_tokens"].max())
+    if wide_range(base[base > 0]) or wide_range(series["peak_tokens"][series["peak_tokens"] > 0]):
+        # decodes (a few tokens) and prefills (thousands) in one picture: both stay visible
+        tokens_ax.set_yscale("log")
+        tokens_ax.set_ylim(0.8, ceiling * 1.5)
+        tokens_ax.set_ylabel("tokens per step (log scale)")
+    else:
+        tokens_ax.set_ylim(0, ceiling * 1.05)
+        tokens_ax.set_ylabel("tokens per step")
+
+    blocks_ax.stairs(series["blocks_used"], edges, fill=True, color=COLORS["blocks"],
+                     label="blocks used" + (" (peak)" if width > 1 else ""))
+    blocks_ax.axhline(records.num_blocks, color=COLORS["limit"], linewidth=1,
+                      label=f"pool ({records.num_blocks:,})")
+    if records.watermark_blocks:
+        blocks_ax.axhline(records.num_blocks - records.watermark_blocks, color=COLORS["limit"],
+                          linestyle=":", linewidth=1,
+                          label=f"watermark ({records.watermark_blocks:,} kept free)")
+    preempted = series[series["num_preempted"] > 0]
+    if len(preempted):
+        blocks_ax.plot(preempted["step"] + preempted["num_steps"] / 2, preempted["blocks_used"],
+                       "v", color=COLORS["preempt"], markersize=4, linestyle="none",
+                       label=f"preemption ({int(series['num_preempted'].sum()):,})")
+    blocks_ax.set_ylabel("KV blocks")
+    blocks_ax.set_ylim(0, max(records.num_blocks, series["blocks_used"].max()) * 1.1)
+
+    for column in ("waiting", "running"):
+        queue_ax.stairs(series[f"num_{column}"], edges, color=COLORS[column], linewidth=1.2,
+                        label=column + (" (peak)" if width > 1 else ""))
+    queue_ax.set_ylabel("requests")
+    queue_ax.set_ylim(bottom=0)
+    queue_ax.set_xlabel("engine step")
+    queue_ax.set_xlim(edges[0], edges[-1])
+
+    if "backpressure" in series.columns and series["backpressure"].any():
+        up = series["backpressure"].to_numpy() > 0
+        up = np.append(up, up[-1])  # one flag per edge: the last bucket is shaded to its end
+        for ax in (tokens_ax, blocks_ax, queue_ax):  # behind the data, named once
+            ax.fill_between(edges, 0, 1, where=up, step="post",
+                            transform=ax.get_xaxis_transform(), color=COLORS["backpressure"],
+                            alpha=0.45, linewidth=0, zorder=0,
+                            label="backpressure" if ax is tokens_ax else None)
+    for ax in (tokens_ax, blocks_ax, queue_ax):
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)
+    if not np.array_equal(series["time"], series["step"]):
+        _time_axis(tokens_ax, records.steps, records.time_unit)
+    return fig
+
+
+def _time_axis(ax: Axes, steps_frame: pd.DataFrame, time_unit: str) -> None:
+    """The run's clock along the top, when it differs from the step count (idle gaps, step
+    durations). Outside the run the mapping is NaN, so that matplotlib drops those ticks
+    instead of piling them up at an end."""
+    last = steps_frame.iloc[-1]
+    end = last["time"] + (last["duration"] if "duration" in steps_frame.columns else 0)
+    steps = np.append(steps_frame["step"].to_numpy(dtype=float), last["step"] + 1)
+    times = np.append(steps_frame["time"].to_numpy(dtype=float), end)
+    if np.any(np.diff(times) <= 0):
+        return
+
+    def to_time(step: Any) -> Any:
+        return np.interp(step, steps, times, left=np.nan, right=np.nan)
+
+    def to_step(time: Any) -> Any:
+        return np.interp(time, times, steps, left=np.nan, right=np.nan)
+
+    top = ax.secondary_xaxis("top", functions=(to_time, to_step))
+    top.set_xlabel(f"time ({_unit(time_unit)})")
+
+
+def draw_ttft(variants: list[VariantRecords]) -> Figure:
+    """TTFT CDFs of all variants, side by side; one panel per request class when present."""
+    frames = [v.requests for v in variants]
+    classes = class_names(frames)
+    panels: list[str | None] = [None, *classes]
+    height = 4.4 + 0.2 * (len(variants) + 2)  # room for the legends under the panels
+    fig = Figure(figsize=(1 + 5.2 * len(panels), height), dpi=DPI, layout="constrained")
+    axes = fig.subplots(1, len(panels), sharex=True, sharey=True, squeeze=False)[0]
+    unit = _units(v.time_unit for v in variants)
+    fig.suptitle(f"{variants[0].scenario}: time to first token, distribution per variant",
+                 fontsize="medium")
+    log = wide_range(pd.concat([frame["ttft"] for frame in frames]))
+    for ax, class_name in zip(axes, panels, strict=True):
+        for i, records in enumerate(variants):
+            requests = records.requests
+            if class_name is not None:
+                requests = requests[requests["class"] == class_name]
+            _draw_cdf(ax, ttft_cdf(requests), len(requests), records.name, _color(i))
+        ax.set_title("all requests" if class_name is None else f"class {class_name}")
+        ax.set_xlabel(f"TTFT ({unit})" + (", log scale" if log else ""))
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+        if log:
+            ax.set_xscale("log")
+        handles, labels = ax.get_legend_handles_labels()
+        handles += [Line2D([], [], marker=m, color="grey", linestyle="none") for m in "oD"]
+        ax.legend(handles, labels + ["p50", "p99"], loc="upper center", fontsize="small",
+                  bbox_to_anchor=(0.5, -0.13), frameon=False)
+    axes[0].set_ylabel("fraction of the requests with a first token")
+    return fig
+
+
+def _draw_cdf(ax: Axes, cdf: pd.DataFrame, num_requests: int, name: str, color: str) -> None:
+    count = f"{len(cdf):,}/{num_requests:,} got a token"
+    if cdf.empty:
+        ax.plot([], [], color=color, label=f"{name}: no first token ({count})")
+        return
+    p50, p99 = np.percentile(cdf["ttft"], [50, 99])
+    ax.step(np.append(cdf["ttft"].iloc[0], cdf["ttft"]), np.append(0, cdf["fraction"]),
+            where="post", color=color, linewidth=1.5,
+            label=f"{name}: p50 {fmt(float(p50))}, p99 {fmt(float(p99))} ({count})")
+    ax.plot([p50], [0.5], "o", color=color, markeredgecolor="white")
+    ax.plot([p99], [0.99], "D", color=color, markeredgecolor="white")
+
+
+def draw_latency(variants: list[VariantRecords]) -> Figure:
+    """Per request TTFT against prompt length, one panel per variant; requests without a
+    first token in a strip above, by status."""
+    count = len(variants)
+    fig = Figure(figsize=(1 + 4.6 * count, 5.6), dpi=DPI, layout="constrained")
+    axes = fig.subplots(2, count, sharex=True, sharey="row", height_ratios=(1, 6),
+                        squeeze=False)
+    unit = _units(v.time_unit for v in variants)
+    fig.suptitle(f"{variants[0].scenario}: time to first token against prompt length, "
+                 "per request",
+                 fontsize="medium")
+    prompts = pd.concat([v.requests["prompt_len"] for v in variants])
+    ttfts = pd.concat([v.requests["ttft"] for v in variants])
+    for i, records in enumerate(variants):
+        strip, main = axes[0][i], axes[1][i]
+        points = latency_points(records.requests)
+        main.scatter(points.served["prompt_len"], points.served["ttft"], s=9, alpha=0.55,
+                     color=_color(i), linewidths=0,
+                     label=f"first token ({len(points.served):,})")
+        _draw_apart(strip, points.apart, _color(i))
+        strip.set_title(records.name, color=_color(i))
+        main.set_xlabel("prompt length (tokens)")
+        main.grid(alpha=0.3)
+        served_handles, served_labels = main.get_legend_handles_labels()
+        apart_handles, apart_labels = strip.get_legend_handles_labels()
+        main.legend(served_handles + apart_handles, served_labels + apart_labels,
+                    loc="upper left", fontsize="small")
+    axes[0][0].set_ylabel("no first\ntoken", fontsize="small")
+    axes[1][0].set_ylabel(f"TTFT ({unit})")
+    if wide_range(prompts):
+        axes[1][0].set_xscale("log")
+    if wide_range(ttfts):
+        axes[1][0].set_yscale("log")
+    if prompts.size:
+        axes[1][0].set_xlim(prompts.min() * 0.9, prompts.max() * 1.05)
+    return fig
+
+
+def _draw_apart(ax: Axes, apart: pd.DataFrame, color: str) -> None:
+    ax.set_ylim(0, 1)
+    ax.set_yticks([])
+    if apart.empty:
+        ax.text(0.5, 0.5, "every request got a first token", ha="center", va="center",
+                fontsize="small", color="grey", transform=ax.transAxes)
+        return
+    # a fixed spread (golden-ratio steps), not random: the same picture on every redraw
+    spread = (np.arange(len(apart)) * 0.6180339887) % 1.0 * 0.7 + 0.15
+    for status, group in apart.groupby("status", sort=True):
+        marker = APART_MARKERS.get(str(status), "s")
+        ax.scatter(group["prompt_len"], spread[group.index], s=16, marker=marker,
+                   color=color, linewidths=1, label=f"{status} ({len(group):,})")
+
+
+def draw_sweep(axes: list[SweepAxis], frame: pd.DataFrame, title: str) -> Figure:
+    """TTFT p50 and p99, throughput and preemptions against the swept parameter."""
+    x_axis = sweep_x_axis(axes)
+    lines = sweep_lines(frame, axes)
+    time_units = frame["time_unit"].dropna()
+    unit = _units(time_units)
+    per = _per(str(time_units.iloc[0])) if time_units.nunique() == 1 else "step or s"
+    fig = Figure(figsize=(12, 8.5), dpi=DPI, layout="constrained")
+    grid = fig.subplots(2, 2, sharex=True)
+    panels = {
+        "ttft_p50": (grid[0][0], f"TTFT p50 ({unit})"),
+        "ttft_p99": (grid[0][1], f"TTFT p99 ({unit})"),
+        "throughput": (grid[1][0], f"throughput (generated tokens per {per})"),
+        "num_preemptions": (grid[1][1], "preemptions (count)"),
+    }
+    fig.suptitle(f"{title}, swept over {x_axis.path} ({x_axis.option})", fontsize="medium")
+    numeric = _numeric(x_axis.values)
+    for metric, (ax, label) in panels.items():
+        for i, (name, line) in enumerate(lines.items()):
+            ax.plot(line["x"], line[metric], marker=LINE_MARKERS[i % len(LINE_MARKERS)],
+                    markersize=5, color=_color(i), label=name)
+            missing = line[line[metric].isna()]
+            if metric.startswith("ttft") and len(missing):
+                ax.plot(missing["x"], np.full(len(missing), 0.03), "x", color=_color(i),
+                        markersize=8, transform=ax.get_xaxis_transform(), clip_on=False)
+        ax.set_title(label)
+        ax.grid(alpha=0.3)
+        if metric.startswith("ttft") and wide_range(frame[metric]):
+            ax.set_yscale("log")
+        else:
+            ax.set_ylim(bottom=0)
+    for ax in grid[1]:
+        ax.set_xlabel(x_axis.path + (" (log scale)" if numeric and x_axis.geometric else ""))
+    _sweep_ticks(grid[1][0], x_axis)
+    handles, labels = grid[0][0].get_legend_handles_labels()
+    handles.append(Line2D([], [], marker="x", color="grey", linestyle="none"))
+    labels.append("no request got a first token")
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4),
+               fontsize="small", frameon=False)
+    return fig
+
+
+def _sweep_ticks(ax: Axes, x_axis: SweepAxis) -> None:
+    values = x_axis.values
+    if not _numeric(values):
+        ax.set_xticks(range(len(values)), [str(v) for v in values])
+        return
+    if x_axis.geometric and min(values) > 0:
+        ax.set_xscale("log")
+    if len(values) <= 16:
+        ax.set_xticks([float(v) for v in values], [fmt(v) for v in values])
+        ax.minorticks_off()
+
+
+def _color(index: int) -> str:
+    return VARIANT_COLORS[index % len(VARIANT_COLORS)]
+
+
+# -- writing -------------------------------------------------------------------------------
+
+
+def save_png(fig: Figure, path: Path) -> Path:
+    """Write `fig` whole: to a temporary name in the same folder, then renamed over `path`."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fig.savefig(tmp, format="png", dpi=DPI)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise KvschedError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def plot_run_folder(folder: Path) -> list[Path]:
+    """Write timeline-<variant>.png per variant, ttft.png and latency.png into a run folder."""
+    variants = read_run(folder)
+    written = [save_png(draw_timeline(records), folder / f"timeline-{records.name}.png")
+               for records in variants]
+    written.append(save_png(draw_ttft(variants), folder / "ttft.png"))
+    written.append(save_png(draw_latency(variants), folder / "latency.png"))
+    return written
+
+
+def plot_sweep_folder(folder: Path) -> list[Path]:
+    """Write sweep.png into a sweep folder."""
+    info, axes, frame = read_sweep(folder)
+    title = f"{folder.name}: {info.get('source', 'scenario')}"
+    return [save_png(draw_sweep(axes, frame, title), folder / "sweep.png")]
+
+
+def plot_folder(folder: Path) -> list[Path]:
+    """Draw the pictures of a run folder or a sweep folder; the files written."""
+    if not folder.is_dir():
+        raise KvschedError(f"{folder}: no such folder")
+    if (folder / "sweep.json").is_file():
+        return plot_sweep_folder(folder)
+    if (folder / "summary.csv").is_file():
+        return plot_run_folder(folder)
+    raise KvschedError(f"{folder}: neither a run folder (summary.csv, <variant>/*.csv) "
+                       "nor a sweep folder (sweep.json, summary.csv)")
