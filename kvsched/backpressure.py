@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -41,36 +40,34 @@ class Backpressure:
 
 
 class ThrashMonitor:
-    """Sliding sums of recomputed and generated tokens; the backpressure signal with hysteresis."""
+    """Sliding sums of recomputed and generated tokens; the backpressure signal with hysteresis.
 
-    __slots__ = ("config", "_recomputed", "_generated", "_sum_recomputed", "_sum_generated",
-                 "signal")
+    Window sums are differences of running totals (one append per step, no deque work)."""
+
+    __slots__ = ("config", "_recomputed", "_generated", "signal")
 
     def __init__(self, config: Backpressure) -> None:
         self.config = config
-        self._recomputed: deque[int] = deque()
-        self._generated: deque[int] = deque()
-        self._sum_recomputed = 0
-        self._sum_generated = 0
+        self._recomputed = [0]  # running totals, one entry per step
+        self._generated = [0]
         self.signal = False
 
     def clear(self) -> None:
         """Forget the window (the engine went idle: nothing is left to thrash)."""
-        self._recomputed.clear()
-        self._generated.clear()
-        self._sum_recomputed = self._sum_generated = 0
+        self._recomputed = [0]
+        self._generated = [0]
         self.signal = False
 
     def update(self, recomputed: int, generated: int) -> float:
         """Add one step; return the window's ratio (and move `signal`)."""
-        self._recomputed.append(recomputed)
-        self._generated.append(generated)
-        self._sum_recomputed += recomputed
-        self._sum_generated += generated
-        if len(self._recomputed) > self.config.window:
-            self._sum_recomputed -= self._recomputed.popleft()
-            self._sum_generated -= self._generated.popleft()
-        ratio = self._sum_recomputed / max(1, self._sum_generated)
+        totals_r, totals_g = self._recomputed, self._generated
+        totals_r.append(totals_r[-1] + recomputed)
+        totals_g.append(totals_g[-1] + generated)
+        start = max(0, len(totals_r) - 1 - self.config.window)
+        window_r = totals_r[-1] - totals_r[start]
+        if not window_r and not self.signal:
+            return 0.0
+        ratio = window_r / max(1, totals_g[-1] - totals_g[start])
         if self.signal:
             self.signal = ratio >= self.config.release
         else:

@@ -12,6 +12,7 @@ at least two tokens. A figure with no data is None.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -71,7 +72,9 @@ def summarize(requests: list[RequestRecord], steps: list[tuple], slo: Slo | None
         "num_rejected": statuses.count("rejected"),
         "num_steps": len(steps),
     }
-    columns = dict(zip(STEP_COLUMNS, zip(*steps, strict=True), strict=True)) if steps else {}
+    def column(name: str) -> Iterable[Any]:
+        return map(itemgetter(STEP_COLUMNS.index(name)), steps)
+
     duration = steps[-1][1] + steps[-1][2] if steps else 0.0
     summary["duration"] = duration
     summary |= _stats((r.ttft for r in requests), "ttft", (50, 95, 99))
@@ -83,12 +86,12 @@ def summarize(requests: list[RequestRecord], steps: list[tuple], slo: Slo | None
     summary["token_gap_max"] = max(gaps) if gaps else None
 
     generated = sum(r.generated_tokens for r in requests)
-    prefill = sum(columns.get("prefill_tokens", ()))
-    decode = sum(columns.get("decode_tokens", ()))
-    recomputed = sum(columns.get("recomputed_tokens", ()))
+    prefill = sum(column("prefill_tokens"))
+    decode = sum(column("decode_tokens"))
+    recomputed = sum(column("recomputed_tokens"))
     summary["tokens_per_step"] = _ratio(generated, len(steps))
     summary["busy_tokens_per_step"] = _ratio(prefill + decode + recomputed, len(steps))
-    summary["busy_fraction"] = _ratio(sum(columns.get("duration", ())), duration)
+    summary["busy_fraction"] = _ratio(sum(column("duration")), duration)
     summary["throughput"] = _ratio(generated, duration)
     summary["requests_per_time"] = _ratio(summary["num_finished"], duration)
     summary["num_preemptions"] = sum(r.num_preemptions for r in requests)
@@ -97,14 +100,13 @@ def summarize(requests: list[RequestRecord], steps: list[tuple], slo: Slo | None
     summary["recompute_ratio"] = recomputed / generated if generated else 0.0
     summary["prefill_tokens"] = prefill
     summary["decode_tokens"] = decode
-    summary["swapped_blocks"] = (sum(columns.get("swapped_out_blocks", ()))
-                                 + sum(columns.get("swapped_in_blocks", ())))
-    used = columns.get("blocks_used", ())
-    summary["peak_blocks_used"] = max(used) if used else 0
-    summary["mean_blocks_used"] = float(np.mean(used)) if used else 0.0
+    summary["swapped_blocks"] = (sum(column("swapped_out_blocks"))
+                                 + sum(column("swapped_in_blocks")))
+    summary["peak_blocks_used"] = max(column("blocks_used"), default=0)
+    summary["mean_blocks_used"] = sum(column("blocks_used")) / len(steps) if steps else 0.0
     summary["final_blocks_used"] = final_blocks_used  # blocks still held when the run ended
-    summary["thrash_ratio_max"] = max(columns.get("thrash_ratio", ()), default=0.0)
-    summary["backpressure_steps"] = sum(columns.get("backpressure", ()))
+    summary["thrash_ratio_max"] = max(column("thrash_ratio"), default=0.0)
+    summary["backpressure_steps"] = sum(column("backpressure"))
     met = None
     if slo is not None and (slo.ttft is not None or slo.e2e is not None):
         met = sum(r.status == "finished"
