@@ -70,11 +70,14 @@ def shipped_scenarios_dir() -> Path:
 # -- run ------------------------------------------------------------------------------
 
 
-Files = Annotated[list[Path], typer.Argument(metavar="SCENARIO.yaml...",
-                                              help="Scenario YAML files.")]
-Out = Annotated[Path, typer.Option("--out", "-o", help="Folder for the records.")]
-Seed = Annotated[int | None, typer.Option("--seed", help="Override every variant's seed.")]
-Variants = Annotated[list[str], typer.Option("--variant", help="Only this variant (repeatable).")]
+Files = Annotated[list[Path], typer.Argument(metavar="SCENARIO", show_default=False,
+                                              help="Scenario YAML files (one or more).")]
+Out = Annotated[Path, typer.Option("--out", "-o", metavar="DIR",
+                                    help="Folder for the records.")]
+Seed = Annotated[int | None, typer.Option("--seed", metavar="N",
+                                           help="Override every variant's seed.")]
+Variants = Annotated[list[str], typer.Option("--variant", metavar="NAME",
+                                              help="Only this variant (repeatable).")]
 
 
 @app.command(epilog="Example: kvsched run scenarios/pool60.yaml --set engine.num_blocks=90")
@@ -159,26 +162,32 @@ def render_run(result: ScenarioRun, folder: Path) -> str:
 # -- sweep ----------------------------------------------------------------------------
 
 
-Values = Annotated[str | None, typer.Option(metavar="A..B|A..B:+S|A..B:xF|a,b")]
+Range = "A..B|A..B:+S|A..B:xF|a,b"
 
 
 @app.command(epilog="Example: kvsched sweep --budget 128..8192 --policy fcfs,spf -j 2")
 @friendly
 def sweep(
     scenario: Annotated[Path | None, typer.Argument(
-        metavar="[SCENARIO.yaml]", help="Scenario file (default: the lesson's demo).")] = None,
-    budget: Annotated[str | None, typer.Option(help="max_num_batched_tokens values.")] = None,
-    blocks: Annotated[str | None, typer.Option(help="num_blocks values.")] = None,
-    policy: Annotated[str | None, typer.Option(help="Policies, e.g. fcfs,spf.")] = None,
-    preemption: Annotated[str | None, typer.Option(help="recompute,swap")] = None,
+        metavar="[SCENARIO]", help="Scenario file (default: the lesson's demo).")] = None,
+    budget: Annotated[str | None, typer.Option(
+        metavar=Range, help="max_num_batched_tokens values, e.g. 128..8192.")] = None,
+    blocks: Annotated[str | None, typer.Option(
+        metavar=Range, help="num_blocks values, e.g. 60..480.")] = None,
+    policy: Annotated[str | None, typer.Option(
+        metavar="NAMES", help="Policies, e.g. fcfs,spf.")] = None,
+    preemption: Annotated[str | None, typer.Option(
+        metavar="MODES", help="Preemption modes: recompute,swap.")] = None,
     set_: Annotated[list[str], typer.Option(
         "--set", metavar="KEY=V1,V2",
         help="Sweep any field, e.g. engine.watermark=0,0.01,0.05.")] = [],  # noqa: B006
     variant: Variants = [],  # noqa: B006
     seed: Seed = None,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Parallel processes.")] = 1,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, metavar="N",
+                                      help="Parallel processes.")] = 1,
     out: Out = Path("results"),
-    name: Annotated[str | None, typer.Option(help="Results go to OUT/sweep-NAME/.")] = None,
+    name: Annotated[str | None, typer.Option(
+        metavar="NAME", help="Results go to OUT/sweep-NAME/.")] = None,
     plot: Annotated[bool, typer.Option("--plot", help="Also draw sweep.png.")] = False,
 ) -> None:
     """Run the grid of all values given; A..B doubles, A..B:+S steps, A..B:xF multiplies."""
