@@ -257,6 +257,7 @@ def run_record(variant: Variant, result: RunResult) -> dict[str, Any]:
     """Enough to rerun the variant: the resolved configuration as a standalone scenario."""
     scenario = variant.scenario
     resolved = variant.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    resolved.get("diagnosis", {}).pop("baseline", None)  # names a variant of the original
     workload = resolved.get("workload", {})
     base = scenario.base_dir.resolve()
     if isinstance(variant.spec.workload, TraceWorkload):
