@@ -47,7 +47,8 @@ class SloAdmission:
     each step priced by the time model. It counts all queued work, which is exact under FCFS
     and pessimistic under policies that let the newcomer jump ahead. It ignores memory.
     `throughput`: requests ahead + 1 divided by the admission rate of the last `window` steps
-    (it sees memory and head-of-line limits as they are); `tokens` until something was admitted.
+    (it sees memory and head-of-line limits as they are); `tokens` until the first window has
+    filled or admitted something; a full window with no admission counts as one.
     """
 
     ttft_slo: float
@@ -82,9 +83,13 @@ class AdmissionController:
     def estimate(self, seq: Seq, sched: Scheduler, now: float) -> float:
         """Predicted TTFT of `seq` if queued now (arrival at `seq.request.arrival_time`)."""
         wait = now - seq.request.arrival_time  # the step clock rounds arrivals up
-        if self.policy.estimator is Estimator.THROUGHPUT and self._admitted_sum:
-            span = self._admitted[-1][1] - self._admitted[0][0]
-            return wait + (len(sched.waiting) + 1) * span / self._admitted_sum
+        window = self._admitted
+        if self.policy.estimator is Estimator.THROUGHPUT and window and (
+                self._admitted_sum or len(window) >= self.policy.window):
+            # A full window that admitted nothing: the queue is stalled; assume one admission
+            # per window at best rather than the tokens estimate's optimism.
+            span = window[-1][1] - window[0][0]
+            return wait + (len(sched.waiting) + 1) * span / max(1, self._admitted_sum)
         running = len(sched.running)
         per_step = max(1, sched.config.max_num_batched_tokens - running)
         work = sched.waiting.queued_tokens + seq.prompt_len

@@ -116,7 +116,8 @@ def starvation(result: RunResult, thresholds: Thresholds) -> Incident | None:
         groups = Counter(_reason_group(r.reason) for r in starved)
         longest = max(end - r.arrival_time for r in starved)
         why = ", ".join(f"{n}: {group}" for group, n in groups.most_common())
-        parts.append(f"{len(starved)} never ran ({why}), waiting up to {longest:.4g} {unit}")
+        waited = f", waiting up to {longest:.4g} {unit}" if longest > 0 else ""
+        parts.append(f"{len(starved)} never ran ({why}){waited}")
         evidence |= {"num_starved": len(starved), "reasons": dict(groups),
                      "longest_wait": longest}
     if overtaken:
@@ -159,19 +160,24 @@ def head_of_line(result: RunResult, thresholds: Thresholds) -> Incident | None:
     status = {r.request_id: r.status for r in result.requests}
     forever = [i for i in intervals if status.get(i[0]) in ("starved", "unfinished")
                and i[3] is None]
-    head, detail, start, _, stop = max(intervals, key=lambda i: i[4] - i[2])
+    head, detail, start, released, stop = max(intervals, key=lambda i: i[4] - i[2])
     e2e = [r.e2e_latency for r in result.requests if r.e2e_latency is not None]
-    typical = float(np.median(e2e)) if e2e else _end_time(result)
-    if not forever and stop - start <= thresholds.hol_factor * typical:
+    typical = float(np.median(e2e)) if e2e else None
+    blocked = stop - start
+    if not forever and (typical is None or blocked <= thresholds.hol_factor * typical):
         return None
     waiting = sum(1 for r in result.requests if r.request_id != head
                   and r.arrival_time <= stop and r.status != "rejected"
                   and (r.first_scheduled_time is None or r.first_scheduled_time > start))
-    message = (f"head_of_line: {head} ({detail}) held {waiting} requests back for "
-               f"{stop - start:.4g} {unit}, {(stop - start) / typical:.3g}x the median "
-               f"end-to-end latency")
-    if forever:
-        message += f"; {len(forever)} head(s) never ran"
+    if released is None and status.get(head) in ("starved", "unfinished"):
+        span = "for good (it never runs)"
+    else:
+        span = f"for {blocked:.4g} {unit}"
+        if typical:
+            span += f", {blocked / typical:.3g}x the median end-to-end latency"
+    message = f"head_of_line: {head} ({detail}) held {waiting} requests back {span}"
+    if len(forever) > 1:
+        message += f"; {len(forever)} heads never ran"
     return Incident("head_of_line", message, {
         "head": head, "detail": detail, "held_back": waiting, "longest_block": stop - start,
         "median_e2e": typical, "heads_never_ran": len(forever), "num_blocks": len(intervals)})
