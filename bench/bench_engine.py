@@ -1,11 +1,12 @@
 """`make bench`: how fast the engine replays traffic, with its records.
 
-Cases (each in a fresh process, so peak memory is its own; best of --repeat wall times):
-- azure: the Azure 2023 conversation trace (19,366 requests, one hour) at budget 16384,
-  20,000 blocks of 16 tokens, 256 sequences, one step = 25 ms;
-- azure-plain: the same work through a plain Python step loop (the lesson's loop touching
-  every running request every step, no records): the yardstick the engine is measured by;
-- synthetic-100k: 100,000 requests of Azure-like lengths arriving at 20 req/s, same engine.
+Workloads, all on one engine (budget 16384, 20,000 blocks of 16 tokens, 256 sequences, one
+step = 25 ms), each in a fresh process (peak memory is its own; best of --repeat times):
+- azure: the Azure 2023 conversation trace (19,366 requests, one hour; ~29 running);
+- busy: 30,000 chat requests at 20 req/s (~140 running);
+- synthetic-100k: 100,000 requests of Azure-like lengths at 20 req/s.
+Each also as `<workload>-plain`: the same work through a plain Python step loop (the lesson's
+loop touching every running request every step, recording nothing), the yardstick.
 
 Prints requests/s and decode tokens/s simulated and peak memory, and writes them to
 results/bench.csv.
@@ -27,7 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_TRACE = ROOT.parent / "shared/traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv"
 SHIPPED_TRACE = ROOT / "scenarios/traces/AzureLLMInferenceTrace_conv.csv"
-CASES = ("azure", "azure-plain", "synthetic-100k")
+WORKLOADS = ("azure", "busy", "synthetic-100k")
+CASES = tuple(f"{w}{suffix}" for w in WORKLOADS for suffix in ("", "-plain"))
 
 
 def engine_config():
@@ -46,15 +48,25 @@ def azure_requests():
     return build_requests(spec)
 
 
-def synthetic_requests():
+def synthetic_requests(num_requests: int, prompt_median: int, output_median: int):
     from kvsched.schema import SyntheticWorkload
     from kvsched.workload import build_requests
 
     spec = SyntheticWorkload.model_validate({
-        "kind": "synthetic", "num_requests": 100_000, "arrival": {"kind": "poisson", "rate": 20},
-        "prompt_len": {"kind": "lognormal", "median": 1020, "sigma": 0.8, "max": 14000},
-        "output_len": {"kind": "lognormal", "median": 129, "sigma": 0.9, "max": 1000}})
+        "kind": "synthetic", "num_requests": num_requests,
+        "arrival": {"kind": "poisson", "rate": 20},
+        "prompt_len": {"kind": "lognormal", "median": prompt_median, "sigma": 0.8, "max": 14000},
+        "output_len": {"kind": "lognormal", "median": output_median, "sigma": 0.9,
+                       "max": 1000}})
     return build_requests(spec, seed=0)
+
+
+def requests_for(workload: str):
+    if workload == "azure":
+        return azure_requests()
+    if workload == "busy":
+        return synthetic_requests(30_000, 400, 200)
+    return synthetic_requests(100_000, 1020, 129)
 
 
 def plain_loop(requests, budget=16384, block_size=16, num_blocks=20_000, max_seqs=256,
@@ -107,9 +119,9 @@ def plain_loop(requests, budget=16384, block_size=16, num_blocks=20_000, max_seq
 def run_case(case: str) -> dict:
     from kvsched import ConstantStep, simulate
 
-    requests = azure_requests() if case.startswith("azure") else synthetic_requests()
+    requests = requests_for(case.removesuffix("-plain"))
     start = time.perf_counter()
-    if case == "azure-plain":
+    if case.endswith("-plain"):
         steps, decoded = plain_loop(requests)
         finished = len(requests)
     else:
