@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
 
+from kvsched.records import RequestRecord
 from kvsched.scheduler import Scheduler
 from kvsched.sequence import Seq
 from kvsched.timing import TimeModel
@@ -29,6 +30,17 @@ class Slo:
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"slo {name} must be > 0, got {value}")
+
+    @property
+    def is_set(self) -> bool:
+        return self.ttft is not None or self.e2e is not None
+
+    def met(self, record: RequestRecord) -> bool:
+        """Whether a request finished within every target."""
+        return (record.status == "finished"
+                and (self.ttft is None or record.ttft is not None and record.ttft <= self.ttft)
+                and (self.e2e is None
+                     or record.e2e_latency is not None and record.e2e_latency <= self.e2e))
 
 
 class Estimator(StrEnum):

@@ -18,7 +18,9 @@ class Action(StrEnum):
 class Backpressure:
     """The thrashing signal (the lesson's exercise 3).
 
-    `thrash_ratio` = recomputed tokens / newly generated tokens over the last `window` steps.
+    `thrash_ratio` = recomputed tokens / newly generated tokens over the last `window` steps;
+    under swap, tokens of KV moved to host and back count with the recomputed ones (the same
+    waste: work that produces no new token).
     The signal goes up when it exceeds `threshold` and down when it falls below `release`
     (or when the engine goes idle). `act`: `pause` admits nothing while it is up, not even an
     evicted request; `reserve` admits a request only if the pool can hold every running

@@ -262,15 +262,12 @@ def _spread(summary: dict[str, Any]) -> float | None:
 
 
 def slo_violation(result: RunResult, thresholds: Thresholds, slo: Slo | None) -> Incident | None:
-    if slo is None or (slo.ttft is None and slo.e2e is None):
+    if slo is None or not slo.is_set:
         return None
     admitted = [r for r in result.requests if r.status != "rejected"]
     if not admitted:
         return None
-    missed = [r for r in admitted if not (
-        r.status == "finished"
-        and (slo.ttft is None or r.ttft is not None and r.ttft <= slo.ttft)
-        and (slo.e2e is None or r.e2e_latency is not None and r.e2e_latency <= slo.e2e))]
+    missed = [r for r in admitted if not slo.met(r)]
     share = len(missed) / len(admitted)
     if share <= thresholds.slo_miss_share:
         return None

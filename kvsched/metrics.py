@@ -107,12 +107,7 @@ def summarize(requests: list[RequestRecord], steps: list[tuple], slo: Slo | None
     summary["final_blocks_used"] = final_blocks_used  # blocks still held when the run ended
     summary["thrash_ratio_max"] = max(column("thrash_ratio"), default=0.0)
     summary["backpressure_steps"] = sum(column("backpressure"))
-    met = None
-    if slo is not None and (slo.ttft is not None or slo.e2e is not None):
-        met = sum(r.status == "finished"
-                  and (slo.ttft is None or r.ttft is not None and r.ttft <= slo.ttft)
-                  and (slo.e2e is None or r.e2e_latency is not None and r.e2e_latency <= slo.e2e)
-                  for r in requests)
+    met = sum(map(slo.met, requests)) if slo is not None and slo.is_set else None
     summary["num_slo_met"] = met
     summary["slo_attainment"] = None if met is None else _ratio(met, len(requests))
     summary["goodput"] = None if met is None else _ratio(met, duration)

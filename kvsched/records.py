@@ -35,7 +35,8 @@ STEP_COLUMNS = (
 (after admissions and preemptions, before finishes); `prefill_tokens` are first-time prefill
 tokens, `recomputed_tokens` prefill tokens recomputed after preemption, `decode_tokens` one
 per decoding request (swap-ins included); `budget_used` is their sum; `thrash_ratio` is
-recomputed / newly generated tokens over the backpressure window ending at this step, and
+(recomputed + swapped) / newly generated tokens over the backpressure window ending at this
+step (swapped: tokens of KV moved to host and back), and
 `backpressure` 1 while that signal is up."""
 
 EVENT_COLUMNS = ("step", "time", "request_id", "event", "detail")

@@ -346,9 +346,7 @@ class Scheduler:
                 if not pool.can_admit(need):
                     self._stopped_at = (seq, f"needs {need} blocks", budget)
                     break
-                waiting.pop()
-                pool.allocate(need)
-                seq.blocks = need
+                self._take_head(plan, seq, need)
                 plan.swapped_in_blocks += seq.host_blocks
                 seq.num_swapped_blocks += seq.host_blocks
                 self.events.append((plan.step, plan.time, request.request_id, "swap_in",
@@ -376,9 +374,7 @@ class Scheduler:
                 if not pool.can_admit(need):
                     self._stopped_at = (seq, f"needs {need} blocks", budget)
                     break
-                waiting.pop()
-                pool.allocate(need)
-                seq.blocks = need
+                self._take_head(plan, seq, need)
                 seq.prefill_left = tokens
                 if seq.first_scheduled_time is None:
                     seq.first_scheduled_time = plan.time
@@ -388,17 +384,18 @@ class Scheduler:
                     detail += f", first chunk {chunk}"
                 self.events.append((plan.step, plan.time, request.request_id, "admit", detail))
                 budget -= chunk
-                self._admissions += 1
-                seq.admit_seq = self._admissions
-                self.committed_blocks += seq.lifetime_blocks
                 self._prefill_chunk(plan, seq, chunk)
-                plan.num_admitted += 1
-                continue
-            self._admissions += 1
-            seq.admit_seq = self._admissions
-            self.committed_blocks += seq.lifetime_blocks
-            plan.num_admitted += 1
         return budget
+
+    def _take_head(self, plan: StepPlan, seq: Seq, blocks: int) -> None:
+        """Admit the head of the waiting queue: pop it, give it `blocks`, count it."""
+        self.waiting.pop()
+        self.pool.allocate(blocks)
+        seq.blocks = blocks
+        self._admissions += 1
+        seq.admit_seq = self._admissions
+        self.committed_blocks += seq.lifetime_blocks
+        plan.num_admitted += 1
 
     def _track_head_of_line(self, plan: StepPlan) -> None:
         """Record head-of-line blocking: the head cannot be admitted, the next one could.

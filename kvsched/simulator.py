@@ -98,7 +98,9 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
         end = now + duration
         sched.postprocess(plan, end)
         signal = monitor.signal
-        ratio = monitor.update(plan.recomputed_tokens, plan.num_decodes + len(plan.produced))
+        moved = (plan.swapped_out_blocks + plan.swapped_in_blocks) * config.block_size
+        ratio = monitor.update(plan.recomputed_tokens + moved,
+                               plan.num_decodes + len(plan.produced))
         if monitor.signal != signal:
             _backpressure_event(sched, plan, monitor, ratio)
             sched.admitting = not (monitor.signal and action is Action.PAUSE)

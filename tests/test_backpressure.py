@@ -177,7 +177,8 @@ def generated_per_row(result: RunResult) -> list[int]:
 
 
 def window_ratios(result: RunResult, window: int, generated: list[int]) -> list[float]:
-    """Each row's ratio recomputed from its columns (the window restarts at an idle clear)."""
+    """Each row's ratio recomputed from its columns (the window restarts at an idle clear):
+    recomputed tokens plus tokens of KV swapped out and in, over generated tokens."""
     idle_clears = [e[0] for e in result.events
                    if e[3] == "backpressure" and e[4] == "off: the engine is idle"]
     ratios: list[float] = []
@@ -186,7 +187,8 @@ def window_ratios(result: RunResult, window: int, generated: list[int]) -> list[
     for r, tokens in zip(rows(result), generated, strict=True):
         if any(previous_step < s <= r["step"] for s in idle_clears):
             recent = []
-        recent.append((r["recomputed_tokens"], tokens))
+        moved = (r["swapped_out_blocks"] + r["swapped_in_blocks"]) * result.config.block_size
+        recent.append((r["recomputed_tokens"] + moved, tokens))
         recomputed = sum(x for x, _ in recent[-window:])
         generated_in_window = sum(g for _, g in recent[-window:])
         ratios.append(recomputed / max(1, generated_in_window))
@@ -359,3 +361,12 @@ def test_reserve_holds_back_a_request_the_pool_could_not_finish(window, late_sta
     late = rec(result, "late")
     assert (late.first_scheduled_time, late.ttft) == (late_start, late_start + 1 - 50)
     assert row(result, late_start)["backpressure"] == (window == 100)
+
+
+def test_swap_thrashing_raises_the_signal_too():
+    """Under swap nothing is recomputed, but KV moved back and forth counts: the signal rises."""
+    config = EngineConfig(num_blocks=30, watermark=0, preemption="swap")
+    result = simulate(busy_small_pool(), config)
+    assert result.summary["recomputed_tokens"] == 0 and result.summary["swapped_blocks"] > 0
+    assert result.summary["backpressure_steps"] > 0
+    assert result.summary["thrash_ratio_max"] > 0.2

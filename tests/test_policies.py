@@ -199,3 +199,10 @@ def test_fcfs_aging_changes_nothing():
     aged = simulate(AGING_WORKLOAD, SERIAL, make_policy("fcfs", aging=10.0))
     assert service_order(plain) == service_order(aged) == ["r0", "L", "s1", "s2"]
     assert plain.requests == aged.requests
+
+
+@pytest.mark.parametrize("name", ["fcfs", "spf", "priority"])
+def test_negative_aging_is_refused(name):
+    """Negative aging would favour the newest arrivals: refused with the parameter named."""
+    with pytest.raises(ValueError, match="aging must be >= 0"):
+        make_policy(name, aging=-1)

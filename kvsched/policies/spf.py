@@ -19,5 +19,9 @@ class ShortestPromptFirst:
 
     aging: float = 0.0
 
+    def __post_init__(self) -> None:
+        if not self.aging >= 0:
+            raise ValueError(f"aging must be >= 0, got {self.aging}")
+
     def key(self, request: Request, enqueue_time: float) -> SortKey:
         return (request.prompt_len + self.aging * enqueue_time, enqueue_time)
