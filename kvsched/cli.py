@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -17,17 +16,26 @@ from tabulate import tabulate
 
 from kvsched.errors import KvschedError
 from kvsched.policies import builtin_policies
-from kvsched.report import comparison_table, fmt, incident_kinds, write_csv, write_json
+from kvsched.report import comparison_table, fmt, incident_kinds, sweep_table
 from kvsched.runner import (
     ScenarioRun,
     describe,
+    missing_baselines,
     prepare,
     requests_of,
     run_scenario,
     write_scenario,
 )
 from kvsched.scenario import Assignment, Scenario, load_scenario
-from kvsched.sweep import OPTION_PATHS, Axis, SweepSource, parse_axis, parse_set_axis, run_sweep
+from kvsched.sweep import (
+    OPTION_PATHS,
+    Axis,
+    SweepSource,
+    parse_axis,
+    parse_set_axis,
+    run_sweep,
+    write_sweep,
+)
 
 app = typer.Typer(
     help="A laboratory for the scheduler of an LLM serving engine: run YAML scenarios, "
@@ -101,6 +109,11 @@ def run(
     """Run every variant of each scenario, write records to OUT/<scenario>/, compare them."""
     sets = [Assignment.parse(text) for text in set_]
     loaded = [load_scenario(path, sets, seed) for path in scenarios]
+    for i, scenario in enumerate(loaded):
+        twin = next((o for o in loaded[:i] if o.name == scenario.name), None)
+        if twin is not None:
+            raise KvschedError(f"{scenario.source}: name '{scenario.name}' is also the name of "
+                               f"{twin.source}: both would write {out}/{scenario.name}/")
     workloads = [prepare(scenario, variant) for scenario in loaded]  # all valid before any run
     payload: list[dict[str, Any]] = []
     failed = False
@@ -146,6 +159,9 @@ def render_run(result: ScenarioRun, folder: Path) -> str:
     for name, summary in summaries:
         for incident in summary["incidents"]:
             lines.append(f"  {name}: {incident['message']}")
+    for baseline in missing_baselines(result):
+        lines.append(f"  (comparisons with the baseline '{baseline}' skipped: it was not run; "
+                     f"add --variant {baseline})")
     if result.checks:
         lines.append("")
         rows = []
@@ -213,40 +229,13 @@ def sweep(
         task = progress.add_task("sweep", total=points)
         frame = run_sweep(source, axes, variant, jobs, lambda: progress.advance(task))
     folder = out / f"sweep-{name or loaded.name}"
-    _write_sweep(folder, frame, axes, source)
-    typer.echo(render_sweep(frame, axes))
+    write_sweep(folder, frame, axes, source)
+    typer.echo(sweep_table(frame, [axis.path for axis in axes]))
     if plot:
         from kvsched.plots import plot_sweep_folder
 
         plot_sweep_folder(folder)
     typer.echo(f"records: {folder}/summary.csv")
-
-
-def _write_sweep(folder: Path, frame: Any, axes: list[Axis], source: SweepSource) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".summary.csv.{os.getpid()}"
-    write_csv(frame, tmp)
-    os.replace(tmp, folder / "summary.csv")
-    tmp_json = folder / f".sweep.json.{os.getpid()}"
-    write_json({"source": source.source, "seed": source.seed,
-                "axes": [{"path": a.path, "option": a.option, "values": list(a.values),
-                          "geometric": a.geometric} for a in axes]}, tmp_json)
-    os.replace(tmp_json, folder / "sweep.json")
-
-
-def render_sweep(frame: Any, axes: list[Axis]) -> str:
-    shown = [("completed", lambda r: f"{r['num_finished']}/{r['num_requests']}"),
-             ("starved", lambda r: r["num_starved"]), ("TTFT p50", lambda r: r["ttft_p50"]),
-             ("p99", lambda r: r["ttft_p99"]), ("preempt", lambda r: r["num_preemptions"]),
-             ("recompute ratio", lambda r: r["recompute_ratio"]),
-             ("tokens/step", lambda r: r["tokens_per_step"])]
-    headers = [a.path for a in axes] + ["variant"] + [title for title, _ in shown]
-    rows = []
-    for record in frame.to_dict("records"):
-        record = {k: (None if isinstance(v, float) and v != v else v) for k, v in record.items()}
-        rows.append([fmt(record[a.path]) for a in axes] + [record["variant"]]
-                    + [fmt(get(record)) for _, get in shown])
-    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
 
 
 # -- validate, policies, scenarios ------------------------------------------------------

@@ -2,8 +2,8 @@
 
 Five detectors read a run's records (and, for comparisons, the baseline variant's):
 - starvation: requests that never ran (and why), or that waited more than
-  `overtaken_factor` median end-to-end latencies while at least as many later arrivals
-  overtook them;
+  `overtaken_factor` median end-to-end latencies while at least `overtaken_by` later
+  arrivals overtook them;
 - head_of_line: a head that cannot be admitted while a request behind it would fit, either
   forever (the head never runs) or for longer than `hol_factor` times the median
   end-to-end latency (waiting about one service time behind a big request is ordinary
@@ -47,6 +47,7 @@ class Thresholds:
     class_tail_ratio: float = 5.0
     slo_miss_share: float = 0.05
     overtaken_factor: float = 10.0
+    overtaken_by: int = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +133,8 @@ def starvation(result: RunResult, thresholds: Thresholds) -> Incident | None:
 
 def _overtaken(result: RunResult,
                thresholds: Thresholds) -> list[tuple[RequestRecord, float, int]]:
-    """Requests that waited > factor x the median end-to-end latency and were overtaken by at
-    least `factor` later arrivals (checked for the longest waits only)."""
+    """Requests that waited > `overtaken_factor` x the median end-to-end latency and were
+    overtaken by at least `overtaken_by` later arrivals (checked for the longest waits only)."""
     served = [r for r in result.requests if r.queue_time is not None]
     e2e = [r.e2e_latency for r in result.requests if r.e2e_latency is not None]
     if len(served) < 2 or not e2e:
@@ -147,7 +148,7 @@ def _overtaken(result: RunResult,
         if waits[i] <= limit:
             break
         by = int(np.count_nonzero((arrivals > arrivals[i]) & (starts < starts[i])))
-        if by >= thresholds.overtaken_factor:
+        if by >= thresholds.overtaken_by:
             found.append((served[i], float(waits[i]), by))
     return found
 

@@ -122,3 +122,27 @@ def summary_frame(rows: Sequence[tuple[str, dict[str, Any]]]) -> pd.DataFrame:
     records = [{"variant": name, **{key: _cell(value) for key, value in summary.items()}}
                for name, summary in rows]
     return pd.DataFrame.from_records(records)
+
+
+SWEEP_COLUMNS: list[Column] = [
+    ("completed", lambda r: f"{r['num_finished']}/{r['num_requests']}"),
+    ("starved", lambda r: r["num_starved"]),
+    ("TTFT p50", lambda r: r["ttft_p50"]),
+    ("p99", lambda r: r["ttft_p99"]),
+    ("preempt", lambda r: r["num_preemptions"]),
+    ("recompute ratio", lambda r: r["recompute_ratio"]),
+    ("tokens/step", lambda r: r["tokens_per_step"]),
+    ("incidents", lambda r: r.get("incidents") or "-"),
+]
+
+
+def sweep_table(frame: pd.DataFrame, paths: Sequence[str]) -> str:
+    """One row per grid point and variant: the swept values, then the key figures."""
+    rows = []
+    for record in frame.to_dict("records"):
+        cells = {str(k): (None if isinstance(v, float) and math.isnan(v) else v)
+                 for k, v in record.items()}
+        rows.append([fmt(cells[p]) for p in paths] + [cells["variant"]]
+                    + [fmt(get(cells)) for _, get in SWEEP_COLUMNS])
+    headers = [*paths, "variant", *(title for title, _ in SWEEP_COLUMNS)]
+    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)

@@ -122,18 +122,32 @@ def run_variant(variant: Variant, record_batches: bool = False,
                     record_batches=record_batches)
 
 
+def thresholds_of(spec: RunSpec) -> Thresholds:
+    return Thresholds(**spec.diagnosis.model_dump(exclude={"baseline"}))
+
+
+def baseline_name(variant: Variant) -> str:
+    """The variant a run's diagnosis compares with (`diagnosis.baseline`, else the first)."""
+    return variant.spec.diagnosis.baseline or variant.scenario.variants[0].name
+
+
+def missing_baselines(run: ScenarioRun) -> list[str]:
+    """Baselines some run should be compared with but that were not run (--variant)."""
+    ran = {r.name for r in run.runs}
+    wanted = {baseline_name(r.variant) for r in run.runs}
+    return sorted(wanted - ran)
+
+
 def diagnose_runs(runs: list[VariantRun]) -> list[VariantRun]:
     """Each run with its incidents; comparisons are against the run's baseline variant
     (`diagnosis.baseline`, by default the first variant of the scenario)."""
     by_name = {run.name: run for run in runs}
-    first = runs[0].variant.scenario.variants[0].name if runs else None
     out = []
     for run in runs:
         spec = run.variant.spec
-        name = spec.diagnosis.baseline or first
-        baseline = by_name.get(name) if name and name != run.name else None
-        thresholds = Thresholds(**spec.diagnosis.model_dump(exclude={"baseline"}))
-        incidents = diagnose(run.result, thresholds,
+        name = baseline_name(run.variant)
+        baseline = by_name.get(name) if name != run.name else None
+        incidents = diagnose(run.result, thresholds_of(spec),
                              baseline.result if baseline else None, slo_of(spec))
         out.append(replace(run, incidents=tuple(incidents)))
     return out

@@ -21,9 +21,17 @@ from pydantic import BaseModel, ValidationError
 from kvsched.diagnosis import INCIDENT_KEYS
 from kvsched.errors import ScenarioError
 from kvsched.metrics import CLASS_KEYS, SUMMARY_KEYS
-from kvsched.schema import OVERRIDABLE, Expectation, RunSpec, ScenarioSpec
+from kvsched.schema import (
+    OVERRIDABLE,
+    Expectation,
+    InlineWorkload,
+    RunSpec,
+    ScenarioSpec,
+    SyntheticWorkload,
+)
 
 Path_ = tuple[str | int, ...]
+SCENARIO_ONLY = ("name",)  # --set keys that belong to the file, not to each variant
 
 
 @dataclass(frozen=True)
@@ -138,6 +146,9 @@ def load_scenario_text(text: str, source: str, base_dir: Path,
     sets = tuple(a if isinstance(a, Assignment) else Assignment.parse(a) for a in assignments)
     if seed is not None:
         sets += (Assignment(("seed",), seed, f"seed={seed}", "--seed"),)
+    for assignment in sets:
+        if assignment.path[0] in SCENARIO_ONLY:  # --set name=...: picks the results folder
+            raw = {**raw, assignment.path[0]: assignment.value}
     try:
         spec = ScenarioSpec.model_validate(raw)
     except ValidationError as exc:
@@ -173,7 +184,8 @@ def _resolve_variants(scenario: Scenario) -> tuple[Variant, ...]:
     for name, position, body in named:
         resolved = _merge(base, body)
         for assignment in scenario.assignments:
-            resolved = _assign(resolved, assignment)
+            if assignment.path[0] not in SCENARIO_ONLY:
+                resolved = _assign(resolved, assignment)
         try:
             spec = RunSpec.model_validate(resolved)
         except ValidationError as exc:
@@ -196,18 +208,37 @@ def _check_expectations(scenario: Scenario) -> None:
             if value is not None and value not in names:
                 raise scenario.error_at(("expect", i, key), None,
                                         unknown_value("variant", value, names))
+        classes = known_classes(scenario)
         for key in ("metric", "per"):
             metric = getattr(expectation, key)
-            if metric is not None and not is_known_metric(metric):
-                raise scenario.error_at(("expect", i, key), None, unknown_value(
-                    "metric", metric, (*SUMMARY_KEYS, *INCIDENT_KEYS)))
+            if metric is not None and not is_known_metric(metric, classes):
+                expected = [*SUMMARY_KEYS, *INCIDENT_KEYS,
+                            *(f"{k}_{c}" for c in sorted(classes or ()) for k in CLASS_KEYS)]
+                raise scenario.error_at(("expect", i, key), None,
+                                        unknown_value("metric", metric, expected))
 
 
-def is_known_metric(metric: str) -> bool:
-    """A summary key, or a per-class key such as `ttft_p99_long`."""
+def known_classes(scenario: Scenario) -> set[str] | None:
+    """The request classes the variants' workloads can produce, or None if a trace decides."""
+    classes: set[str] = set()
+    for variant in scenario.variants:
+        workload = variant.spec.workload
+        if isinstance(workload, InlineWorkload):
+            classes |= {r.class_ for r in workload.requests if r.class_ is not None}
+        elif isinstance(workload, SyntheticWorkload):
+            classes |= {c.name for c in workload.mix or ()}
+        else:
+            return None
+    return classes
+
+
+def is_known_metric(metric: str, classes: set[str] | None = None) -> bool:
+    """A summary key, or a per-class key such as `ttft_p99_long` (of a class in `classes`,
+    when the classes are known)."""
     if metric in SUMMARY_KEYS or metric in INCIDENT_KEYS:
         return True
     return any(metric.startswith(f"{key}_") and len(metric) > len(key) + 1
+               and (classes is None or metric[len(key) + 1:] in classes)
                for key in CLASS_KEYS)
 
 

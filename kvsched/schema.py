@@ -351,6 +351,7 @@ class DiagnosisSpec(Strict):
     class_tail_ratio: PositiveFloat = 5.0
     slo_miss_share: Annotated[float, Field(ge=0, le=1)] = 0.05
     overtaken_factor: PositiveFloat = 10.0
+    overtaken_by: PositiveInt = 10
 
 
 def _expand_policy(value: Any) -> Any:

@@ -7,6 +7,7 @@ Values: `A..B` doubles from A up to B (128..8192: 128, 256, ..., 8192), `A..B:+S
 from __future__ import annotations
 
 import itertools
+import os
 import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -17,8 +18,10 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from kvsched.diagnosis import diagnose, incident_flags
 from kvsched.errors import KvschedError, ScenarioError
-from kvsched.runner import run_variant, select
+from kvsched.report import write_csv, write_json
+from kvsched.runner import run_variant, select, slo_of, thresholds_of
 from kvsched.scenario import Assignment, Scenario, load_scenario_text
 
 OPTION_PATHS = {
@@ -156,11 +159,15 @@ class SweepSource:
 
 
 def _run_point(job: tuple[SweepSource, dict[str, Any], str]) -> dict[str, Any]:
+    """One grid point: its summary, diagnosed on its own (no baseline to compare with)."""
     source, point, variant_name = job
     scenario = source.load(point)
     variant = next(v for v in scenario.variants if v.name == variant_name)
     result = run_variant(variant)
-    return {"time_unit": result.time_unit, **result.summary}
+    spec = variant.spec
+    incidents = diagnose(result, thresholds_of(spec), None, slo_of(spec))
+    return {"time_unit": result.time_unit, **result.summary, **incident_flags(incidents),
+            "incidents": "; ".join(incident.kind for incident in incidents)}
 
 
 def run_sweep(source: SweepSource, axes: Sequence[Axis], variants: Sequence[str] = (),
@@ -191,3 +198,17 @@ def run_sweep(source: SweepSource, axes: Sequence[Axis], variants: Sequence[str]
     rows = [{**point, "variant": name, **summary}
             for (_, point, name), summary in zip(work, summaries, strict=True)]
     return pd.DataFrame.from_records(rows)
+
+
+def write_sweep(folder: Path, frame: pd.DataFrame, axes: Sequence[Axis],
+                source: SweepSource) -> None:
+    """`summary.csv` and `sweep.json` (the grid), each written whole or not at all."""
+    folder.mkdir(parents=True, exist_ok=True)
+    grid_spec = {"source": source.source, "seed": source.seed,
+                 "axes": [{"path": a.path, "option": a.option, "values": list(a.values),
+                           "geometric": a.geometric} for a in axes]}
+    for name, write in (("summary.csv", lambda p: write_csv(frame, p)),
+                        ("sweep.json", lambda p: write_json(grid_spec, p))):
+        staged = folder / f".{name}.{os.getpid()}"
+        write(staged)
+        os.replace(staged, folder / name)

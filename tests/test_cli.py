@@ -424,3 +424,29 @@ def test_python_dash_m_kvsched_works():
     assert done.returncode == 0, done.stderr
     assert all(command in done.stdout for command in COMMANDS)
     assert "Usage: kvsched" in done.stdout
+
+
+def test_set_name_picks_the_results_folder(lab, tmp_path):
+    """--set name=other writes results/other/ instead of results/lab/."""
+    run_ok("run", lab, "--out", tmp_path / "out", "--set", "name=other", "--no-check")
+    assert (tmp_path / "out" / "other" / "summary.csv").is_file()
+    assert not (tmp_path / "out" / "lab").exists()
+
+
+def test_sweep_rows_carry_the_diagnosis(lab, tmp_path):
+    """Each sweep row has num_incidents, the incident_<kind> flags and the incident kinds."""
+    run_ok("sweep", lab, "--budget", "16,512", "--out", tmp_path / "out")
+    frame = pd.read_csv(tmp_path / "out" / "sweep-lab" / "summary.csv")
+    assert {"num_incidents", "incident_starvation", "incidents"} <= set(frame.columns)
+    tiny = frame[frame["engine.max_num_batched_tokens"] == 16]
+    assert (tiny["incident_starvation"] == 1).all()  # prompts of 10..400 tokens over 16
+    assert tiny["incidents"].str.contains("starvation").all()
+
+
+def test_a_baseline_left_out_by_variant_is_named(lab, tmp_path):
+    """--variant without the diagnosis baseline: the output says comparisons were skipped."""
+    names = yaml.safe_load(lab.read_text())["variants"]
+    second = names[1]["name"]
+    result = run_ok("run", lab, "--variant", second, "--out", tmp_path / "out", "--no-check")
+    first = names[0]["name"]
+    assert f"comparisons with the baseline '{first}' skipped" in result.output

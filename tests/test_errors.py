@@ -552,3 +552,11 @@ def test_duplicate_keys(tmp_path):
     line, path = run_error(tmp_path, "name: s\nengine: {num_blocks: 0}\n" + INLINE
                            + "engine: {num_blocks: 100}\n")
     assert f"{path}:4: engine" in line and "duplicate" in line
+
+
+def test_two_files_with_the_same_name(tmp_path):
+    """Two scenario files named alike in one run would overwrite each other: refused."""
+    first = write(tmp_path, "a.yaml", "name: same\n" + INLINE)
+    second = write(tmp_path, "b.yaml", "name: same\n" + INLINE)
+    line = error_line(tmp_path, "run", first, second)
+    assert str(second) in line and "name 'same'" in line and str(first) in line

@@ -336,9 +336,31 @@ def test_expectation_ratio_to_a_zero_reference_fails():
     assert check.passed is False
 
 
+MIX = """\
+    workload:
+      kind: synthetic
+      num_requests: 10
+      arrival: {kind: all_at_once}
+      mix:
+        - {name: short, weight: 1, prompt_len: 10, output_len: 3}
+        - {name: long, weight: 1, prompt_len: 100, output_len: 3}
+    """
+
+
+def test_a_per_class_metric_must_name_a_class_of_the_workload(tmp_path):
+    """`ttft_p99_lnog` on a workload with classes short and long: refused, classes listed."""
+    with pytest.raises(ScenarioError) as caught:
+        load(tmp_path, "name: s\n", MIX, """\
+            expect:
+              - {variant: base, metric: ttft_p99_lnog, op: "<", value: 1}
+            """)
+    assert caught.value.field == "expect[0].metric"
+    assert "did you mean 'ttft_p99_long'?" in caught.value.message
+
+
 def test_expectations_load_from_the_file(tmp_path):
     """`expect:` entries load with their fields, per-class metrics included."""
-    scenario = load(tmp_path, "name: s\n", SYNTHETIC, """\
+    scenario = load(tmp_path, "name: s\n", MIX, """\
         variants: [{name: a}, {name: b}]
         expect:
           - {variant: b, metric: num_preemptions, op: ">", value: 5, ratio_to: a, note: soar}
