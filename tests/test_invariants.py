@@ -22,6 +22,8 @@ from kvsched import (
     make_policy,
     simulate,
 )
+from kvsched.admission import SloAdmission
+from kvsched.backpressure import Backpressure
 
 STATUSES = {"finished", "starved", "unfinished", "rejected"}
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -320,3 +322,26 @@ def test_roomy_engine_finishes_everyone_without_preemption(requests, config, clo
         for r in result.requests:
             assert r.finish_time == math.ceil(r.arrival_time) + r.output_len
             assert r.max_token_gap in (None, 1)
+
+
+@settings(max_examples=600, **SETTINGS)
+@given(crowded_runs(), policies, clocks,
+       st.sampled_from(["none", "pause", "reserve"]), st.sampled_from([1, 5, 50]),
+       st.one_of(st.none(), st.builds(SloAdmission, st.sampled_from([0.5, 3.0, 20.0]),
+                                      st.sampled_from(["tokens", "throughput"]),
+                                      st.sampled_from([1, 10]))))
+def test_invariants_hold_with_backpressure_and_admission(run, policy, clock, act, window,
+                                                         admission):
+    """Backpressure actions and SLO admission keep every invariant, and never strand work:
+    whatever is not rejected still finishes (or starves only for the recompute reason)."""
+    requests, config = run
+    result = simulate(requests, config, policy, clock, record_batches=True, admission=admission,
+                      backpressure=Backpressure(window=window, threshold=0.2, release=0.1,
+                                                act=act))
+    check_invariants(requests, config, result)
+    for record in result.requests:
+        assert record.status in ("finished", "rejected", "starved")
+        if record.status == "starved":
+            assert record.num_preemptions and not config.chunked_prefill
+    if admission is None:
+        assert result.summary["num_rejected"] == 0
