@@ -92,19 +92,16 @@ class Scheduler:
         if not cfg.chunked_prefill and seq.prompt_len > cfg.max_num_batched_tokens:
             return (f"prompt_len {seq.prompt_len} > max_num_batched_tokens "
                     f"{cfg.max_num_batched_tokens}")
-        # The KV cache never holds the last generated token, hence the - 1.
-        lifetime = blocks_for(seq.prompt_len + seq.output_len - 1, cfg.block_size)
         usable = cfg.num_blocks - cfg.watermark_blocks
-        if lifetime > usable:
-            return (f"needs {lifetime} KV blocks to finish, the pool admits at most {usable} "
-                    f"({cfg.num_blocks} blocks - {cfg.watermark_blocks} watermark)")
+        if seq.lifetime_blocks > usable:
+            return (f"needs {seq.lifetime_blocks} KV blocks to finish, the pool admits at most "
+                    f"{usable} ({cfg.num_blocks} blocks - {cfg.watermark_blocks} watermark)")
         return None
 
     def add(self, seq: Seq, step: int) -> None:
         """A request arrives: queue it, or reject it if it can never run and the engine says so."""
         request = seq.request
         seq.join_step = step
-        seq.lifetime_blocks = blocks_for(seq.prompt_len + seq.output_len - 1, self._block_size)
         seq.unschedulable = self.unschedulable_reason(seq)
         if seq.unschedulable and self.config.on_unschedulable is Unschedulable.REJECT:
             self.reject(seq, step, seq.unschedulable)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from kvsched.blocks import blocks_for
 from kvsched.request import Request
 
 
@@ -58,5 +59,8 @@ class Seq:
     end_reason: str | None = None  # why it was starved or rejected
 
     @classmethod
-    def of(cls, request: Request, index: int) -> Seq:
-        return cls(request, index, request.prompt_len, request.output_len)
+    def of(cls, request: Request, index: int, block_size: int) -> Seq:
+        # The KV cache never holds the last generated token, hence the - 1.
+        lifetime = blocks_for(request.prompt_len + request.output_len - 1, block_size)
+        return cls(request, index, request.prompt_len, request.output_len,
+                   lifetime_blocks=lifetime)

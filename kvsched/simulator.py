@@ -44,7 +44,7 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
         raise ValueError(f"duplicate request_id '{duplicate}'")
 
     order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_time)
-    seqs = [Seq.of(requests[i], k) for k, i in enumerate(order)]
+    seqs = [Seq.of(requests[i], k, config.block_size) for k, i in enumerate(order)]
     arrivals = [seq.request.arrival_time for seq in seqs]
     events: list[tuple] = []
     steps: list[tuple] = []
