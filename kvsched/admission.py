@@ -92,6 +92,15 @@ class AdmissionController:
         if len(window) > self.policy.window:
             self._admitted_sum -= window.popleft()[2]
 
+    def observe_quiet(self, starts: list[float], durations: list[float]) -> None:
+        """Steps of a decode stretch, none of which admitted anything."""
+        keep = self.policy.window
+        window = self._admitted
+        for start, duration in zip(starts[-keep:], durations[-keep:], strict=True):
+            window.append((start, start + duration, 0))
+            if len(window) > keep:
+                self._admitted_sum -= window.popleft()[2]
+
     def estimate(self, seq: Seq, sched: Scheduler, now: float) -> float:
         """Predicted TTFT of `seq` if queued now (arrival at `seq.request.arrival_time`)."""
         wait = now - seq.request.arrival_time  # the step clock rounds arrivals up

@@ -44,34 +44,62 @@ class Backpressure:
 class ThrashMonitor:
     """Sliding sums of recomputed and generated tokens; the backpressure signal with hysteresis.
 
-    Window sums are differences of running totals (one append per step, no deque work)."""
+    Window sums are differences of running totals kept in a ring of `window + 1` slots, so
+    memory stays the same however long the run."""
 
-    __slots__ = ("config", "_recomputed", "_generated", "signal")
+    __slots__ = ("config", "_ring_r", "_ring_g", "_size", "_count", "_total_r", "_total_g",
+                 "signal")
 
     def __init__(self, config: Backpressure) -> None:
         self.config = config
-        self._recomputed = [0]  # running totals, one entry per step
-        self._generated = [0]
-        self.signal = False
+        self._size = config.window + 1
+        self.clear()
 
     def clear(self) -> None:
         """Forget the window (the engine went idle: nothing is left to thrash)."""
-        self._recomputed = [0]
-        self._generated = [0]
+        self._ring_r = [0] * self._size  # running totals, slot = step count % size
+        self._ring_g = [0] * self._size
+        self._count = 0
+        self._total_r = 0
+        self._total_g = 0
         self.signal = False
+
+    @property
+    def is_quiet(self) -> bool:
+        """Nothing recomputed in the window and the signal down: every step adding no
+        recomputation keeps the ratio at 0 (what a decode stretch needs)."""
+        if self.signal:
+            return False
+        start = max(0, self._count - self.config.window)
+        return self._total_r == self._ring_r[start % self._size]
 
     def update(self, recomputed: int, generated: int) -> float:
         """Add one step; return the window's ratio (and move `signal`)."""
-        totals_r, totals_g = self._recomputed, self._generated
-        totals_r.append(totals_r[-1] + recomputed)
-        totals_g.append(totals_g[-1] + generated)
-        start = max(0, len(totals_r) - 1 - self.config.window)
-        window_r = totals_r[-1] - totals_r[start]
+        size = self._size
+        count = self._count = self._count + 1
+        total_r = self._total_r = self._total_r + recomputed
+        total_g = self._total_g = self._total_g + generated
+        self._ring_r[count % size] = total_r
+        self._ring_g[count % size] = total_g
+        start = max(0, count - self.config.window) % size
+        window_r = total_r - self._ring_r[start]
         if not window_r and not self.signal:
             return 0.0
-        ratio = window_r / max(1, totals_g[-1] - totals_g[start])
+        ratio = window_r / max(1, total_g - self._ring_g[start])
         if self.signal:
             self.signal = ratio >= self.config.release
         else:
             self.signal = ratio > self.config.threshold
         return ratio
+
+    def skip(self, num_steps: int, generated: int) -> None:
+        """Add `num_steps` quiet steps of `generated` tokens each (only while `is_quiet`)."""
+        size = self._size
+        first = self._count + 1
+        self._count += num_steps
+        self._total_g += num_steps * generated
+        total_r, total_g = self._total_r, self._total_g
+        ring_r, ring_g = self._ring_r, self._ring_g
+        for count in range(max(first, self._count - size + 1), self._count + 1):
+            ring_r[count % size] = total_r
+            ring_g[count % size] = total_g - (self._count - count) * generated

@@ -9,33 +9,17 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+from typing import TYPE_CHECKING
+
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from tabulate import tabulate
 
 from kvsched.errors import KvschedError
-from kvsched.policies import builtin_policies
-from kvsched.report import comparison_table, fmt, incident_kinds, sweep_table
-from kvsched.runner import (
-    ScenarioRun,
-    describe,
-    missing_baselines,
-    prepare,
-    requests_of,
-    run_scenario,
-    write_scenario,
-)
-from kvsched.scenario import Assignment, Scenario, load_scenario
-from kvsched.sweep import (
-    OPTION_PATHS,
-    Axis,
-    SweepSource,
-    parse_axis,
-    parse_set_axis,
-    run_sweep,
-    write_sweep,
-)
+from kvsched.steplog import RecordMode
+
+if TYPE_CHECKING:  # the commands import what they use: `kvsched --help` stays fast
+    from kvsched.runner import ScenarioRun
+    from kvsched.scenario import Scenario
+    from kvsched.sweep import Axis
 
 app = typer.Typer(
     help="A laboratory for the scheduler of an LLM serving engine: run YAML scenarios, "
@@ -105,8 +89,15 @@ def run(
     record_batches: Annotated[bool, typer.Option(
         "--record-batches", help="Also write batches.csv: what ran in each step.")] = False,
     plot: Annotated[bool, typer.Option("--plot", help="Also draw the run's pictures.")] = False,
+    records: Annotated[RecordMode, typer.Option(
+        "--records", case_sensitive=False,
+        help="steps.csv with a row per step (full), a row per decode stretch (compact), or "
+             "none (summary: requests, events and the summary only).")] = RecordMode.FULL,
 ) -> None:
     """Run every variant of each scenario, write records to OUT/<scenario>/, compare them."""
+    from kvsched.runner import prepare, run_scenario, staging, write_scenario
+    from kvsched.scenario import Assignment, load_scenario
+
     sets = [Assignment.parse(text) for text in set_]
     loaded = [load_scenario(path, sets, seed) for path in scenarios]
     for i, scenario in enumerate(loaded):
@@ -118,8 +109,10 @@ def run(
     payload: list[dict[str, Any]] = []
     failed = False
     for scenario, requests in zip(loaded, workloads, strict=True):
-        result = run_scenario(scenario, variant, record_batches, workloads=requests)
-        folder = write_scenario(result, out, _plot_files if plot else None)
+        with staging(out, scenario.name) as staged:
+            result = run_scenario(scenario, variant, record_batches, workloads=requests,
+                                  records=records, spool=staged)
+            folder = write_scenario(result, out, _plot_files if plot else None, staged)
         failed |= not result.passed
         if as_json:
             payload += [{"scenario": scenario.name, "variant": r.name, **r.summary}
@@ -148,6 +141,11 @@ def headline(scenario: Scenario) -> str:
 
 
 def render_run(result: ScenarioRun, folder: Path) -> str:
+    from tabulate import tabulate
+
+    from kvsched.report import comparison_table, fmt, incident_kinds
+    from kvsched.runner import describe, missing_baselines
+
     scenario = result.scenario
     lines = [f"== {scenario.name}" + (f": {headline(scenario)}" if scenario.description else "")]
     summaries = [(r.name, r.summary) for r in result.runs]
@@ -207,6 +205,26 @@ def sweep(
     plot: Annotated[bool, typer.Option("--plot", help="Also draw sweep.png.")] = False,
 ) -> None:
     """Run the grid of all values given; A..B doubles, A..B:+S steps, A..B:xF multiplies."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from kvsched.report import sweep_table
+    from kvsched.scenario import load_scenario
+    from kvsched.sweep import (
+        OPTION_PATHS,
+        SweepSource,
+        parse_axis,
+        parse_set_axis,
+        run_sweep,
+        write_sweep,
+    )
+
     axes: list[Axis] = []
     for option, text in (("budget", budget), ("blocks", blocks), ("policy", policy),
                          ("preemption", preemption)):
@@ -244,6 +262,9 @@ def sweep(
 @app.command(epilog="Example: kvsched validate scenarios/*.yaml")
 def validate(scenarios: Files) -> None:
     """Check scenario files (schema, variants, trace files) without running them."""
+    from kvsched.runner import requests_of
+    from kvsched.scenario import load_scenario
+
     bad = 0
     for path in scenarios:
         try:
@@ -262,6 +283,10 @@ def validate(scenarios: Files) -> None:
 @app.command(epilog="Example: kvsched policies")
 def policies() -> None:
     """The built-in waiting-queue policies and their parameters."""
+    from tabulate import tabulate
+
+    from kvsched.policies import builtin_policies
+
     rows = [[info.name, ", ".join(f"{k}={v}" for k, v in info.params.items()),
              info.summary.splitlines()[0]] for info in builtin_policies()]
     typer.echo(tabulate(rows, headers=["policy", "parameters", "order"], tablefmt="simple"))
@@ -275,6 +300,10 @@ def scenarios(
     folder: Annotated[Path | None, typer.Option("--dir", help="Where to look.")] = None,
 ) -> None:
     """The scenarios that ship in scenarios/: name, variants and what each shows."""
+    from tabulate import tabulate
+
+    from kvsched.scenario import load_scenario
+
     where = folder or shipped_scenarios_dir()
     files = sorted(where.glob("*.yaml"))
     if not files:

@@ -12,13 +12,13 @@ at least two tokens. A figure with no data is None.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
 from kvsched.admission import Slo
-from kvsched.records import STEP_COLUMNS, RequestRecord
+from kvsched.records import RequestRecord
+from kvsched.steplog import StepStats
 
 SUMMARY_KEYS = (
     "num_requests", "num_finished", "num_starved", "num_unfinished", "num_rejected",
@@ -56,13 +56,20 @@ def _ratio(numerator: float, denominator: float) -> float | None:
     return numerator / denominator if denominator else None
 
 
-def summarize(requests: list[RequestRecord], steps: list[tuple], slo: Slo | None = None,
-              final_blocks_used: int = 0) -> dict[str, Any]:
+def summarize(requests: list[RequestRecord], steps: StepStats | list[tuple],
+              slo: Slo | None = None, final_blocks_used: int = 0) -> dict[str, Any]:
     """The summary keys (SUMMARY_KEYS, then per-class keys) of one run's records.
 
+    `steps`: the run's step sums (`StepStats`), or its STEP_COLUMNS rows.
     With an `slo`, goodput counts finished requests within its TTFT (and e2e) targets:
     `num_slo_met`, `slo_attainment` (share of all requests), `goodput` (per time unit).
     """
+    if not isinstance(steps, StepStats):
+        stats = StepStats()
+        if steps:
+            stats.add_rows(steps)
+        steps = stats
+    num_steps = steps.num_steps
     statuses = [r.status for r in requests]
     summary: dict[str, Any] = {
         "num_requests": len(requests),
@@ -70,12 +77,9 @@ def summarize(requests: list[RequestRecord], steps: list[tuple], slo: Slo | None
         "num_starved": statuses.count("starved"),
         "num_unfinished": statuses.count("unfinished"),
         "num_rejected": statuses.count("rejected"),
-        "num_steps": len(steps),
+        "num_steps": num_steps,
     }
-    def column(name: str) -> Iterable[Any]:
-        return map(itemgetter(STEP_COLUMNS.index(name)), steps)
-
-    duration = steps[-1][1] + steps[-1][2] if steps else 0.0
+    duration = steps.end if num_steps else 0.0
     summary["duration"] = duration
     summary |= _stats((r.ttft for r in requests), "ttft", (50, 95, 99))
     summary |= _stats((r.ttft_steps for r in requests), "ttft_steps", (50, 95, 99))
@@ -86,12 +90,12 @@ def summarize(requests: list[RequestRecord], steps: list[tuple], slo: Slo | None
     summary["token_gap_max"] = max(gaps) if gaps else None
 
     generated = sum(r.generated_tokens for r in requests)
-    prefill = sum(column("prefill_tokens"))
-    decode = sum(column("decode_tokens"))
-    recomputed = sum(column("recomputed_tokens"))
-    summary["tokens_per_step"] = _ratio(generated, len(steps))
-    summary["busy_tokens_per_step"] = _ratio(prefill + decode + recomputed, len(steps))
-    summary["busy_fraction"] = _ratio(sum(column("duration")), duration)
+    prefill = steps.prefill_tokens
+    decode = steps.decode_tokens
+    recomputed = steps.recomputed_tokens
+    summary["tokens_per_step"] = _ratio(generated, num_steps)
+    summary["busy_tokens_per_step"] = _ratio(prefill + decode + recomputed, num_steps)
+    summary["busy_fraction"] = _ratio(steps.busy_time, duration)
     summary["throughput"] = _ratio(generated, duration)
     summary["requests_per_time"] = _ratio(summary["num_finished"], duration)
     summary["num_preemptions"] = sum(r.num_preemptions for r in requests)
@@ -100,13 +104,12 @@ def summarize(requests: list[RequestRecord], steps: list[tuple], slo: Slo | None
     summary["recompute_ratio"] = recomputed / generated if generated else 0.0
     summary["prefill_tokens"] = prefill
     summary["decode_tokens"] = decode
-    summary["swapped_blocks"] = (sum(column("swapped_out_blocks"))
-                                 + sum(column("swapped_in_blocks")))
-    summary["peak_blocks_used"] = max(column("blocks_used"), default=0)
-    summary["mean_blocks_used"] = sum(column("blocks_used")) / len(steps) if steps else 0.0
+    summary["swapped_blocks"] = steps.swapped_blocks
+    summary["peak_blocks_used"] = steps.peak_blocks_used
+    summary["mean_blocks_used"] = steps.blocks_used_sum / num_steps if num_steps else 0.0
     summary["final_blocks_used"] = final_blocks_used  # blocks still held when the run ended
-    summary["thrash_ratio_max"] = max(column("thrash_ratio"), default=0.0)
-    summary["backpressure_steps"] = sum(column("backpressure"))
+    summary["thrash_ratio_max"] = steps.thrash_ratio_max
+    summary["backpressure_steps"] = steps.backpressure_steps
     met = sum(map(slo.met, requests)) if slo is not None and slo.is_set else None
     summary["num_slo_met"] = met
     summary["slo_attainment"] = None if met is None else _ratio(met, len(requests))

@@ -84,12 +84,18 @@ class RequestRecord:
 @dataclass(frozen=True, slots=True)
 class RunResult:
     """Everything one simulation recorded. Rows of `steps`, `events`, `batches` follow
-    STEP_COLUMNS, EVENT_COLUMNS, BATCH_COLUMNS; `batches` is None unless requested."""
+    STEP_COLUMNS, EVENT_COLUMNS, BATCH_COLUMNS; `batches` is None unless requested.
+    `step_log` holds the step records as made (rows and decode stretches); `steps`
+    expands them, one row per step, when the run kept them."""
 
     config: EngineConfig
     time_unit: str
     requests: list[RequestRecord]
-    steps: list[tuple]
+    step_log: Any
     events: list[tuple]
     batches: list[tuple] | None
     summary: dict[str, Any]
+
+    @property
+    def steps(self) -> list[tuple]:
+        return self.step_log.rows()

@@ -6,9 +6,8 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from tabulate import tabulate
 
 from kvsched.records import (
@@ -19,22 +18,33 @@ from kvsched.records import (
     RunResult,
 )
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 FLOAT_FORMAT = "%.10g"  # enough digits for microseconds over a day; identical run to run
 
 
 def requests_frame(result: RunResult) -> pd.DataFrame:
+    import pandas as pd
+
     return pd.DataFrame([r.as_row() for r in result.requests], columns=list(REQUEST_COLUMNS))
 
 
 def steps_frame(result: RunResult) -> pd.DataFrame:
+    import pandas as pd
+
     return pd.DataFrame(result.steps, columns=list(STEP_COLUMNS))
 
 
 def events_frame(result: RunResult) -> pd.DataFrame:
+    import pandas as pd
+
     return pd.DataFrame(result.events, columns=list(EVENT_COLUMNS))
 
 
 def batches_frame(result: RunResult) -> pd.DataFrame:
+    import pandas as pd
+
     return pd.DataFrame(result.batches or [], columns=list(BATCH_COLUMNS))
 
 
@@ -117,8 +127,24 @@ def incident_kinds(summary: dict[str, Any]) -> str:
     return ", ".join(item["kind"] for item in summary.get("incidents", ())) or "-"
 
 
+def summary_rows(rows: Sequence[tuple[str, dict[str, Any]]]) -> tuple[list[str], list[list]]:
+    """summary.csv: one row per variant, every summary key a column (keys in order of first
+    appearance, so per-class keys come last), as a header and rows of cells."""
+    header = ["variant"]
+    seen = set(header)
+    for _, summary in rows:
+        for key in summary:
+            if key not in seen:
+                seen.add(key)
+                header.append(key)
+    body = [[name] + [_cell(summary.get(key)) for key in header[1:]] for name, summary in rows]
+    return header, body
+
+
 def summary_frame(rows: Sequence[tuple[str, dict[str, Any]]]) -> pd.DataFrame:
-    """summary.csv: one row per variant, every summary key a column (per-class keys last)."""
+    """summary.csv's table as a DataFrame."""
+    import pandas as pd
+
     records = [{"variant": name, **{key: _cell(value) for key, value in summary.items()}}
                for name, summary in rows]
     return pd.DataFrame.from_records(records)

@@ -7,7 +7,8 @@ import operator
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -18,20 +19,14 @@ from kvsched.backpressure import Action, Backpressure
 from kvsched.diagnosis import Incident, Thresholds, diagnose, incident_flags
 from kvsched.errors import ScenarioError
 from kvsched.policies import make_policy
-from kvsched.records import RunResult
-from kvsched.report import (
-    batches_frame,
-    events_frame,
-    requests_frame,
-    steps_frame,
-    summary_frame,
-    write_csv,
-    write_json,
-)
+from kvsched.csvout import StepCsv, write_rows
+from kvsched.records import BATCH_COLUMNS, EVENT_COLUMNS, REQUEST_COLUMNS, RunResult
+from kvsched.report import summary_rows, write_json
 from kvsched.request import Request
 from kvsched.scenario import Scenario, Variant, unknown_value
 from kvsched.schema import ConstantTime, Expectation, LinearTime, RunSpec, TraceWorkload
 from kvsched.simulator import simulate
+from kvsched.steplog import RecordMode, StepLog
 from kvsched.timing import ConstantStep, LinearStep, StepClock, TimeModel
 from kvsched.workload import build_requests
 
@@ -47,6 +42,8 @@ class VariantRun:
     variant: Variant
     result: RunResult
     incidents: tuple[Incident, ...] = ()
+    records: RecordMode = RecordMode.FULL
+    steps_file: Path | None = None  # steps.csv, already streamed during the run
 
     @property
     def summary(self) -> dict[str, Any]:
@@ -100,8 +97,10 @@ def slo_of(spec: RunSpec) -> Slo | None:
 
 
 def run_variant(variant: Variant, record_batches: bool = False,
-                requests: list[Request] | None = None) -> RunResult:
-    """Simulate one variant (`requests`: its workload, if already built)."""
+                requests: list[Request] | None = None,
+                step_log: StepLog | None = None) -> RunResult:
+    """Simulate one variant (`requests`: its workload, if already built; `step_log`: where
+    the step records go, by default all kept in memory)."""
     spec = variant.spec
     policy = make_policy(spec.policy.name, **spec.policy.all_params())
     admission = None
@@ -119,7 +118,7 @@ def run_variant(variant: Variant, record_batches: bool = False,
                     admission=admission, slo=slo_of(spec),
                     backpressure=Backpressure(pressure.window, pressure.threshold,
                                               pressure.release, Action(pressure.act)),
-                    record_batches=record_batches)
+                    record_batches=record_batches, step_log=step_log)
 
 
 def thresholds_of(spec: RunSpec) -> Thresholds:
@@ -172,12 +171,34 @@ def prepare(scenario: Scenario, variants: Iterable[str] = ()) -> dict[str, list[
 
 def run_scenario(scenario: Scenario, variants: Iterable[str] = (), record_batches: bool = False,
                  on_done: Callable[[VariantRun], None] | None = None,
-                 workloads: dict[str, list[Request]] | None = None) -> ScenarioRun:
-    """Run the selected variants (`workloads`: from `prepare`, or built here)."""
+                 workloads: dict[str, list[Request]] | None = None,
+                 records: RecordMode = RecordMode.FULL,
+                 spool: Path | None = None) -> ScenarioRun:
+    """Run the selected variants (`workloads`: from `prepare`, or built here).
+
+    `records`: what of the step records is kept; with a `spool` folder (a staging folder
+    from `staging`), each variant streams its `steps.csv` into `spool/<variant>/` as it
+    runs instead of holding its steps in memory."""
     runs = []
     for variant in select(scenario, variants):
         requests = workloads.get(variant.name) if workloads else None
-        run = VariantRun(variant.name, variant, run_variant(variant, record_batches, requests))
+        num_blocks = variant.spec.engine.to_config().num_blocks
+        steps_file = writer = None
+        if records is RecordMode.SUMMARY:
+            log = StepLog(num_blocks, keep=False)
+        elif spool is not None:
+            (spool / variant.name).mkdir()
+            steps_file = spool / variant.name / "steps.csv"
+            writer = StepCsv(steps_file, records, num_blocks)
+            log = StepLog(num_blocks, keep=False, sink=writer)
+        else:
+            log = StepLog(num_blocks)
+        try:
+            result = run_variant(variant, record_batches, requests, log)
+        finally:
+            if writer is not None:
+                writer.close()
+        run = VariantRun(variant.name, variant, result, records=records, steps_file=steps_file)
         runs.append(run)
         if on_done:
             on_done(run)
@@ -231,40 +252,76 @@ def describe(expectation: Expectation) -> str:
 # -- writing ---------------------------------------------------------------------------
 
 
-def write_scenario(run: ScenarioRun, out_dir: Path,
-                   extra_files: Callable[[Path, ScenarioRun], None] | None = None) -> Path:
-    """Write `<out_dir>/<scenario>/` whole: into a temporary folder, then renamed into place."""
+def _make_staging(out_dir: Path, name: str) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
-    final = out_dir / run.scenario.name
-    staging = Path(tempfile.mkdtemp(prefix=f".{run.scenario.name}.", dir=out_dir))
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=out_dir))
     umask = os.umask(0)
     os.umask(umask)
     staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; results are ordinary folders
+    return staging
+
+
+@contextmanager
+def staging(out_dir: Path, name: str) -> Iterator[Path]:
+    """A hidden folder in `out_dir` to write a scenario's records into (streamed steps
+    included); removed if anything fails before `write_scenario` renames it into place."""
+    folder = _make_staging(out_dir, name)
+    try:
+        yield folder
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    shutil.rmtree(folder, ignore_errors=True)  # gone already when it was renamed
+
+
+def write_scenario(run: ScenarioRun, out_dir: Path,
+                   extra_files: Callable[[Path, ScenarioRun], None] | None = None,
+                   staged: Path | None = None) -> Path:
+    """Write `<out_dir>/<scenario>/` whole: into a temporary folder (`staged`, when the run
+    streamed into one), then renamed into place."""
+    final = out_dir / run.scenario.name
+    staging_dir = staged if staged is not None else _make_staging(out_dir, run.scenario.name)
     try:
         for variant_run in run.runs:
-            _write_variant(staging / variant_run.name, variant_run)
+            _write_variant(staging_dir / variant_run.name, variant_run)
         rows = [(r.name, r.summary) for r in run.runs]
-        write_csv(summary_frame(rows), staging / "summary.csv")
+        header, body = summary_rows(rows)
+        write_rows(staging_dir / "summary.csv", header, body)
         if extra_files:
-            extra_files(staging, run)
-        _replace_dir(staging, final)
+            extra_files(staging_dir, run)
+        _replace_dir(staging_dir, final)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(staging_dir, ignore_errors=True)
         raise
     return final
 
 
 def _write_variant(folder: Path, run: VariantRun) -> None:
-    folder.mkdir()
+    folder.mkdir(exist_ok=run.steps_file is not None)
     result = run.result
-    write_csv(requests_frame(result), folder / "requests.csv")
-    write_csv(steps_frame(result), folder / "steps.csv")
-    write_csv(events_frame(result), folder / "events.csv")
+    write_rows(folder / "requests.csv", REQUEST_COLUMNS,
+               (r.as_row() for r in result.requests))
+    if run.steps_file is None and run.records is not RecordMode.SUMMARY:
+        write_steps(folder / "steps.csv", result, run.records)
+    write_rows(folder / "events.csv", EVENT_COLUMNS, result.events)
     if result.batches is not None:
-        write_csv(batches_frame(result), folder / "batches.csv")
+        write_rows(folder / "batches.csv", BATCH_COLUMNS, result.batches)
     write_json({"variant": run.name, "time_unit": result.time_unit, **run.summary},
                folder / "summary.json")
     write_json(run_record(run.variant, result), folder / "run.json")
+
+
+def write_steps(path: Path, result: RunResult, records: RecordMode = RecordMode.FULL) -> None:
+    """`steps.csv` of a run that kept its step records."""
+    log = result.step_log
+    if log.kept is None:
+        raise ValueError("this run did not keep its step records")
+    writer = StepCsv(path, records, log.num_blocks)
+    try:
+        for start in range(0, len(log.kept), 1 << 15):
+            writer(log.kept[start:start + (1 << 15)])
+    finally:
+        writer.close()
 
 
 def run_record(variant: Variant, result: RunResult) -> dict[str, Any]:

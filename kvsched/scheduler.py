@@ -15,14 +15,21 @@ stale by a preemption, a finish or a skipped decode are recognised by the reques
 
 from __future__ import annotations
 
+import heapq
+import math
+from bisect import bisect_left
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import accumulate, chain
+from operator import sub
 
 from kvsched.blocks import BlockPool, blocks_for
 from kvsched.config import EngineConfig, PreemptionMode, Requeue, Unschedulable, Victim
 from kvsched.policies.base import Policy
 from kvsched.sequence import Seq, SeqState
+from kvsched.timing import TimeModel, stretch_durations
 from kvsched.waiting import WaitingQueue
+
+MAX_STRETCH = 1 << 14  # steps one stretch may cover (bounds its lists; the next continues)
 
 Event = tuple[int, float, str, str, str]  # step, time, request_id, event, detail
 
@@ -55,6 +62,99 @@ class StepPlan:
     def is_idle(self) -> bool:
         return not (self.tick or self.prefills or self.swap_ins or self.preempted)
 
+    @property
+    def is_pure_decode(self) -> bool:
+        """Only decodes ran and nobody finished: the next steps may repeat it (a stretch)."""
+        return not (self.prefills or self.swap_ins or self.preempted or self.num_admitted
+                    or self.num_finished) and self.num_decodes > 0
+
+
+@dataclass(slots=True)
+class Stretch:
+    """Steps `step` .. `step + num_steps - 1`, run in one move: every one decoded the same
+    `num_decodes` requests and nothing else; only the last may finish requests.
+    `starts` and `durations` hold each step's start and length, `blocks_used` the blocks in
+    use as each batch ran."""
+
+    step: int
+    num_steps: int
+    num_decodes: int
+    num_running: int  # decoding + chunked prefills waiting for budget
+    num_waiting: int
+    starts: list[float]
+    durations: list[float]
+    blocks_used: list[int]
+    kv_read_tokens: int  # summed over the stretch
+    num_finished: int = 0
+
+    @property
+    def end(self) -> float:
+        return self.starts[-1] + self.durations[-1]
+
+
+class GapTracker:
+    """End times of decode passes, kept only as far as token-gap queries need them.
+
+    A decode run's longest gap is the largest pass-to-pass gap since its first pass. Runs
+    are always closed at the latest completed pass, so a stack of decreasing gaps answers
+    "largest gap since pass a" by bisection, and only first-pass end times are remembered:
+    memory stays small however long the run."""
+
+    __slots__ = ("last_end", "_ticks", "_gaps", "_wanted")
+
+    def __init__(self) -> None:
+        self.last_end = 0.0  # end time of the latest completed pass (pass 0: time 0)
+        self._ticks: list[int] = []
+        self._gaps: list[float] = []
+        self._wanted: dict[int, list[Seq]] = {}
+
+    def want(self, tick: int, seq: Seq) -> None:
+        """`seq` needs the end time of pass `tick` (the first of its next run)."""
+        bucket = self._wanted.get(tick)
+        if bucket is None:
+            self._wanted[tick] = [seq]
+        else:
+            bucket.append(seq)
+
+    def complete(self, tick: int, end: float) -> None:
+        gap = end - self.last_end
+        self.last_end = end
+        self._push(tick, gap)
+        waiting = self._wanted.pop(tick, None)
+        if waiting:
+            for seq in waiting:
+                seq.run_first_end = end
+
+    def complete_many(self, first: int, times: list[float]) -> None:
+        """Passes `first`, `first + 1`, ... ended at `times[1:]` (`times[0]`: the start of
+        the first, which is the end of the pass before it).
+
+        Runs only ever start at a stretch's first pass (nothing starts inside one), so
+        queries reach into a stretch from its first or second pass: its first gap and the
+        largest of the others are all the stack needs."""
+        gap = times[1] - self.last_end
+        self.last_end = times[-1]
+        self._push(first, gap)
+        if len(times) > 2:
+            self._push(first + len(times) - 2, max(map(sub, times[2:], times[1:-1])))
+        waiting = self._wanted.pop(first, None)
+        if waiting:
+            for seq in waiting:
+                seq.run_first_end = times[1]
+
+    def _push(self, tick: int, gap: float) -> None:
+        ticks, gaps = self._ticks, self._gaps
+        while gaps and gaps[-1] <= gap:
+            gaps.pop()
+            ticks.pop()
+        ticks.append(tick)
+        gaps.append(gap)
+
+    def max_gap_since(self, tick: int) -> float | None:
+        """The largest gap of the passes from `tick` to the latest one."""
+        i = bisect_left(self._ticks, tick)
+        return self._gaps[i] if i < len(self._gaps) else None
+
 
 class Scheduler:
     """Owns the waiting queue, the running set, the block pool and the decode-pass clock."""
@@ -73,10 +173,10 @@ class Scheduler:
         self.committed_blocks = 0  # lifetime blocks of everything running or prefilling
         self.tick = 0
         self.kv_tokens = 0  # tokens in the KV cache of the decoding requests
-        self.tick_end: list[float] = [0.0]  # end time of the step that ran decode pass k
-        self.tick_gap: list[float] = [0.0]  # tick_end[k] - tick_end[k - 1]
+        self.gaps = GapTracker()
         self._block_due: dict[int, list[tuple[Seq, int]]] = {}
         self._finish_due: dict[int, list[tuple[Seq, int]]] = {}
+        self._finish_ticks: list[int] = []  # heap of the keys of _finish_due
         self._admissions = 0
         self._hol_head: Seq | None = None  # the head currently blocking a request that fits
         self._stopped_at: tuple[Seq, str, int] | None = None  # head the last admission stopped at
@@ -145,14 +245,14 @@ class Scheduler:
         """Apply `plan`'s tokens now that the step ended at `end_time`."""
         tick = plan.tick
         if tick:
-            self.tick_gap.append(end_time - self.tick_end[-1])
-            self.tick_end.append(end_time)
+            self.gaps.complete(tick, end_time)
             due = self._finish_due.pop(tick, None)
             if due:
                 for seq, epoch in due:
                     if seq.epoch == epoch:
                         self._close_run(seq, tick)
-                        self._finish(seq, plan, end_time)
+                        self._finish(seq, plan.step, end_time)
+                        plan.num_finished += 1
         for seq in plan.produced:
             seq.generated += 1
             last = seq.last_token_time
@@ -163,12 +263,108 @@ class Scheduler:
                 seq.max_token_gap = end_time - last
             seq.last_token_time = end_time
             if seq.generated >= seq.output_len:
-                self._finish(seq, plan, end_time)
+                self._finish(seq, plan.step, end_time)
+                plan.num_finished += 1
             else:
                 seq.base = seq.generated - self.tick
                 seq.run_tick = self.tick + 1
+                self.gaps.want(seq.run_tick, seq)
                 self._push_block_due(seq)
                 self._push_finish_due(seq)
+
+    def hol_floor(self) -> int:
+        """Free blocks that must stay free for the head-of-line state not to change: while a
+        head blocks, the request behind it must keep fitting."""
+        if self._hol_head is None:
+            return 0
+        behind = self.waiting.second()
+        if behind is None:
+            return 0
+        need = blocks_for(behind.prompt_len + behind.generated, self._block_size)
+        return need + self.pool.watermark_blocks
+
+    def decode_stretch(self, step: int, now: float, clock: TimeModel, next_arrival: float,
+                       max_steps: int) -> Stretch | None:
+        """Run, in one move, the pure-decode steps that repeat the step just run.
+
+        Call only right after a step whose plan `is_pure_decode`, with no arrival since:
+        then the next steps decode the same requests and, whatever the rules, admit nothing
+        (the same head fails for the same reason: the budget left and the running count are
+        unchanged and free blocks only shrink). The stretch ends before a step with an
+        arrival, with a block shortage, or with a change of head-of-line state, and at the
+        first finish (included) or `max_steps`. The caller owns the thrash monitor and the
+        admission gate: see `kvsched.engine`.
+        """
+        running = self.running
+        n = len(running)
+        if not n or n > self._budget or self.record_batches:
+            return None
+        finish = self.next_finish_tick()
+        limit = min(max_steps, MAX_STRETCH)
+        if finish is not None:
+            limit = min(limit, finish - self.tick)
+        kv = self.kv_tokens
+        durations = stretch_durations(clock, n, kv + n, 1)
+        if next_arrival != math.inf and durations[0] > 0:  # steps never get shorter: a bound
+            limit = min(limit, int((next_arrival - now) / durations[0]) + 2)
+        if limit > 1:
+            durations = stretch_durations(clock, n, kv + n, limit)
+        ends = list(accumulate(durations, initial=now))  # sequential sums, as step by step
+        if next_arrival != math.inf:
+            # The first step with an arrival by its start ends the stretch before it.
+            limit = bisect_left(ends, True, 1, limit,
+                                key=lambda t: next_arrival <= t + 1e-9 * (1.0 + t))
+        pool = self.pool
+        spare = pool.free - self.hol_floor()  # blocks the stretch may take
+        if spare < 0:  # prefill-first steps look at the pool before they decode: it shrank
+            return None
+        block_due = self._block_due
+        block_size = self._block_size
+        tick, num_blocks = self.tick, pool.num_blocks
+        used: list[int] = []
+        blocks_used = num_blocks - pool.free
+        for _ in range(limit):
+            tick += 1
+            due = block_due.get(tick)
+            if due is not None:
+                growing = [entry for entry in due if entry[0].epoch == entry[1]]
+                if len(growing) > spare:
+                    tick -= 1
+                    break
+                del block_due[tick]
+                if growing:
+                    spare -= len(growing)
+                    blocks_used += len(growing)
+                    for seq, _epoch in growing:
+                        seq.blocks += 1
+                    # One more block each: every one's next boundary is a block later.
+                    later = block_due.get(tick + block_size)
+                    if later is None:
+                        block_due[tick + block_size] = growing
+                    else:
+                        later.extend(growing)
+            used.append(blocks_used)
+        k = len(used)
+        if not k:
+            return None
+        pool.allocate(blocks_used - (num_blocks - pool.free))
+        first = self.tick + 1
+        self.tick = tick
+        self.kv_tokens = kv + n * k
+        kv_read = k * kv + n * k * (k + 1) // 2
+        del durations[k:]
+        starts = ends[:k]
+        self.gaps.complete_many(first, ends[:k + 1])
+        stretch = Stretch(step, k, n, n + len(self.prefilling), len(self.waiting), starts,
+                          durations, used, kv_read)
+        if tick == finish:
+            last, end = step + k - 1, ends[k]
+            for seq, epoch in self._finish_due.pop(tick):
+                if seq.epoch == epoch:
+                    self._close_run(seq, tick)
+                    self._finish(seq, last, end)
+                    stretch.num_finished += 1
+        return stretch
 
     def generated(self, seq: Seq) -> int:
         """Tokens `seq` has produced so far."""
@@ -237,6 +433,7 @@ class Scheduler:
                 seq.epoch += 1
                 self._close_run(seq, tick - 1)
                 seq.run_tick = tick + 1
+                self.gaps.want(seq.run_tick, seq)
                 self._push_block_due(seq)
                 self._push_finish_due(seq)
         plan.num_decodes = len(decoded)
@@ -455,7 +652,7 @@ class Scheduler:
 
     # -- bookkeeping ------------------------------------------------------------------
 
-    def _finish(self, seq: Seq, plan: StepPlan, end_time: float) -> None:
+    def _finish(self, seq: Seq, step: int, end_time: float) -> None:
         seq.state = SeqState.FINISHED
         seq.generated = seq.output_len
         seq.finish_time = end_time
@@ -465,8 +662,7 @@ class Scheduler:
         self.kv_tokens -= seq.prompt_len + seq.output_len - 1
         del self.running[seq.index]
         seq.epoch += 1
-        plan.num_finished += 1
-        self.events.append((plan.step, end_time, seq.request.request_id, "finish",
+        self.events.append((step, end_time, seq.request.request_id, "finish",
                             f"{seq.output_len} tokens"))
 
     def _push_block_due(self, seq: Seq) -> None:
@@ -483,17 +679,33 @@ class Scheduler:
         bucket = self._finish_due.get(tick)
         if bucket is None:
             self._finish_due[tick] = [(seq, seq.epoch)]
+            heapq.heappush(self._finish_ticks, tick)
         else:
             bucket.append((seq, seq.epoch))
+
+    def next_finish_tick(self) -> int | None:
+        """The first decode pass ahead at which a running request finishes."""
+        heap, buckets = self._finish_ticks, self._finish_due
+        while heap:
+            tick = heap[0]
+            bucket = buckets.get(tick)
+            if bucket is not None and tick > self.tick:
+                if any(seq.epoch == epoch for seq, epoch in bucket):
+                    return tick
+                del buckets[tick]  # only stale entries: forget it (a new push re-adds it)
+            heapq.heappop(heap)
+        return None
 
     def _close_run(self, seq: Seq, last_tick: int) -> None:
         """Fold the decode run ending at pass `last_tick` into `seq.max_token_gap`."""
         first = seq.run_tick
         if last_tick < first or seq.last_token_time is None:
             return
-        gap = self.tick_end[first] - seq.last_token_time
+        gap = seq.run_first_end - seq.last_token_time
         if last_tick > first:
-            gap = max(gap, max(self.tick_gap[first + 1:last_tick + 1]))
+            later = self.gaps.max_gap_since(first + 1)
+            if later is not None and later > gap:
+                gap = later
         if seq.max_token_gap is None or gap > seq.max_token_gap:
             seq.max_token_gap = gap
-        seq.last_token_time = self.tick_end[last_tick]
+        seq.last_token_time = self.gaps.last_end

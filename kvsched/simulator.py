@@ -1,20 +1,22 @@
-"""The simulation loop: arrivals, one scheduled step after another, the clock, the records."""
+"""The simulation loop: arrivals, the clock, one engine's steps and stretches, the records."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
-from kvsched.admission import AdmissionController, Slo, SloAdmission
-from kvsched.backpressure import Action, Backpressure, ThrashMonitor
+from kvsched.admission import Slo, SloAdmission
+from kvsched.backpressure import Backpressure
 from kvsched.config import EngineConfig
+from kvsched.engine import Engine
 from kvsched.metrics import summarize
 from kvsched.policies import Fcfs
 from kvsched.policies.base import Policy
 from kvsched.records import RequestRecord, RunResult
 from kvsched.request import Request, Status
-from kvsched.scheduler import Scheduler, StepPlan
+from kvsched.scheduler import Scheduler
 from kvsched.sequence import Seq, SeqState
+from kvsched.steplog import StepLog
 from kvsched.timing import StepClock, TimeModel
 
 
@@ -22,42 +24,63 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
              policy: Policy | None = None, time_model: TimeModel | None = None, *,
              admission: SloAdmission | None = None, slo: Slo | None = None,
              backpressure: Backpressure | None = None,
-             record_batches: bool = False) -> RunResult:
+             record_batches: bool = False, step_log: StepLog | None = None,
+             stretches: bool = True) -> RunResult:
     """Run `requests` through the engine until nothing is left to do (or `max_steps`).
 
     Requests are served in arrival order (simultaneous arrivals in input order); the records
     list them in input order. The same inputs always give the same records.
     `admission` turns requests away at arrival; `slo` only measures (goodput); the thrash
     monitor always runs (`backpressure` sets its window and thresholds, and whether it acts).
+    `step_log` receives the step records (by default all are kept: `RunResult.steps`).
+    `stretches=False` runs every step through the exact per-step rules instead of jumping
+    over steady decode stretches: the same records, slower (for checking the fast path).
     """
     config = config or EngineConfig()
     policy = policy or Fcfs()
     clock = time_model or StepClock()
     if slo is None and admission is not None:
         slo = Slo(ttft=admission.ttft_slo)
-    monitor = ThrashMonitor(backpressure or Backpressure())
-    action = monitor.config.act
-    gate = AdmissionController(admission, clock) if admission else None
     ids = [r.request_id for r in requests]
     if len(set(ids)) != len(ids):
-        duplicate = next(i for i in ids if ids.count(i) > 1)
+        seen: set[str] = set()
+        duplicate = next(i for i in ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
         raise ValueError(f"duplicate request_id '{duplicate}'")
 
     order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_time)
     seqs = [Seq.of(requests[i], k, config.block_size) for k, i in enumerate(order)]
-    arrivals = [seq.request.arrival_time for seq in seqs]
-    events: list[tuple] = []
-    steps: list[tuple] = []
-    batches: list[tuple] | None = [] if record_batches else None
-    sched = Scheduler(config, policy, events, record_batches)
+    engine = Engine(config, policy, clock, admission, backpressure, record_batches,
+                    stretches=stretches)
+    log = step_log if step_log is not None else StepLog(config.num_blocks)
+    step, now, stopped_early = run_loop(engine, seqs, log, config.max_steps,
+                                        clock.whole_steps)
+    stats = log.close()
+    sched = engine.sched
+    if stopped_early:
+        sched.close_all_runs()
+    leftover = Status.UNFINISHED if stopped_early else Status.STARVED
+    if not stopped_early:
+        _explain_starvation(sched, step, now)
+    position = [0] * len(seqs)
+    for seq in seqs:
+        position[order[seq.index]] = seq.index
+    records = [_record(seqs[k], leftover, sched) for k in position]
     pool = sched.pool
-    duration_of = clock.duration
+    summary = summarize(records, stats, slo, final_blocks_used=pool.num_blocks - pool.free)
+    return RunResult(config, clock.unit, records, log, engine.events, engine.batches, summary)
 
+
+def run_loop(engine: Engine, seqs: list[Seq], log: StepLog, max_steps: int,
+             whole_steps: bool) -> tuple[int, float, bool]:
+    """Feed `seqs` (in arrival order) to `engine` on one clock until nothing is left to do.
+
+    Returns the next step number, the time, and whether `max_steps` stopped the run."""
+    arrivals = [seq.request.arrival_time for seq in seqs]
     num_arrivals = len(seqs)
     next_arrival = 0
     step = 0
+    executed = 0  # steps run (step numbers also jump over idle time on the step clock)
     now = 0.0
-    stopped_early = False
     while True:
         # A hair of slack: times summed step by step drift (0.1 * 8 = 0.7999999999999999).
         horizon = now + 1e-9 * (1.0 + now)
@@ -65,94 +88,31 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
             seq = seqs[next_arrival]
             next_arrival += 1
             now = max(now, seq.request.arrival_time)  # absorb the drift, never start early
-            if gate is not None and not sched.unschedulable_reason(seq):
-                reason = gate.rejects(seq, sched, now)
-                if reason:
-                    seq.join_step = step
-                    sched.reject(seq, step, reason)
-                    continue
-            sched.add(seq, step)
-        plan = sched.schedule(step, now)
-        if plan.is_idle and monitor.signal:  # idle: nothing can thrash, stop holding back
-            monitor.clear()
-            sched.events.append((step, now, "", "backpressure", "off: the engine is idle"))
-            sched.admitting, sched.reserving = True, False
-            continue
-        if plan.is_idle:  # nothing runs, nothing can be admitted: wait for the next arrival
-            if next_arrival == num_arrivals:
-                break
-            if clock.whole_steps:
-                step = math.ceil(arrivals[next_arrival])
-                now = float(step)
-            else:
-                now = arrivals[next_arrival]
-            continue
-        num_decodes = plan.num_decodes + len(plan.swap_ins)
-        computed = plan.prefill_tokens + plan.recomputed_tokens
-        duration = duration_of(computed, num_decodes, plan.kv_read_tokens,
-                               plan.swapped_out_blocks + plan.swapped_in_blocks)
-        # Queues and blocks as the batch runs, before postprocess frees the finished.
-        num_running = len(sched.running) + len(sched.prefilling)
-        num_waiting = len(sched.waiting)
-        blocks_free = pool.free
-        end = now + duration
-        sched.postprocess(plan, end)
-        signal = monitor.signal
-        moved = (plan.swapped_out_blocks + plan.swapped_in_blocks) * config.block_size
-        ratio = monitor.update(plan.recomputed_tokens + moved,
-                               plan.num_decodes + len(plan.produced))
-        if monitor.signal != signal:
-            _backpressure_event(sched, plan, monitor, ratio)
-            sched.admitting = not (monitor.signal and action is Action.PAUSE)
-            sched.reserving = monitor.signal and action is Action.RESERVE
-        if gate is not None:
-            gate.observe(now, end, plan.num_admitted)
-        steps.append((
-            step, now, duration, num_running, num_waiting, len(plan.prefills),
-            plan.prefill_tokens, num_decodes, plan.recomputed_tokens, computed + num_decodes,
-            pool.num_blocks - blocks_free, blocks_free, len(plan.preempted), plan.num_admitted,
-            plan.num_finished, plan.swapped_out_blocks, plan.swapped_in_blocks, ratio,
-            int(monitor.signal),
-        ))
-        if batches is not None:
-            _record_batch(batches, plan)
-        step += 1
-        now = end
-        if len(steps) >= config.max_steps:
-            stopped_early = True
-            break
-
-    if stopped_early:
-        sched.close_all_runs()
-    leftover = Status.UNFINISHED if stopped_early else Status.STARVED
-    if not stopped_early:
-        _explain_starvation(sched, step, now)
-    records = [_record(seq, leftover, sched) for seq in sorted(seqs, key=lambda s: order[s.index])]
-    summary = summarize(records, steps, slo, final_blocks_used=pool.num_blocks - pool.free)
-    return RunResult(config, clock.unit, records, steps, events, batches, summary)
-
-
-def _backpressure_event(sched: Scheduler, plan: StepPlan, monitor: ThrashMonitor,
-                        ratio: float) -> None:
-    config = monitor.config
-    if monitor.signal:
-        detail = (f"on: thrash ratio {ratio:.3g} > {config.threshold:g} over {config.window} "
-                  f"steps" + {Action.NONE: "", Action.PAUSE: "; admissions paused",
-                             Action.RESERVE: "; admitting only what the pool can finish"
-                             }[config.act])
-    else:
-        detail = f"off: thrash ratio {ratio:.3g} < {config.release:g}"
-    sched.events.append((plan.step, plan.time, "", "backpressure", detail))
-
-
-def _record_batch(batches: list[tuple], plan: StepPlan) -> None:
-    step, time = plan.step, plan.time
-    for seq in plan.decoded or ():
-        batches.append((step, time, seq.request.request_id, "decode", 1))
-    for seq, tokens in plan.prefills:
-        batches.append((step, time, seq.request.request_id, "prefill", tokens))
-    for seq in plan.swap_ins:
-        batches.append((step, time, seq.request.request_id, "swap_in", 1))
+            engine.arrive(seq, step, now)
+        upcoming = arrivals[next_arrival] if next_arrival < num_arrivals else math.inf
+        stretch = engine.stretch(step, now, upcoming, max_steps - executed)
+        if stretch is not None:
+            log.stretch(stretch)
+            step += stretch.num_steps
+            executed += stretch.num_steps
+            now = stretch.end
+        else:
+            row = engine.step(step, now)
+            if row is None:  # nothing runs, nothing can be admitted: wait for the next arrival
+                if next_arrival == num_arrivals:
+                    return step, now, False
+                if whole_steps:
+                    step = math.ceil(upcoming)
+                    now = float(step)
+                else:
+                    now = upcoming
+                continue
+            log.row(row)
+            step += 1
+            executed += 1
+            now = row[1] + row[2]
+        if executed >= max_steps:
+            return step, now, True
 
 
 def _explain_starvation(sched: Scheduler, step: int, now: float) -> None:

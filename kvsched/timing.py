@@ -7,6 +7,7 @@ their real pace.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -30,6 +31,21 @@ class TimeModel(Protocol):
         ...
 
 
+def stretch_durations(model: TimeModel, num_decodes: int, kv_tokens_start: int,
+                      num_steps: int) -> list[float]:
+    """Durations of `num_steps` pure-decode steps, step k reading
+    `kv_tokens_start + k * num_decodes` tokens of KV: exactly what `duration` gives step by
+    step. Models may offer a faster `stretch_durations` method (same contract); steps must
+    never get shorter within a stretch (the KV read only grows)."""
+    fast = getattr(model, "stretch_durations", None)
+    if fast is not None:
+        out = fast(num_decodes, kv_tokens_start, num_steps)
+        return out if isinstance(out, list) else list(map(float, out))
+    duration = model.duration
+    return [duration(0, num_decodes, kv_tokens_start + k * num_decodes, 0)
+            for k in range(num_steps)]
+
+
 @dataclass(frozen=True, slots=True)
 class StepClock:
     """Every step lasts 1; times are step numbers."""
@@ -40,6 +56,10 @@ class StepClock:
     def duration(self, prefill_tokens: int, num_decodes: int, kv_read_tokens: int,
                  swapped_blocks: int) -> float:
         return 1.0
+
+    def stretch_durations(self, num_decodes: int, kv_tokens_start: int,
+                          num_steps: int) -> list[float]:
+        return [1.0] * num_steps
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +77,10 @@ class ConstantStep:
     def duration(self, prefill_tokens: int, num_decodes: int, kv_read_tokens: int,
                  swapped_blocks: int) -> float:
         return self.step_time
+
+    def stretch_durations(self, num_decodes: int, kv_tokens_start: int,
+                          num_steps: int) -> list[float]:
+        return [self.step_time] * num_steps
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,3 +109,11 @@ class LinearStep:
         return (self.base + self.per_prefill_token * prefill_tokens
                 + self.per_decode * num_decodes + self.per_kv_token * kv_read_tokens
                 + self.per_swapped_block * swapped_blocks)
+
+    def stretch_durations(self, num_decodes: int, kv_tokens_start: int,
+                          num_steps: int) -> list[float]:
+        fixed = (self.base + self.per_prefill_token * 0 + self.per_decode * num_decodes)
+        per_kv, swap = self.per_kv_token, self.per_swapped_block * 0
+        # The same operations, in the same order, as `duration` (bit-identical sums).
+        return [fixed + per_kv * (kv_tokens_start + k * num_decodes) + swap
+                for k in range(num_steps)]

@@ -1,0 +1,140 @@
+"""One replica: its scheduler, time model, thrash monitor and admission gate.
+
+The loop (`kvsched.loop`) owns the clock and the arrivals; an `Engine` only answers "run
+your next step starting at `now`" (`step`) and "run, in one move, the pure-decode steps
+that would follow" (`stretch`). Nothing outside reads its internals except through these
+calls and `view`.
+"""
+
+from __future__ import annotations
+
+from kvsched.admission import AdmissionController, SloAdmission
+from kvsched.backpressure import Action, Backpressure, ThrashMonitor
+from kvsched.config import EngineConfig
+from kvsched.policies.base import Policy
+from kvsched.scheduler import Scheduler, StepPlan, Stretch
+from kvsched.sequence import Seq
+from kvsched.timing import TimeModel
+
+StepRow = tuple  # one row of STEP_COLUMNS
+
+
+class Engine:
+    """A simulated engine replica. `step` and `stretch` return what the recorder keeps."""
+
+    def __init__(self, config: EngineConfig, policy: Policy, clock: TimeModel,
+                 admission: SloAdmission | None = None,
+                 backpressure: Backpressure | None = None,
+                 record_batches: bool = False, events: list[tuple] | None = None,
+                 stretches: bool = True) -> None:
+        self.config = config
+        self.stretches = stretches  # False: every step on its own (the exact path, for checks)
+        self.clock = clock
+        self.sched = Scheduler(config, policy, events, record_batches)
+        self.events = self.sched.events
+        self.monitor = ThrashMonitor(backpressure or Backpressure())
+        self.gate = AdmissionController(admission, clock) if admission else None
+        self.record_batches = record_batches
+        self.batches: list[tuple] | None = [] if record_batches else None
+        self._steady = False  # the last step was pure decode and nothing arrived since
+
+    # -- arrivals -------------------------------------------------------------------------
+
+    def arrive(self, seq: Seq, step: int, now: float) -> None:
+        """A request reaches this replica: through the admission gate into the queue."""
+        self._steady = False
+        sched = self.sched
+        if self.gate is not None and not sched.unschedulable_reason(seq):
+            reason = self.gate.rejects(seq, sched, now)
+            if reason:
+                seq.join_step = step
+                sched.reject(seq, step, reason)
+                return
+        sched.add(seq, step)
+
+    # -- steps ----------------------------------------------------------------------------
+
+    def step(self, step: int, now: float) -> StepRow | None:
+        """Run step `step` from `now`: its STEP_COLUMNS row, or None when nothing can run."""
+        sched = self.sched
+        monitor = self.monitor
+        plan = sched.schedule(step, now)
+        if plan.is_idle and monitor.signal:  # idle: nothing can thrash, stop holding back
+            monitor.clear()
+            self.events.append((step, now, "", "backpressure", "off: the engine is idle"))
+            sched.admitting, sched.reserving = True, False
+            plan = sched.schedule(step, now)
+        if plan.is_idle:
+            self._steady = False
+            return None
+        num_decodes = plan.num_decodes + len(plan.swap_ins)
+        computed = plan.prefill_tokens + plan.recomputed_tokens
+        swapped = plan.swapped_out_blocks + plan.swapped_in_blocks
+        duration = self.clock.duration(computed, num_decodes, plan.kv_read_tokens, swapped)
+        # Queues and blocks as the batch runs, before postprocess frees the finished.
+        num_running = len(sched.running) + len(sched.prefilling)
+        num_waiting = len(sched.waiting)
+        pool = sched.pool
+        blocks_free = pool.free
+        end = now + duration
+        sched.postprocess(plan, end)
+        signal = monitor.signal
+        ratio = monitor.update(plan.recomputed_tokens + swapped * self.config.block_size,
+                               plan.num_decodes + len(plan.produced))
+        changed = monitor.signal != signal
+        if changed:  # admissions open or close from the next step: not a steady state
+            self._backpressure_changed(plan, ratio)
+        if self.gate is not None:
+            self.gate.observe(now, end, plan.num_admitted)
+        if self.batches is not None:
+            _record_batch(self.batches, plan)
+        self._steady = (self.stretches and not changed and plan.is_pure_decode
+                        and plan.num_decodes == len(sched.running))
+        return (step, now, duration, num_running, num_waiting, len(plan.prefills),
+                plan.prefill_tokens, num_decodes, plan.recomputed_tokens, computed + num_decodes,
+                pool.num_blocks - blocks_free, blocks_free, len(plan.preempted),
+                plan.num_admitted, plan.num_finished, plan.swapped_out_blocks,
+                plan.swapped_in_blocks, ratio, int(monitor.signal))
+
+    def stretch(self, step: int, now: float, next_arrival: float,
+                max_steps: int) -> Stretch | None:
+        """The steps from `step` that repeat the pure-decode step just run, in one move;
+        None when the next step must run on its own. Identical records either way."""
+        if not self._steady or not self.monitor.is_quiet:
+            return None
+        stretch = self.sched.decode_stretch(step, now, self.clock, next_arrival,
+                                            max_steps)
+        if stretch is None:
+            return None
+        self.monitor.skip(stretch.num_steps, stretch.num_decodes)
+        if self.gate is not None:
+            self.gate.observe_quiet(stretch.starts, stretch.durations)
+        if stretch.num_finished:
+            self._steady = False
+        return stretch
+
+    def _backpressure_changed(self, plan: StepPlan, ratio: float) -> None:
+        monitor, sched = self.monitor, self.sched
+        config = monitor.config
+        if monitor.signal:
+            detail = (f"on: thrash ratio {ratio:.3g} > {config.threshold:g} over "
+                      f"{config.window} steps" + {
+                          Action.NONE: "", Action.PAUSE: "; admissions paused",
+                          Action.RESERVE: "; admitting only what the pool can finish"
+                      }[config.act])
+        else:
+            detail = f"off: thrash ratio {ratio:.3g} < {config.release:g}"
+        self.events.append((plan.step, plan.time, "", "backpressure", detail))
+        action = config.act
+        sched.admitting = not (monitor.signal and action is Action.PAUSE)
+        sched.reserving = monitor.signal and action is Action.RESERVE
+
+
+def _record_batch(batches: list[tuple], plan: StepPlan) -> None:
+    step, time = plan.step, plan.time
+    for seq in plan.decoded or ():
+        batches.append((step, time, seq.request.request_id, "decode", 1))
+    for seq, tokens in plan.prefills:
+        batches.append((step, time, seq.request.request_id, "prefill", tokens))
+    for seq in plan.swap_ins:
+        batches.append((step, time, seq.request.request_id, "swap_in", 1))

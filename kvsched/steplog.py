@@ -1,0 +1,165 @@
+"""Step records as the run makes them: one row per exact step, one `Stretch` per decode
+stretch, kept or streamed in chunks, with the sums the summary needs.
+
+Why not one tuple per step: a day of traffic is tens of millions of steps, most of them in
+stretches where only the time and the blocks in use change. The log keeps stretches whole,
+hands each chunk to a sink (a CSV writer) as soon as it is full, and keeps in memory only
+what the caller asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from itertools import groupby
+
+from kvsched.records import STEP_COLUMNS
+from kvsched.scheduler import Stretch
+
+Segment = tuple | Stretch
+Sink = Callable[[list[Segment]], None]
+
+COMPACT_COLUMNS = ("step", "num_steps", *STEP_COLUMNS[1:])
+"""`steps.csv` under `--records compact`: one row per exact step (`num_steps` 1) or per
+decode stretch. A stretch row holds its first step and start `time`; `duration`, the token
+counts and `num_finished` are sums over the stretch; `blocks_used` and `blocks_free` are as
+its last batch ran (blocks only grow within a stretch: the last is the peak)."""
+
+
+class RecordMode(StrEnum):
+    """How much of the per-step record a run writes."""
+
+    FULL = "full"  # steps.csv: one row per step
+    COMPACT = "compact"  # steps.csv: one row per step or per decode stretch
+    SUMMARY = "summary"  # no steps.csv: requests, events and the summary only
+
+
+@dataclass(slots=True)
+class StepStats:
+    """Running sums over every step (in step order, so float sums match a plain sum)."""
+
+    num_steps: int = 0
+    end: float = 0.0  # end of the last step
+    busy_time: float = 0.0
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    recomputed_tokens: int = 0
+    swapped_blocks: int = 0
+    blocks_used_sum: int = 0
+    peak_blocks_used: int = 0
+    thrash_ratio_max: float = 0.0
+    backpressure_steps: int = 0
+
+    def add_rows(self, rows: list[tuple]) -> None:
+        columns = list(zip(*rows, strict=True))
+        self.num_steps += len(rows)
+        self.end = rows[-1][1] + rows[-1][2]
+        self.busy_time = sum(columns[2], self.busy_time)
+        self.prefill_tokens += sum(columns[6])
+        self.decode_tokens += sum(columns[7])
+        self.recomputed_tokens += sum(columns[8])
+        self.blocks_used_sum += sum(columns[10])
+        self.peak_blocks_used = max(self.peak_blocks_used, max(columns[10]))
+        self.swapped_blocks += sum(columns[15]) + sum(columns[16])
+        self.thrash_ratio_max = max(self.thrash_ratio_max, max(columns[17]))
+        self.backpressure_steps += sum(columns[18])
+
+    def add_stretch(self, stretch: Stretch) -> None:
+        self.num_steps += stretch.num_steps
+        self.end = stretch.end
+        self.busy_time = sum(stretch.durations, self.busy_time)
+        self.decode_tokens += stretch.num_decodes * stretch.num_steps
+        self.blocks_used_sum += sum(stretch.blocks_used)
+        self.peak_blocks_used = max(self.peak_blocks_used, stretch.blocks_used[-1])
+
+
+def stretch_rows(stretch: Stretch, num_blocks: int) -> Iterator[tuple]:
+    """A stretch as the STEP_COLUMNS rows the step-by-step engine would have made."""
+    n, last = stretch.num_decodes, stretch.num_steps - 1
+    running, waiting = stretch.num_running, stretch.num_waiting
+    for k, (start, duration, used) in enumerate(zip(stretch.starts, stretch.durations,
+                                                    stretch.blocks_used, strict=True)):
+        yield (stretch.step + k, start, duration, running, waiting, 0, 0, n, 0, n, used,
+               num_blocks - used, 0, 0, stretch.num_finished if k == last else 0, 0, 0,
+               0.0, 0)
+
+
+def compact_row(stretch: Stretch, num_blocks: int) -> tuple:
+    """A stretch as one COMPACT_COLUMNS row."""
+    n, steps = stretch.num_decodes, stretch.num_steps
+    used = stretch.blocks_used[-1]
+    return (stretch.step, steps, stretch.starts[0], sum(stretch.durations),
+            stretch.num_running, stretch.num_waiting, 0, 0, n * steps, 0, n * steps, used,
+            num_blocks - used, 0, 0, stretch.num_finished, 0, 0, 0.0, 0)
+
+
+def segment_runs(segments: list[Segment]) -> Iterator[tuple[bool, list[Segment]]]:
+    """Consecutive segments grouped: (True, rows) or (False, stretches)."""
+    for is_row, group in groupby(segments, key=lambda s: type(s) is tuple):
+        yield is_row, list(group)
+
+
+class StepLog:
+    """Collects a run's step records; see the module docstring.
+
+    `keep`: hold every segment (for `RunResult.steps`); `sink`: called with each chunk of
+    segments, in order, as it fills and at `close()`.
+    """
+
+    __slots__ = ("num_blocks", "stats", "kept", "_sink", "_chunk", "_limit")
+
+    def __init__(self, num_blocks: int, keep: bool = True, sink: Sink | None = None,
+                 chunk: int = 1 << 15) -> None:
+        self.num_blocks = num_blocks
+        self.stats = StepStats()
+        self.kept: list[Segment] | None = [] if keep else None
+        self._sink = sink
+        self._chunk: list[Segment] = []
+        self._limit = chunk
+
+    def row(self, row: tuple) -> None:
+        chunk = self._chunk
+        chunk.append(row)
+        if len(chunk) >= self._limit:
+            self.flush()
+
+    def stretch(self, stretch: Stretch) -> None:
+        chunk = self._chunk
+        chunk.append(stretch)
+        if len(chunk) >= self._limit:
+            self.flush()
+
+    def flush(self) -> None:
+        chunk = self._chunk
+        if not chunk:
+            return
+        stats = self.stats
+        for is_row, group in segment_runs(chunk):
+            if is_row:
+                stats.add_rows(group)  # type: ignore[arg-type]
+            else:
+                for stretch in group:
+                    stats.add_stretch(stretch)  # type: ignore[arg-type]
+        if self._sink is not None:
+            self._sink(chunk)
+        if self.kept is not None:
+            self.kept.extend(chunk)
+        self._chunk = []
+
+    def close(self) -> StepStats:
+        self.flush()
+        return self.stats
+
+    def rows(self) -> list[tuple]:
+        """Every kept step as a STEP_COLUMNS row (stretches expanded)."""
+        if self.kept is None:
+            raise ValueError("this run did not keep its step records (records=summary or "
+                             "streamed to a file)")
+        out: list[tuple] = []
+        for segment in self.kept:
+            if type(segment) is tuple:
+                out.append(segment)
+            else:
+                out.extend(stretch_rows(segment, self.num_blocks))  # type: ignore[arg-type]
+        return out

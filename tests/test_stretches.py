@@ -1,0 +1,111 @@
+"""Decode stretches: jumping over steady decode steps gives exactly the step-by-step records.
+
+The naive reference engine (test_engine_reference) covers the rules it models; this file
+also covers what it does not (backpressure acting, SLO admission, head-of-line tracking,
+long outputs that cross many blocks in one stretch) by comparing the engine with and
+without stretches, and checks that stretches really happen.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_invariants import clocks, configs, policies
+
+from kvsched import ConstantStep, EngineConfig, Request, StepLog, make_policy, simulate
+from kvsched.admission import SloAdmission
+from kvsched.backpressure import Backpressure
+from kvsched.scheduler import GapTracker, Stretch
+
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def long_workloads(draw):
+    """Few requests with long outputs, spread out: long steady stretches between events."""
+    n = draw(st.integers(1, 12))
+    return [Request(f"q{i}", draw(st.integers(0, 400)) / draw(st.sampled_from([1, 4])),
+                    draw(st.integers(1, 80)), draw(st.integers(1, 300)),
+                    priority=draw(st.integers(0, 2)))
+            for i in range(n)]
+
+
+def outcome(result):
+    return (result.steps, result.events, [r.as_row() for r in result.requests],
+            result.summary)
+
+
+@settings(max_examples=300, **SETTINGS)
+@given(long_workloads(), configs(), policies, clocks)
+def test_stretches_equal_the_exact_path(requests, config, policy, clock):
+    """Every record and summary key, with stretches on and off."""
+    fast = simulate(requests, config, policy, clock)
+    exact = simulate(requests, config, policy, clock, stretches=False)
+    assert outcome(fast) == outcome(exact)
+
+
+@settings(max_examples=150, **SETTINGS)
+@given(long_workloads(), configs(), policies, clocks,
+       st.sampled_from(["none", "pause", "reserve"]), st.sampled_from([5, 30, 100]),
+       st.sampled_from([None, 2.0, 20.0]), st.sampled_from(["tokens", "throughput"]))
+def test_stretches_equal_the_exact_path_with_backpressure_and_admission(
+        requests, config, policy, clock, act, window, ttft_slo, estimator):
+    """Backpressure that opens and closes admissions, and an SLO gate that keeps a window."""
+    pressure = Backpressure(window=window, threshold=0.05, release=0.01, act=act)
+    admission = SloAdmission(ttft_slo, estimator, window=7) if ttft_slo else None
+    kwargs = dict(backpressure=pressure, admission=admission)
+    fast = simulate(requests, config, policy, clock, **kwargs)
+    exact = simulate(requests, config, policy, clock, stretches=False, **kwargs)
+    assert outcome(fast) == outcome(exact)
+
+
+def test_a_steady_run_is_mostly_stretches():
+    """Two long decodes on a roomy engine: a handful of segments cover thousands of steps."""
+    requests = [Request("a", 0, 100, 3000), Request("b", 0.5, 40, 2000)]
+    log = StepLog(180 * 16)
+    result = simulate(requests, EngineConfig(num_blocks=180 * 16), None, ConstantStep(0.01),
+                      step_log=log)
+    stretches = [s for s in log.kept if isinstance(s, Stretch)]
+    assert result.summary["num_steps"] == 3000
+    assert sum(s.num_steps for s in stretches) > 2990
+    assert len(log.kept) < 10
+    assert result.steps == simulate(requests, EngineConfig(num_blocks=180 * 16), None,
+                                    ConstantStep(0.01), stretches=False).steps
+
+
+def test_a_stretch_stops_before_an_arrival_and_at_a_finish():
+    """Arrivals and finishes are never inside a stretch: they fall on exact steps or end one."""
+    requests = [Request("a", 0, 10, 50), Request("b", 20, 10, 5)]
+    log = StepLog(180)
+    simulate(requests, EngineConfig(num_blocks=180), None, None, step_log=log)
+    for segment in log.kept:
+        if isinstance(segment, Stretch):
+            inside = range(segment.step + 1, segment.step + segment.num_steps)
+            assert 20 not in inside  # b arrives at step 20: an exact step
+    steps = {s.step for s in log.kept if isinstance(s, Stretch)}
+    assert steps, "expected stretches"
+
+
+def test_records_without_keeping_steps_still_summarise():
+    """A run that streams its steps away keeps its summary exact."""
+    requests = [Request(f"r{i}", i * 7, 30 + i, 40 + 3 * i) for i in range(20)]
+    kept = simulate(requests, EngineConfig(num_blocks=40), make_policy("fcfs"))
+    streamed = []
+    log = StepLog(40, keep=False, sink=streamed.extend, chunk=5)
+    dropped = simulate(requests, EngineConfig(num_blocks=40), make_policy("fcfs"),
+                       step_log=log)
+    assert dropped.summary == kept.summary
+    assert log.kept is None and len(streamed) >= 5
+
+
+def test_gap_tracker_answers_the_largest_gap_since_a_pass():
+    """The stack of decreasing gaps against a plain list of end times."""
+    tracker = GapTracker()
+    ends = [0.0]
+    for tick, end in enumerate([1.0, 3.0, 3.5, 4.0, 7.0, 7.5, 8.0, 8.2], start=1):
+        tracker.complete(tick, end)
+        ends.append(end)
+        for since in range(1, tick + 1):
+            want = max(b - a for a, b in zip(ends[since - 1:], ends[since:]))
+            assert tracker.max_gap_since(since) == want
+    assert tracker.max_gap_since(99) is None
