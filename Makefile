@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 OUT ?= results
 
-.PHONY: install test experiments bench lint clean
+.PHONY: install test experiments bench lint clean conformance conformance-install
 
 install: $(STAMP)
 
@@ -30,6 +30,37 @@ bench: install
 lint: install
 	$(BIN)/ruff check kvsched tests bench
 	$(BIN)/mypy kvsched
+
+# Proof harness against the real vLLM V1 scheduler (issue 9). Not part of `make test`:
+# it needs its own virtualenv with vllm==0.33.0 (pip pulls the CUDA torch wheels, about
+# 8 minutes and 9 GB; they import fine without a GPU). vllm pins torch==2.14.0, which the
+# machine's pip cap (torch<=2.14.1) admits. The driver runs in .venv-conformance, the
+# comparison in .venv (no vLLM there).
+CVENV := .venv-conformance
+CBIN := $(CVENV)/bin
+CSTAMP := $(CVENV)/.installed-stamp
+VLLM_VERSION := 0.33.0
+CONFORMANCE_OUT ?= $(OUT)/conformance
+CONFORMANCE_N ?= 200
+CONFORMANCE_SEED ?= 1
+KVSCHED_FN ?= kvsched.conformance:vllm_v1_decisions
+
+conformance-install: $(CSTAMP)
+
+$(CSTAMP):
+	$(PY) -m venv $(CVENV)
+	$(CBIN)/python -m pip install -q --upgrade pip
+	HF_HUB_OFFLINE=1 $(CBIN)/python -m pip install 'vllm==$(VLLM_VERSION)'
+	$(CBIN)/python -m pip install -q -e .
+	touch $(CSTAMP)
+
+conformance: install $(CSTAMP)
+	HF_HUB_OFFLINE=1 $(CBIN)/python conformance/vllm_driver.py --random $(CONFORMANCE_N) \
+		--seed $(CONFORMANCE_SEED) --out-dir $(CONFORMANCE_OUT)/random
+	HF_HUB_OFFLINE=1 $(CBIN)/python conformance/vllm_driver.py --cases \
+		--out-dir $(CONFORMANCE_OUT)/cases
+	$(BIN)/python -m conformance.compare $(CONFORMANCE_OUT)/random $(CONFORMANCE_OUT)/cases \
+		--kvsched $(KVSCHED_FN) --quiet --allow-missing
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
