@@ -28,7 +28,7 @@ bench: install
 	$(BIN)/python bench/bench_engine.py
 
 lint: install
-	$(BIN)/ruff check kvsched tests bench
+	$(BIN)/ruff check kvsched tests bench conformance
 	$(BIN)/mypy kvsched
 
 # Proof harness against the real vLLM V1 scheduler (issue 9). Not part of `make test`:

@@ -207,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("records", nargs="+", help="recorded JSON files or directories of them")
     ap.add_argument("--kvsched", default=DEFAULT_KVSCHED,
-                    help=f"MODULE:CALLABLE producing kvsched's decisions (default {DEFAULT_KVSCHED})")
+                    help="MODULE:CALLABLE producing kvsched's decisions "
+                         f"(default {DEFAULT_KVSCHED})")
     ap.add_argument("--self", action="store_true",
                     help="compare each record with itself (checks the harness, not kvsched)")
     ap.add_argument("--strict-order", action="store_true")

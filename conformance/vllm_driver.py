@@ -197,7 +197,8 @@ class Harness:
             "scheduler_reserve_full_isl": self.scheduler.scheduler_reserve_full_isl,
             "watermark_blocks": self.scheduler.kv_cache_manager.watermark_blocks,
             "enable_prefix_caching": self.scheduler.cache_config.enable_prefix_caching,
-            "free_blocks_at_start": self.scheduler.kv_cache_manager.block_pool.get_num_free_blocks(),
+            "free_blocks_at_start":
+                self.scheduler.kv_cache_manager.block_pool.get_num_free_blocks(),
         }
         # Record preemption victims in the order vLLM picks them (the output only
         # carries a set). Wraps the instance's bound method, changes nothing.
@@ -243,9 +244,9 @@ def run(config: dict[str, Any], workload: dict[str, Any], model_dir: str,
     rng = random.Random(token_seed)
 
     reqs = workload["requests"]
-    # Workload order breaks ties within a step: arrival_time = step + index * 1e-6, so
-    # vLLM's priority heap order (priority, arrival_time, request_id) equals
-    # (priority, arrival_step, workload index).
+    # Workload order breaks ties within a step: arrival_time = step + index * 1e-6
+    # (unless the workload gives arrival_time), so vLLM's priority heap order
+    # (priority, arrival_time, request_id) equals (priority, arrival_step, index).
     order = sorted(range(len(reqs)), key=lambda i: (int(reqs[i]["arrival_step"]), i))
     by_step: dict[int, list[tuple[int, dict[str, Any]]]] = {}
     for i in order:
@@ -256,7 +257,7 @@ def run(config: dict[str, Any], workload: dict[str, Any], model_dir: str,
     for i, r in enumerate(reqs):
         per_req[str(r["id"])] = {
             "arrival_step": int(r["arrival_step"]),
-            "arrival_time": int(r["arrival_step"]) + i * 1e-6,
+            "arrival_time": float(r.get("arrival_time", int(r["arrival_step"]) + i * 1e-6)),
             "first_token_step": None,
             "finish_step": None,
             "num_preemptions": 0,
@@ -272,7 +273,7 @@ def run(config: dict[str, Any], workload: dict[str, Any], model_dir: str,
     while step < max_steps:
         arrived: list[str] = []
         rejected: list[str] = []
-        for i, spec in by_step.get(step, []):
+        for _i, spec in by_step.get(step, []):
             rid = str(spec["id"])
             reason = rejection_reason(int(spec["prompt_len"]), int(cfg["max_model_len"]))
             if reason is not None:
@@ -392,14 +393,10 @@ def random_case(rng: random.Random, name: str) -> tuple[dict[str, Any], dict[str
     policy = rng.choice(["fcfs", "priority"])
     max_num_seqs = rng.choice([2, 3, 4, 8, 16, 128])
     budget = rng.choice([16, 24, 32, 64, 128, 256])
-    if not chunked:
-        # vLLM refuses chunking off with max_num_batched_tokens < max_model_len.
-        max_model_len = budget
-    else:
-        max_model_len = rng.choice([budget, 2 * budget, 256, 512, 2048])
-    budget = max(budget, max_num_seqs if max_num_seqs <= budget else budget)
-    if budget < max_num_seqs:
-        max_num_seqs = budget
+    # vLLM refuses chunking off with max_num_batched_tokens < max_model_len.
+    max_model_len = budget if not chunked else rng.choice([budget, 2 * budget, 256, 512, 2048])
+    # vLLM refuses max_num_batched_tokens < max_num_seqs.
+    max_num_seqs = min(max_num_seqs, budget)
     threshold = 0
     if rng.random() < 0.35:
         threshold = min(rng.choice([4, 8, 12, 16, 32]), max_model_len)
@@ -415,10 +412,10 @@ def random_case(rng: random.Random, name: str) -> tuple[dict[str, Any], dict[str
     requests = []
     for i in range(n):
         prompt_len = rng.randint(1, max_prompt)
-        if rng.random() < 0.04:
+        if rng.random() < 0.03:
             prompt_len = max_model_len + rng.choice([0, 1, 5])  # rejected at arrival
         output_len = rng.randint(1, max_output)
-        if chunked and rng.random() < 0.05:
+        if max_model_len <= 256 and rng.random() < 0.05:
             output_len = max_model_len  # capped by max_model_len (FINISHED_LENGTH_CAPPED)
         arrival = 0 if burst else rng.randint(0, horizon)
         priority = rng.randint(0, 3) if policy == "priority" else 0
@@ -464,103 +461,104 @@ def random_case(rng: random.Random, name: str) -> tuple[dict[str, Any], dict[str
 
 
 def vllm_test_cases() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
-    """vLLM's own V1 scheduler tests, as far as they are (config, workload) pairs.
+    """vLLM's own V1 scheduler tests (tests/v1/core/test_scheduler.py), as workloads.
 
-    Names are the vLLM test names (tests/v1/core/test_scheduler.py); where the vLLM
-    test feeds outputs by hand in a way the step clock cannot (e.g. it finishes a
-    request by EOS), the workload keeps the scheduling situation the test sets up.
+    Each keeps the vLLM test's name, its scheduler arguments (create_scheduler's
+    defaults: max_num_seqs 16, max_num_batched_tokens 8192, max_model_len = the
+    budget, block_size 16, num_blocks 10000), its requests (create_requests: 10
+    prompt tokens, max_tokens 16) and its arrival times. The vLLM test asserts on a
+    step or two; here the same situation runs to completion on the step clock.
     """
-    def reqs(n: int, prompt: int, out: int, arrival: int = 0, prio=None, start: int = 0):
-        return [{"id": f"{start + i}", "prompt_len": prompt, "output_len": out,
-                 "arrival_step": arrival, "priority": (prio[i] if prio else 0)}
+    base = {"max_num_seqs": 16, "max_num_batched_tokens": 8192, "max_model_len": 8192,
+            "block_size": 16, "num_blocks": 10000}
+
+    def reqs(n: int, prompt: int = 10, out: int = 16, prio=None, arrival_times=None,
+             ids=None, step: int = 0):
+        return [{"id": ids[i] if ids else f"{i}", "prompt_len": prompt, "output_len": out,
+                 "arrival_step": step, "priority": prio[i] if prio else 0,
+                 **({"arrival_time": arrival_times[i]} if arrival_times else {})}
                 for i in range(n)]
 
-    cases: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
-    # test_schedule: 10 requests of 10 tokens all scheduled at once.
-    cases.append(("test_schedule", {"max_num_seqs": 16, "max_num_batched_tokens": 8192,
-                                    "max_model_len": 8192},
-                  {"requests": reqs(10, 10, 16)}))
-    # test_schedule_partial_requests: budget 1024, prompts of 400 -> 400, 400, 224 chunk.
-    cases.append(("test_schedule_partial_requests",
-                  {"max_num_batched_tokens": 1024, "max_model_len": 1024},
-                  {"requests": reqs(3, 400, 16)}))
-    # test_no_mm_input_chunking-like token budget split without mm: budget 1024, 3 x 800
-    # test_schedule_concurrent_partial_requests: long_prefill_token_threshold 400,
-    # budget 1024, 3 prompts of 800 each chunked at 400 in parallel.
-    cases.append(("test_schedule_concurrent_partial_requests",
-                  {"max_num_batched_tokens": 1024, "max_model_len": 2048,
-                   "long_prefill_token_threshold": 400},
-                  {"requests": reqs(3, 800, 1)}))
-    # test_stop_via_update_from_output / max_tokens: requests finish by max_tokens.
-    cases.append(("test_check_stop_max_tokens", {"max_num_batched_tokens": 8192},
-                  {"requests": reqs(2, 3, 2)}))
-    # test_max_model_len: requests of 5+... capped by max_model_len.
-    cases.append(("test_max_model_len",
-                  {"max_num_batched_tokens": 16, "max_model_len": 16, "max_num_seqs": 16,
-                   "enable_chunked_prefill": True},
-                  {"requests": reqs(4, 10, 100)}))
-    # test_schedule_order (fcfs): requests served in arrival order with a
-    # max_num_seqs limit.
-    cases.append(("test_schedule_order_fcfs_max_num_seqs",
-                  {"max_num_seqs": 2, "max_num_batched_tokens": 8192},
-                  {"requests": reqs(5, 10, 4)}))
-    # test_chunked_prefill_disabled_for_encoder_decoder analogue: chunking off, a
-    # prompt that does not fit the remaining budget waits (break).
-    cases.append(("test_chunked_prefill_disabled_break",
-                  {"max_num_batched_tokens": 64, "max_model_len": 64,
-                   "enable_chunked_prefill": False},
-                  {"requests": reqs(3, 40, 3)}))
-    # test_priority_scheduling_basic_ordering: waiting heap by priority.
-    cases.append(("test_priority_scheduling_basic_ordering",
-                  {"policy": "priority", "max_num_seqs": 3, "max_num_batched_tokens": 8192},
-                  {"requests": reqs(3, 10, 1, prio=[2, 0, 1])}))
-    # test_priority_scheduling_arrival_time_tiebreaker.
-    cases.append(("test_priority_scheduling_arrival_time_tiebreaker",
-                  {"policy": "priority", "max_num_seqs": 1},
-                  {"requests": [
-                      {"id": "0", "prompt_len": 10, "output_len": 2, "arrival_step": 0,
-                       "priority": 1},
-                      {"id": "1", "prompt_len": 10, "output_len": 2, "arrival_step": 0,
-                       "priority": 1},
-                      {"id": "2", "prompt_len": 10, "output_len": 2, "arrival_step": 0,
-                       "priority": 0}]}))
-    # test_priority_scheduling_preemption: a high-priority arrival while the running
-    # set fills the pool; preemption comes from KV pressure in the running loop only.
-    cases.append(("test_priority_scheduling_preemption",
-                  {"policy": "priority", "num_blocks": 6, "block_size": 16,
-                   "max_num_batched_tokens": 200, "max_model_len": 200},
-                  {"requests": reqs(2, 31, 40, prio=[5, 5]) +
-                   reqs(1, 31, 10, arrival=3, prio=[0], start=2)}))
-    # test_priority_scheduling_no_preemption_when_space_available.
-    cases.append(("test_priority_scheduling_no_preemption_when_space_available",
-                  {"policy": "priority", "num_blocks": 200, "max_num_seqs": 3},
-                  {"requests": reqs(2, 10, 5, prio=[5, 5]) +
-                   reqs(1, 10, 5, arrival=2, prio=[0], start=2)}))
-    # test_priority_scheduling_max_num_seqs: a high-priority arrival does not preempt
-    # for a max_num_seqs slot.
-    cases.append(("test_priority_scheduling_max_num_seqs",
-                  {"policy": "priority", "max_num_seqs": 2},
-                  {"requests": reqs(2, 10, 6, prio=[5, 5]) +
-                   reqs(1, 10, 2, arrival=1, prio=[0], start=2)}))
-    # test_preempt_during_execution / FCFS preemption of the running tail.
-    cases.append(("test_fcfs_preempt_tail",
-                  {"num_blocks": 5, "block_size": 16, "max_num_batched_tokens": 256,
-                   "max_model_len": 256},
-                  {"requests": reqs(2, 16, 30)}))
-    return cases
+    def case(name, cfg, requests):
+        return (name, {**base, **cfg}, {"requests": requests})
+
+    return [
+        case("test_schedule", {}, reqs(10)),
+        case("test_schedule_concurrent_partial_requests",
+             {"max_num_batched_tokens": 1024, "max_model_len": 1024,
+              "long_prefill_token_threshold": 400},
+             reqs(3, prompt=800)),
+        case("test_priority_scheduling_basic_ordering", {"policy": "priority"},
+             reqs(3, prio=[2, 0, 1], arrival_times=[1.0, 2.0, 3.0])),
+        case("test_priority_scheduling_mixed_priority_and_arrival", {"policy": "priority"},
+             reqs(4, prio=[2, 1, 1, 0], arrival_times=[1.0, 3.0, 2.0, 4.0])),
+        # lo1 (priority 5, 32 tokens) runs; hi1 (priority 0, 32 tokens) arrives next
+        # step; 5 usable blocks of 16, so block pressure preempts the low one.
+        case("test_priority_scheduling_preemption",
+             {"policy": "priority", "max_num_seqs": 3, "max_num_batched_tokens": 200,
+              "max_model_len": 200, "num_blocks": 6},
+             reqs(1, prompt=32, out=40, prio=[5], arrival_times=[1.0], ids=["lo1"])
+             + reqs(1, prompt=32, out=40, prio=[0], arrival_times=[2.0], ids=["hi1"],
+                    step=1)),
+        case("test_priority_scheduling_no_preemption_when_space_available",
+             {"policy": "priority", "max_num_seqs": 3, "max_num_batched_tokens": 200,
+              "max_model_len": 200},
+             reqs(2, prompt=30, prio=[5, 5], arrival_times=[1.0, 2.0], ids=["lo1", "lo2"])
+             + reqs(1, prompt=30, prio=[0], arrival_times=[3.0], ids=["hi1"], step=1)),
+        case("test_priority_scheduling_preemption_victim_selection",
+             {"policy": "priority", "max_num_seqs": 1},
+             reqs(3, prio=[3, 2, 0], arrival_times=[1.0, 2.0, 3.0])),
+        case("test_priority_scheduling_equal_priority_preemption",
+             {"policy": "priority", "max_num_seqs": 1},
+             reqs(3, prio=[2, 2, 2], arrival_times=[3.0, 1.0, 2.0])),
+        case("test_priority_scheduling_waiting_queue_order",
+             {"policy": "priority", "max_num_seqs": 1},
+             reqs(4, prio=[3, 1, 2, 0], arrival_times=[1.0, 2.0, 3.0, 4.0])),
+        case("test_priority_scheduling_fcfs_fallback", {"policy": "priority"},
+             reqs(4, prio=[1, 1, 1, 1], arrival_times=[4.0, 1.0, 3.0, 2.0])),
+        case("test_priority_scheduling_with_limited_slots",
+             {"policy": "priority", "max_num_seqs": 2, "max_num_batched_tokens": 1000,
+              "max_model_len": 1000},
+             reqs(4, prio=[3, 1, 2, 0], arrival_times=[1.0, 2.0, 3.0, 4.0])),
+        case("test_priority_scheduling_heap_property",
+             {"policy": "priority", "max_num_seqs": 1},
+             reqs(8, out=1, prio=[5, 1, 8, 3, 2, 7, 4, 6],
+                  arrival_times=[float(i) for i in range(8)])),
+    ]
 
 
 # --------------------------------------------------------------------------- I/O
 
 
 def dump(record: dict[str, Any], path: Path) -> None:
-    """JSON with one step per line, so fixtures stay small and diffable."""
-    steps = record["steps"]
-    head = {k: v for k, v in record.items() if k != "steps"}
-    text = json.dumps(head, indent=1, sort_keys=False)
-    body = ",\n".join("  " + json.dumps(s, separators=(",", ":")) for s in steps)
-    text = text[:-2] + ',\n "steps": [\n' + body + "\n ]\n}\n"
-    json.loads(text)  # must stay valid JSON
+    """JSON with one step, one workload request and one request summary per line,
+    so fixtures stay small and diffable."""
+    def c(v: Any) -> str:
+        return json.dumps(v, separators=(",", ":"))
+
+    def items(pairs: list[str], indent: str) -> str:
+        return ",\n".join(indent + p for p in pairs)
+
+    out = ["{"]
+    fields = []
+    for key, value in record.items():
+        if key == "steps":
+            body = items([c(s) for s in value], "  ")
+            fields.append(f' "steps": [\n{body}\n ]')
+        elif key == "requests":
+            body = items([f"{json.dumps(k)}: {c(v)}" for k, v in value.items()], "  ")
+            fields.append(f' "requests": {{\n{body}\n }}')
+        elif key == "workload":
+            rest = {k: v for k, v in value.items() if k != "requests"}
+            head = "".join(f"{json.dumps(k)}: {c(v)}, " for k, v in rest.items())
+            body = items([c(r) for r in value["requests"]], "   ")
+            fields.append(f' "workload": {{{head}"requests": [\n{body}\n ]}}')
+        else:
+            fields.append(f" {json.dumps(key)}: {c(value)}")
+    out.append(",\n".join(fields))
+    out.append("}")
+    text = "\n".join(out) + "\n"
+    assert json.loads(text) == json.loads(json.dumps(record))  # must stay valid JSON
     path.write_text(text)
 
 
