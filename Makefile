@@ -57,10 +57,16 @@ $(CSTAMP):
 conformance: install $(CSTAMP)
 	HF_HUB_OFFLINE=1 $(CBIN)/python conformance/vllm_driver.py --random $(CONFORMANCE_N) \
 		--seed $(CONFORMANCE_SEED) --out-dir $(CONFORMANCE_OUT)/random
+	HF_HUB_OFFLINE=1 $(CBIN)/python conformance/vllm_driver.py --random 100 --watermark-prob 0.5 \
+		--seed $$(($(CONFORMANCE_SEED) + 1)) --out-dir $(CONFORMANCE_OUT)/watermark
 	HF_HUB_OFFLINE=1 $(CBIN)/python conformance/vllm_driver.py --cases \
 		--out-dir $(CONFORMANCE_OUT)/cases
-	$(BIN)/python -m conformance.compare $(CONFORMANCE_OUT)/random $(CONFORMANCE_OUT)/cases \
-		--kvsched $(KVSCHED_FN) --quiet --allow-missing
+	@echo "== RULES.md as code (conformance/v1_rules_model.py) vs vLLM"
+	$(BIN)/python -m conformance.compare $(CONFORMANCE_OUT)/random $(CONFORMANCE_OUT)/watermark \
+		$(CONFORMANCE_OUT)/cases --kvsched conformance.v1_rules_model:decisions --quiet
+	@echo "== kvsched ($(KVSCHED_FN)) vs vLLM"
+	$(BIN)/python -m conformance.compare $(CONFORMANCE_OUT)/random $(CONFORMANCE_OUT)/watermark \
+		$(CONFORMANCE_OUT)/cases --kvsched $(KVSCHED_FN) --quiet --allow-missing
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

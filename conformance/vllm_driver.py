@@ -386,8 +386,13 @@ def run(config: dict[str, Any], workload: dict[str, Any], model_dir: str,
 # --------------------------------------------------------------------------- random
 
 
-def random_case(rng: random.Random, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """One random (config, workload), drawn to cover the V1 scheduler's rules."""
+def random_case(rng: random.Random, name: str, watermark_prob: float = 0.0,
+                extra: random.Random | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One random (config, workload), drawn to cover the V1 scheduler's rules.
+
+    `watermark_prob` draws a non-default watermark from a separate stream (`extra`),
+    so the default draws (and the committed fixtures) stay reproducible.
+    """
     block_size = rng.choice([4, 8, 16])
     chunked = rng.random() < 0.7
     policy = rng.choice(["fcfs", "priority"])
@@ -453,6 +458,8 @@ def random_case(rng: random.Random, name: str) -> tuple[dict[str, Any], dict[str
         "scheduler_reserve_full_isl": rng.random() < 0.85,
         "watermark": 0.0,
     }
+    if extra is not None and extra.random() < watermark_prob:
+        config["watermark"] = extra.choice([0.01, 0.05, 0.1, 0.2])
     workload = {"name": name, "requests": requests}
     return config, workload
 
@@ -570,6 +577,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--random", type=int, default=0, metavar="N")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--watermark-prob", type=float, default=0.0,
+                    help="with --random: share of workloads with a non-default watermark")
     ap.add_argument("--cases", action="store_true", help="record vLLM's own test cases")
     ap.add_argument("--out-dir", type=Path)
     ap.add_argument("--max-steps", type=int, default=5000)
@@ -584,7 +593,8 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(args.random):
                 rng = random.Random(f"{args.seed}:{i}")
                 name = f"random-s{args.seed}-{i:04d}"
-                cfg, wl = random_case(rng, name)
+                extra = random.Random(f"{args.seed}:{i}:extra")
+                cfg, wl = random_case(rng, name, args.watermark_prob, extra)
                 jobs.append((name, cfg, wl, i))
         if args.cases:
             for name, cfg, wl in vllm_test_cases():

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from conformance import compare as cmp  # noqa: E402
+from conformance import v1_rules_model  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "vllm_v1"
 PATHS = sorted(FIXTURES.glob("*.json"))
@@ -37,6 +38,9 @@ def test_fixtures_cover_the_rules():
     assert {r["config"]["enable_chunked_prefill"] for r in recs} == {True, False}
     assert any(r["config"]["long_prefill_token_threshold"] > 0 for r in recs)
     assert any(r["config"]["max_num_seqs"] <= 4 for r in recs)
+    assert any(r["effective_config"]["watermark_blocks"] > 0 for r in recs)
+    assert any(not r["config"]["scheduler_reserve_full_isl"] for r in recs)
+    assert any(r["summary"]["num_rejected"] for r in recs)
 
 
 @pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
@@ -118,3 +122,11 @@ def test_cli_self_check_and_missing_kvsched(capsys):
     assert f"{len(PATHS)}/{len(PATHS)} workloads agree 100%" in capsys.readouterr().out
     assert cmp.main([str(PATHS[0]), "--kvsched", "no_such_module:fn"]) == 2
     assert cmp.main([str(PATHS[0]), "--kvsched", "no_such_module:fn", "--allow-missing"]) == 0
+
+
+@pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
+def test_the_rules_model_reproduces_vllm(path):
+    """conformance/RULES.md, as conformance/v1_rules_model.py, decides as vLLM 0.33 did."""
+    rec = cmp.load(path)
+    rep = cmp.compare(rec, v1_rules_model.decisions, strict_order=True)
+    assert rep.agrees, cmp.side_by_side(rep)
