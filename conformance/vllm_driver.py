@@ -527,6 +527,22 @@ def vllm_test_cases() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
              {"policy": "priority", "max_num_seqs": 2, "max_num_batched_tokens": 1000,
               "max_model_len": 1000},
              reqs(4, prio=[3, 1, 2, 0], arrival_times=[1.0, 2.0, 3.0, 4.0])),
+        # The vLLM test needs a KV connector only to be able to run at all in that
+        # parametrization; the block math (5 blocks = 4 usable) is the same without.
+        # There request_high is finished by hand after its 2nd token: max_tokens=2.
+        case("test_priority_scheduling_preemption_and_resumption_when_out_of_kv",
+             {"policy": "priority", "max_num_seqs": 2, "max_num_batched_tokens": 200,
+              "max_model_len": 200, "num_blocks": 5},
+             reqs(1, prompt=30, prio=[1], arrival_times=[0.0], ids=["0"])
+             + reqs(1, prompt=32, out=2, prio=[0], arrival_times=[1.0], ids=["1"], step=1)),
+        # Chunked prefill off must not let the short requests pass the long ones.
+        case("test_schedule_order[chunked]",
+             {"max_num_batched_tokens": 1024, "max_model_len": 1024, "max_num_seqs": 3},
+             reqs(2, prompt=800, ids=["1", "2"]) + reqs(2, prompt=10, ids=["3", "4"])),
+        case("test_schedule_order[not_chunked]",
+             {"max_num_batched_tokens": 1024, "max_model_len": 1024, "max_num_seqs": 3,
+              "enable_chunked_prefill": False},
+             reqs(2, prompt=800, ids=["1", "2"]) + reqs(2, prompt=10, ids=["3", "4"])),
         case("test_priority_scheduling_heap_property",
              {"policy": "priority", "max_num_seqs": 1},
              reqs(8, out=1, prio=[5, 1, 8, 3, 2, 7, 4, 6],
