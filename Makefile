@@ -29,11 +29,11 @@ bench: install
 
 lint: install
 	$(BIN)/ruff check kvsched tests bench conformance
-	$(BIN)/mypy kvsched
+	$(BIN)/mypy kvsched conformance
 
 # Proof harness against the real vLLM V1 scheduler (issue 9). Not part of `make test`:
 # it needs its own virtualenv with vllm==0.33.0 (pip pulls the CUDA torch wheels, about
-# 8 minutes and 9 GB; they import fine without a GPU). vllm pins torch==2.14.0, which the
+# 9 minutes and 9.6 GB; they import fine without a GPU). vllm pins torch==2.14.0, which the
 # machine's pip cap (torch<=2.14.1) admits. The driver runs in .venv-conformance, the
 # comparison in .venv (no vLLM there).
 CVENV := .venv-conformance

@@ -199,7 +199,7 @@ def resolve(spec: str) -> KvschedFn:
     fn = getattr(importlib.import_module(module), attr or "vllm_v1_decisions")
     if not callable(fn):
         raise TypeError(f"{spec} is not callable")
-    return fn  # type: ignore[no-any-return]
+    return fn  # type: ignore[no-any-return, unused-ignore]
 
 
 def main(argv: list[str] | None = None) -> int:

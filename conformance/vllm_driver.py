@@ -205,11 +205,11 @@ class Harness:
         self.preempted_this_step: list[str] = []
         original = self.scheduler._preempt_request
 
-        def recording_preempt(request, *args, **kwargs):  # type: ignore[no-untyped-def]
+        def recording_preempt(request: Any, *args: Any, **kwargs: Any) -> Any:
             self.preempted_this_step.append(request.request_id)
             return original(request, *args, **kwargs)
 
-        self.scheduler._preempt_request = recording_preempt  # type: ignore[method-assign]
+        self.scheduler._preempt_request = recording_preempt
 
     def make_request(self, spec: dict[str, Any], arrival_time: float, rng: random.Random):
         from vllm.sampling_params import SamplingParams
@@ -414,7 +414,7 @@ def random_case(rng: random.Random, name: str, watermark_prob: float = 0.0,
                      if long_prompts else max(4, budget // 2))
     max_prompt = max(1, max_prompt)
     max_output = rng.choice([1, 4, 16, 48])
-    requests = []
+    requests: list[dict[str, Any]] = []
     for i in range(n):
         prompt_len = rng.randint(1, max_prompt)
         if rng.random() < 0.03:
