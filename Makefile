@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 OUT ?= results
 
-.PHONY: install test experiments bench lint clean
+.PHONY: install test experiments bench lint clean conformance conformance-install
 
 install: $(STAMP)
 
@@ -28,8 +28,45 @@ bench: install
 	$(BIN)/python bench/bench_engine.py
 
 lint: install
-	$(BIN)/ruff check kvsched tests bench
-	$(BIN)/mypy kvsched
+	$(BIN)/ruff check kvsched tests bench conformance
+	$(BIN)/mypy kvsched conformance
+
+# Proof harness against the real vLLM V1 scheduler (issue 9). Not part of `make test`:
+# it needs its own virtualenv with vllm==0.33.0 (pip pulls the CUDA torch wheels, about
+# 9 minutes and 9.6 GB; they import fine without a GPU). vllm pins torch==2.14.0, which the
+# machine's pip cap (torch<=2.14.1) admits. The driver runs in .venv-conformance, the
+# comparison in .venv (no vLLM there).
+CVENV := .venv-conformance
+CBIN := $(CVENV)/bin
+CSTAMP := $(CVENV)/.installed-stamp
+VLLM_VERSION := 0.33.0
+CONFORMANCE_OUT ?= $(OUT)/conformance
+CONFORMANCE_N ?= 200
+CONFORMANCE_SEED ?= 1
+KVSCHED_FN ?= kvsched.conformance:vllm_v1_decisions
+
+conformance-install: $(CSTAMP)
+
+$(CSTAMP):
+	$(PY) -m venv $(CVENV)
+	$(CBIN)/python -m pip install -q --upgrade pip
+	HF_HUB_OFFLINE=1 $(CBIN)/python -m pip install 'vllm==$(VLLM_VERSION)'
+	$(CBIN)/python -m pip install -q -e .
+	touch $(CSTAMP)
+
+conformance: install $(CSTAMP)
+	HF_HUB_OFFLINE=1 $(CBIN)/python conformance/vllm_driver.py --random $(CONFORMANCE_N) \
+		--seed $(CONFORMANCE_SEED) --out-dir $(CONFORMANCE_OUT)/random
+	HF_HUB_OFFLINE=1 $(CBIN)/python conformance/vllm_driver.py --random 100 --watermark-prob 0.5 \
+		--seed $$(($(CONFORMANCE_SEED) + 1)) --out-dir $(CONFORMANCE_OUT)/watermark
+	HF_HUB_OFFLINE=1 $(CBIN)/python conformance/vllm_driver.py --cases \
+		--out-dir $(CONFORMANCE_OUT)/cases
+	@echo "== RULES.md as code (conformance/v1_rules_model.py) vs vLLM"
+	$(BIN)/python -m conformance.compare $(CONFORMANCE_OUT)/random $(CONFORMANCE_OUT)/watermark \
+		$(CONFORMANCE_OUT)/cases --kvsched conformance.v1_rules_model:decisions --quiet
+	@echo "== kvsched ($(KVSCHED_FN)) vs vLLM"
+	$(BIN)/python -m conformance.compare $(CONFORMANCE_OUT)/random $(CONFORMANCE_OUT)/watermark \
+		$(CONFORMANCE_OUT)/cases --kvsched $(KVSCHED_FN) --quiet --allow-missing
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,256 @@
+"""Compare a recorded vLLM V1 run with kvsched's decisions on the same step clock.
+
+Runs in the normal kvsched venv: stdlib only, no vLLM import.
+
+The kvsched side is pluggable: any callable `fn(config, workload) -> dict` that
+returns the same structure as a record's decisions, i.e.
+
+    {"steps": [{"step": k, "scheduled": [[id, tokens], ...],
+                "preempted": [id, ...], "finished": [id, ...], "rejected": [id, ...]}, ...],
+     "requests": {id: {"first_token_step": int|None, "finish_step": int|None,
+                       "num_preemptions": int, "status": str}, ...}}
+
+(keys that are absent mean empty lists; other keys are ignored). `config` and
+`workload` are the record's own, exactly as given to vLLM (see README.md).
+
+    python -m conformance.compare RECORD.json|DIR ... --kvsched MODULE:CALLABLE
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+Decisions = dict[str, Any]
+KvschedFn = Callable[[dict[str, Any], dict[str, Any]], Decisions]
+
+STEP_FIELDS = ("scheduled", "preempted", "finished", "rejected")
+REQUEST_FIELDS = ("first_token_step", "finish_step", "num_preemptions", "status")
+DEFAULT_KVSCHED = "kvsched.conformance:vllm_v1_decisions"
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    record = json.loads(Path(path).read_text())
+    if not str(record.get("format", "")).startswith("kvsched-vllm-v1-record/"):
+        raise ValueError(f"{path}: not a recorded vLLM run (format={record.get('format')!r})")
+    return record
+
+
+def record_paths(items: Iterable[str | Path]) -> list[Path]:
+    out: list[Path] = []
+    for item in items:
+        p = Path(item)
+        out.extend(sorted(p.glob("*.json")) if p.is_dir() else [p])
+    return out
+
+
+def recorded_decisions(record: dict[str, Any]) -> KvschedFn:
+    """A KvschedFn that answers with the record's own decisions (for self-checks)."""
+    def fn(config: dict[str, Any], workload: dict[str, Any]) -> Decisions:
+        return {"steps": record["steps"], "requests": record["requests"]}
+    return fn
+
+
+def _norm_step(step: dict[str, Any] | None, strict_order: bool) -> dict[str, Any]:
+    step = step or {}
+    out: dict[str, Any] = {}
+    sched = [(str(r), int(n)) for r, n in step.get("scheduled", [])]
+    out["scheduled"] = sched if strict_order else sorted(sched)
+    for key in ("preempted", "finished", "rejected"):
+        ids = [str(r) for r in step.get(key, [])]
+        out[key] = ids if (strict_order and key == "preempted") else sorted(ids)
+    return out
+
+
+def _norm_request(req: dict[str, Any] | None) -> dict[str, Any]:
+    req = req or {}
+    return {
+        "first_token_step": req.get("first_token_step"),
+        "finish_step": req.get("finish_step"),
+        "num_preemptions": int(req.get("num_preemptions", 0) or 0),
+        "status": req.get("status"),
+    }
+
+
+@dataclass
+class Report:
+    name: str
+    steps_total: int
+    steps_agree: int
+    requests_total: int
+    requests_agree: int
+    # step index -> {field: (vllm, kvsched)}
+    step_diffs: dict[int, dict[str, tuple[Any, Any]]] = field(default_factory=dict)
+    # request id -> {field: (vllm, kvsched)}
+    request_diffs: dict[str, dict[str, tuple[Any, Any]]] = field(default_factory=dict)
+    vllm_steps: list[dict[str, Any]] = field(default_factory=list)
+    kvsched_steps: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def agrees(self) -> bool:
+        return not self.step_diffs and not self.request_diffs
+
+    @property
+    def first_disagreement(self) -> int | None:
+        return min(self.step_diffs) if self.step_diffs else None
+
+    @property
+    def step_agreement(self) -> float:
+        return self.steps_agree / self.steps_total if self.steps_total else 1.0
+
+    @property
+    def request_agreement(self) -> float:
+        return self.requests_agree / self.requests_total if self.requests_total else 1.0
+
+    def summary(self) -> str:
+        first = self.first_disagreement
+        tail = "" if first is None else f", first disagreement at step {first}"
+        return (f"{self.name}: steps {self.steps_agree}/{self.steps_total} "
+                f"({100 * self.step_agreement:.1f}%), requests "
+                f"{self.requests_agree}/{self.requests_total} "
+                f"({100 * self.request_agreement:.1f}%){tail}")
+
+
+def compare(record: dict[str, Any], kvsched: Decisions | KvschedFn,
+            strict_order: bool = False, name: str | None = None) -> Report:
+    """Compare a record with kvsched's decisions (a Decisions dict or a KvschedFn).
+
+    Steps are matched by index on the step clock; a step missing on one side is an
+    empty step. `scheduled` compares (id, tokens) pairs; with `strict_order` also
+    their order and the order of preemption victims.
+    """
+    if callable(kvsched):
+        kvsched = kvsched(record["config"], record["workload"])
+    vllm_steps = {int(s["step"]): s for s in record["steps"]}
+    kv_steps = {int(s["step"]): s for s in kvsched.get("steps", [])}
+    n = max([*vllm_steps, *kv_steps], default=-1) + 1
+    step_diffs: dict[int, dict[str, tuple[Any, Any]]] = {}
+    for k in range(n):
+        a = _norm_step(vllm_steps.get(k), strict_order)
+        b = _norm_step(kv_steps.get(k), strict_order)
+        diff = {f: (a[f], b[f]) for f in STEP_FIELDS if a[f] != b[f]}
+        if diff:
+            step_diffs[k] = diff
+    ids = list(record["requests"])
+    ids += [i for i in kvsched.get("requests", {}) if i not in record["requests"]]
+    request_diffs: dict[str, dict[str, tuple[Any, Any]]] = {}
+    for rid in ids:
+        a = _norm_request(record["requests"].get(rid))
+        b = _norm_request(kvsched.get("requests", {}).get(rid))
+        diff = {f: (a[f], b[f]) for f in REQUEST_FIELDS if a[f] != b[f]}
+        if diff:
+            request_diffs[rid] = diff
+    return Report(
+        name=name or record.get("workload", {}).get("name", "?"),
+        steps_total=n,
+        steps_agree=n - len(step_diffs),
+        requests_total=len(ids),
+        requests_agree=len(ids) - len(request_diffs),
+        step_diffs=step_diffs,
+        request_diffs=request_diffs,
+        vllm_steps=[_norm_step(vllm_steps.get(k), True) for k in range(n)],
+        kvsched_steps=[_norm_step(kv_steps.get(k), True) for k in range(n)],
+    )
+
+
+def _fmt_step(s: dict[str, Any]) -> str:
+    parts = [" ".join(f"{r}:{t}" for r, t in s["scheduled"]) or "-"]
+    if s["preempted"]:
+        parts.append("P[" + " ".join(s["preempted"]) + "]")
+    if s["finished"]:
+        parts.append("F[" + " ".join(s["finished"]) + "]")
+    if s["rejected"]:
+        parts.append("R[" + " ".join(s["rejected"]) + "]")
+    return " ".join(parts)
+
+
+def side_by_side(report: Report, context: int = 3, width: int = 56) -> str:
+    """Both step lists around the first disagreement, vLLM left, kvsched right."""
+    first = report.first_disagreement
+    lines: list[str] = []
+    if first is not None:
+        lo = max(0, first - context)
+        hi = min(report.steps_total, first + context + 1)
+        lines.append(f"{'step':>5}  {'vLLM 0.33 (recorded)':<{width}} | kvsched")
+        for k in range(lo, hi):
+            a = _fmt_step(report.vllm_steps[k])
+            b = _fmt_step(report.kvsched_steps[k])
+            mark = "<<" if k in report.step_diffs else "  "
+            a_cut = a if len(a) <= width else a[: width - 1] + "~"
+            lines.append(f"{k:>5}{mark}{a_cut:<{width}} | {b}")
+        for f, (a, b) in report.step_diffs[first].items():
+            lines.append(f"  step {first} {f}: vLLM={a} kvsched={b}")
+    for rid, diff in list(report.request_diffs.items())[:10]:
+        cells = ", ".join(f"{f} vLLM={a} kvsched={b}" for f, (a, b) in diff.items())
+        lines.append(f"  request {rid}: {cells}")
+    if len(report.request_diffs) > 10:
+        lines.append(f"  ... {len(report.request_diffs) - 10} more requests differ")
+    return "\n".join(lines)
+
+
+def resolve(spec: str) -> KvschedFn:
+    module, _, attr = spec.partition(":")
+    fn = getattr(importlib.import_module(module), attr or "vllm_v1_decisions")
+    if not callable(fn):
+        raise TypeError(f"{spec} is not callable")
+    return fn  # type: ignore[no-any-return, unused-ignore]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("records", nargs="+", help="recorded JSON files or directories of them")
+    ap.add_argument("--kvsched", default=DEFAULT_KVSCHED,
+                    help="MODULE:CALLABLE producing kvsched's decisions "
+                         f"(default {DEFAULT_KVSCHED})")
+    ap.add_argument("--self", action="store_true",
+                    help="compare each record with itself (checks the harness, not kvsched)")
+    ap.add_argument("--strict-order", action="store_true")
+    ap.add_argument("--context", type=int, default=3)
+    ap.add_argument("--quiet", action="store_true", help="one line per workload")
+    ap.add_argument("--allow-missing", action="store_true",
+                    help="exit 0 with a notice when the kvsched callable cannot be imported")
+    args = ap.parse_args(argv)
+
+    fn: KvschedFn | None = None
+    if not args.self:
+        try:
+            fn = resolve(args.kvsched)
+        except (ImportError, AttributeError) as e:
+            msg = (f"kvsched side {args.kvsched!r} is not available ({e}); "
+                   "the vllm_v1 preset does not exist yet. Records were not compared.")
+            print(msg, file=sys.stderr)
+            return 0 if args.allow_missing else 2
+
+    paths = record_paths(args.records)
+    agree = 0
+    steps_agree = steps_total = reqs_agree = reqs_total = 0
+    for path in paths:
+        record = load(path)
+        side = recorded_decisions(record) if fn is None else fn
+        try:
+            rep = compare(record, side, strict_order=args.strict_order, name=path.stem)
+        except Exception as e:  # a crash in the kvsched side is a disagreement
+            print(f"{path.stem}: kvsched raised {type(e).__name__}: {e}")
+            continue
+        agree += rep.agrees
+        steps_agree += rep.steps_agree
+        steps_total += rep.steps_total
+        reqs_agree += rep.requests_agree
+        reqs_total += rep.requests_total
+        print(rep.summary())
+        if not rep.agrees and not args.quiet:
+            print(side_by_side(rep, args.context))
+    print(f"\n{agree}/{len(paths)} workloads agree 100%; steps {steps_agree}/{steps_total}, "
+          f"requests {reqs_agree}/{reqs_total}")
+    return 0 if agree == len(paths) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

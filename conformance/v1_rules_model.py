@@ -1,0 +1,255 @@
+"""conformance/RULES.md as code: a small, stdlib-only model of vLLM 0.33.0's V1
+scheduler on the harness's step clock (sync scheduling, no prefix caching, no
+spec decode, one sampled token per step).
+
+It is NOT kvsched's vllm_v1 preset. It exists to prove that RULES.md is complete:
+`python -m conformance.compare DIR --kvsched conformance.v1_rules_model:decisions`
+must agree 100% with every recorded vLLM run. The preset's author can read it next
+to RULES.md; each rule carries the number of its RULES.md section.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from typing import Any
+
+DEFAULTS: dict[str, Any] = {
+    "num_blocks": 10000, "block_size": 16, "max_num_batched_tokens": 2048,
+    "max_num_seqs": 128, "enable_chunked_prefill": True, "long_prefill_token_threshold": 0,
+    "policy": "fcfs", "max_model_len": 8192, "scheduler_reserve_full_isl": True,
+    "watermark": 0.0,
+}
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class _Req:
+    __slots__ = ("id", "prompt", "max_tokens", "arrival_time", "priority", "computed",
+                 "outputs", "blocks", "status", "preemptions", "first_token_step",
+                 "finish_step")
+
+    def __init__(self, spec: dict[str, Any], arrival_time: float) -> None:
+        self.id = str(spec["id"])
+        self.prompt = int(spec["prompt_len"])
+        self.max_tokens = int(spec["output_len"])
+        self.arrival_time = arrival_time
+        self.priority = int(spec.get("priority", 0))
+        self.computed = 0
+        self.outputs = 0
+        self.blocks = 0
+        self.status = "waiting"
+        self.preemptions = 0
+        self.first_token_step: int | None = None
+        self.finish_step: int | None = None
+
+    @property
+    def num_tokens(self) -> int:  # prompt + generated so far (R2)
+        return self.prompt + self.outputs
+
+    def heap_key(self) -> tuple[int, float, str]:  # R9: Request.__lt__
+        return (self.priority, self.arrival_time, self.id)
+
+
+class _Waiting:
+    """R9: FCFS deque (preempted -> head) or priority heap (preempted -> pushed)."""
+
+    def __init__(self, priority: bool) -> None:
+        self.priority = priority
+        self.dq: deque[_Req] = deque()
+        self.heap: list[tuple[tuple[int, float, str], _Req]] = []
+
+    def __len__(self) -> int:
+        return len(self.heap) if self.priority else len(self.dq)
+
+    def add(self, r: _Req) -> None:
+        if self.priority:
+            heapq.heappush(self.heap, (r.heap_key(), r))
+        else:
+            self.dq.append(r)
+
+    def prepend(self, r: _Req) -> None:
+        if self.priority:
+            heapq.heappush(self.heap, (r.heap_key(), r))
+        else:
+            self.dq.appendleft(r)
+
+    def peek(self) -> _Req:
+        return self.heap[0][1] if self.priority else self.dq[0]
+
+    def pop(self) -> _Req:
+        return heapq.heappop(self.heap)[1] if self.priority else self.dq.popleft()
+
+
+def decisions(config: dict[str, Any], workload: dict[str, Any],
+              max_steps: int = 5000) -> dict[str, Any]:
+    cfg = {**DEFAULTS, **config}
+    bs = int(cfg["block_size"])
+    mml = int(cfg["max_model_len"])
+    budget_max = int(cfg["max_num_batched_tokens"])
+    max_seqs = int(cfg["max_num_seqs"])
+    chunked = bool(cfg["enable_chunked_prefill"])
+    threshold_cfg = int(cfg["long_prefill_token_threshold"])
+    prio = cfg["policy"] == "priority"
+    full_isl = bool(cfg["scheduler_reserve_full_isl"])
+    free = int(cfg["num_blocks"]) - 1  # R1: block 0 is the null block
+    watermark_blocks = int(float(cfg["watermark"]) * int(cfg["num_blocks"]))
+
+    specs = workload["requests"]
+    order = sorted(range(len(specs)), key=lambda i: (int(specs[i]["arrival_step"]), i))
+    by_step: dict[int, list[int]] = {}
+    for i in order:
+        by_step.setdefault(int(specs[i]["arrival_step"]), []).append(i)
+    last_arrival = max(by_step) if by_step else 0
+
+    reqs: dict[str, _Req] = {}
+    rejected_at: dict[str, int] = {}
+    waiting = _Waiting(prio)
+    running: list[_Req] = []
+    open_ids: set[str] = set()
+    steps: list[dict[str, Any]] = []
+    stalled = False
+    step = 0
+    while step < max_steps:
+        rejected: list[str] = []
+        for i in by_step.get(step, []):
+            spec = specs[i]
+            rid = str(spec["id"])
+            if int(spec["prompt_len"]) >= mml:  # R11: input processor rejects
+                rejected.append(rid)
+                rejected_at[rid] = step
+                continue
+            t = float(spec.get("arrival_time", int(spec["arrival_step"]) + i * 1e-6))
+            r = reqs[rid] = _Req(spec, t)
+            waiting.add(r)
+            open_ids.add(rid)
+
+        # R5: the threshold counts running + waiting at the start of the step.
+        threshold = threshold_cfg if len(running) + len(waiting) > 1 else 0
+        budget = budget_max
+        scheduled: dict[str, int] = {}
+        preempted: list[str] = []
+
+
+        # R3: the running loop, in running-list order.
+        idx = 0
+        while idx < len(running) and budget > 0:
+            r = running[idx]
+            n = r.num_tokens - r.computed
+            if 0 < threshold < n:
+                n = threshold
+            n = min(n, budget, mml - r.computed - 1)
+            if n <= 0:
+                idx += 1
+                continue
+            ok = False
+            while True:
+                need = _cdiv(min(r.computed + n, mml), bs) - r.blocks
+                if need <= free:  # R4: no watermark for running requests
+                    free -= max(need, 0)
+                    r.blocks += max(need, 0)
+                    ok = True
+                    break
+                # R6: victim
+                if prio:
+                    victim = max(running, key=lambda q: (q.priority, q.arrival_time))
+                    vi = running.index(victim)
+                    del running[vi]
+                    if vi < idx:
+                        idx -= 1
+                    if victim.id in scheduled:
+                        budget += scheduled.pop(victim.id)
+                else:
+                    victim = running.pop()
+                # R7: what preemption does to the victim.
+                free += victim.blocks
+                victim.blocks = 0
+                victim.computed = 0
+                victim.status = "preempted"
+                victim.preemptions += 1
+                waiting.prepend(victim)
+                preempted.append(victim.id)
+                if victim is r:
+                    break
+            if not ok:
+                if prio and r.status == "preempted":
+                    continue  # R6: priority moves on to the next request
+                break  # R6: FCFS ends the running loop
+            scheduled[r.id] = n
+            budget -= n
+            idx += 1
+
+        # R8: admission only in a step that preempted nothing.
+        if not preempted:
+            while budget > 0 and len(waiting):
+                if len(running) >= max_seqs:  # R10
+                    break
+                r = waiting.peek()
+                n = r.num_tokens - r.computed
+                if 0 < threshold < n:
+                    n = threshold
+                if not chunked and n > budget:  # R12
+                    break
+                n = min(n, budget)
+                wm = watermark_blocks if running else 0
+                if full_isl and _cdiv(min(r.num_tokens, mml), bs) + wm > free:  # R4
+                    break
+                need = _cdiv(min(r.computed + n, mml), bs)
+                if need + wm > free:
+                    break
+                waiting.pop()
+                free -= need
+                r.blocks = need
+                r.status = "running"
+                running.append(r)
+                scheduled[r.id] = n
+                budget -= n
+
+        # R2: the model step; one token for each request whose prompt is computed.
+        finished: list[str] = []
+        for rid, n in scheduled.items():
+            r = reqs[rid]
+            r.computed += n
+            if r.computed >= r.num_tokens:
+                r.outputs += 1
+                if r.first_token_step is None:
+                    r.first_token_step = step
+                if r.num_tokens >= mml or r.outputs >= r.max_tokens:  # R11
+                    r.status = "finished"
+                    r.finish_step = step
+                    free += r.blocks
+                    r.blocks = 0
+                    finished.append(rid)
+                    open_ids.discard(rid)
+        if finished:
+            running = [q for q in running if q.status != "finished"]
+
+        entry: dict[str, Any] = {"step": step, "scheduled": [[k, v] for k, v in scheduled.items()]}
+        if preempted:
+            entry["preempted"] = preempted
+        if finished:
+            entry["finished"] = finished
+        if rejected:
+            entry["rejected"] = rejected
+        steps.append(entry)
+        step += 1
+        if not open_ids and step > last_arrival:
+            break
+        if not scheduled and open_ids and step > last_arrival:
+            stalled = True
+            break
+
+    out_reqs: dict[str, dict[str, Any]] = {}
+    for spec in specs:
+        rid = str(spec["id"])
+        if rid in rejected_at:
+            out_reqs[rid] = {"first_token_step": None, "finish_step": rejected_at[rid],
+                             "num_preemptions": 0, "status": "rejected"}
+            continue
+        r = reqs[rid]
+        status = r.status if r.status == "finished" else ("stalled" if stalled else "unfinished")
+        out_reqs[rid] = {"first_token_step": r.first_token_step, "finish_step": r.finish_step,
+                         "num_preemptions": r.preemptions, "status": status}
+    return {"steps": steps, "requests": out_reqs}

@@ -1,0 +1,651 @@
+"""Drive the real vLLM V1 scheduler on the CPU and record its per-step decisions.
+
+Runs inside `.venv-conformance` (vllm==0.33.0). Builds
+`vllm.v1.core.sched.scheduler.Scheduler` the way vLLM's own scheduler tests do
+(`tests/v1/core/utils.py::create_scheduler`): a local directory holding a tiny
+model `config.json`, `skip_tokenizer_init=True`, `DeviceConfig(device="cpu")`,
+a `KVCacheConfig` with the chosen block count, and model-runner outputs made by
+hand (one sampled token for each request whose prompt is fully computed).
+
+The step clock: requests arriving at step k are added before `schedule()` of step
+k; then the hand-made model output of step k is fed to `update_from_output()`.
+Everything a step decided is recorded in the step k entry.
+
+Usage:
+    python conformance/vllm_driver.py --workload W.json --config C.json --out OUT.json
+    python conformance/vllm_driver.py --random 200 --seed 1 --out-dir DIR
+    python conformance/vllm_driver.py --cases --out-dir DIR     # vLLM's own test cases
+    python conformance/vllm_driver.py --scenario S.json --out OUT.json  # {config, workload}
+
+The output format is documented in conformance/README.md and read by
+conformance/compare.py (which needs no vLLM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+
+FORMAT = "kvsched-vllm-v1-record/1"
+
+# Defaults: vLLM 0.33.0's own (vllm/config/scheduler.py), except prefix caching,
+# which is off here until kvsched models it.
+DEFAULT_CONFIG: dict[str, Any] = {
+    "num_blocks": 10000,  # as vLLM logs it: block 0 is the null block
+    "block_size": 16,
+    "max_num_batched_tokens": 2048,
+    "max_num_seqs": 128,
+    "enable_chunked_prefill": True,
+    "long_prefill_token_threshold": 0,
+    "policy": "fcfs",
+    "max_model_len": 8192,
+    "enable_prefix_caching": False,
+    "scheduler_reserve_full_isl": True,
+    "watermark": 0.0,
+}
+
+# A token id that is no stop token of the tiny model (its eos id is 2).
+SAMPLED_TOKEN_ID = 7
+VOCAB_SIZE = 32000
+
+TINY_MODEL_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 1,
+    "vocab_size": VOCAB_SIZE,
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-5,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "torch_dtype": "float32",
+    "tie_word_embeddings": False,
+}
+
+
+def rejection_reason(prompt_len: int, max_model_len: int) -> str | None:
+    """The input processor's check, done before a request reaches the scheduler.
+
+    Mirrors vllm/v1/engine/input_processor.py::_validate_model_input_length for a
+    text-only decoder prompt of a generate model (messages verbatim).
+    """
+    suggestion = "Make sure that `max_model_len` is no smaller than the number of text tokens."
+    if prompt_len > max_model_len:
+        return (
+            f"The decoder prompt (length {prompt_len}) is longer than the maximum model "
+            f"length of {max_model_len}. {suggestion}"
+        )
+    if prompt_len == max_model_len:
+        suggestion = (
+            "Make sure that `max_model_len` is no smaller than the number of text tokens "
+            "(prompt + requested output tokens)."
+        )
+        return (
+            f"The decoder prompt (length {prompt_len}) plus the number of requested output "
+            f"tokens (at least 1) is longer than the maximum model length of "
+            f"{max_model_len}. {suggestion}"
+        )
+    return None
+
+
+# --------------------------------------------------------------------------- building
+
+
+class Harness:
+    """One Scheduler for one (config, workload) pair."""
+
+    def __init__(self, config: dict[str, Any], model_dir: str) -> None:
+        import torch
+        from vllm.config import (
+            CacheConfig,
+            DeviceConfig,
+            ModelConfig,
+            SchedulerConfig,
+            VllmConfig,
+        )
+        from vllm.v1.core.sched.scheduler import Scheduler
+        from vllm.v1.kv_cache_interface import (
+            FullAttentionSpec,
+            KVCacheConfig,
+            KVCacheGroupSpec,
+        )
+        from vllm.v1.structured_output import StructuredOutputManager
+
+        self.config = cfg = {**DEFAULT_CONFIG, **config}
+        block_size = int(cfg["block_size"])
+        num_blocks = int(cfg["num_blocks"])
+        scheduler_config = SchedulerConfig(
+            max_num_seqs=int(cfg["max_num_seqs"]),
+            max_num_batched_tokens=int(cfg["max_num_batched_tokens"]),
+            max_model_len=int(cfg["max_model_len"]),
+            long_prefill_token_threshold=int(cfg["long_prefill_token_threshold"]),
+            enable_chunked_prefill=bool(cfg["enable_chunked_prefill"]),
+            policy=cfg["policy"],
+            scheduler_reserve_full_isl=bool(cfg["scheduler_reserve_full_isl"]),
+            watermark=float(cfg["watermark"]),
+            async_scheduling=False,
+            is_encoder_decoder=False,
+        )
+        model_config = ModelConfig(
+            model=model_dir,
+            tokenizer=model_dir,
+            trust_remote_code=False,
+            dtype="float32",
+            seed=42,
+            skip_tokenizer_init=True,
+            max_model_len=int(cfg["max_model_len"]),
+        )
+        cache_config = CacheConfig(
+            block_size=block_size,
+            gpu_memory_utilization=0.9,
+            cache_dtype="auto",
+            enable_prefix_caching=bool(cfg["enable_prefix_caching"]),
+        )
+        vllm_config = VllmConfig(
+            scheduler_config=scheduler_config,
+            model_config=model_config,
+            cache_config=cache_config,
+            device_config=DeviceConfig(device="cpu"),
+        )
+        kv_cache_config = KVCacheConfig(
+            num_blocks=num_blocks,
+            kv_cache_tensors=[],
+            kv_cache_groups=[
+                KVCacheGroupSpec(
+                    ["layer"],
+                    FullAttentionSpec(
+                        block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32
+                    ),
+                )
+            ],
+        )
+        cache_config.num_gpu_blocks = num_blocks
+        self.vllm_config = vllm_config
+        self.scheduler = Scheduler(
+            vllm_config=vllm_config,
+            kv_cache_config=kv_cache_config,
+            block_size=block_size,
+            log_stats=True,
+            structured_output_manager=StructuredOutputManager(vllm_config),
+        )
+        # Effective values after vLLM's own config post-processing.
+        sc = self.scheduler.scheduler_config
+        self.effective = {
+            "max_num_batched_tokens": sc.max_num_batched_tokens,
+            "max_num_scheduled_tokens": self.scheduler.max_num_scheduled_tokens,
+            "max_num_seqs": sc.max_num_seqs,
+            "max_num_active_seqs": self.scheduler.max_num_active_reqs,
+            "enable_chunked_prefill": sc.enable_chunked_prefill,
+            "long_prefill_token_threshold": sc.long_prefill_token_threshold,
+            "policy": str(self.scheduler.policy.value),
+            "max_model_len": self.scheduler.max_model_len,
+            "scheduler_reserve_full_isl": self.scheduler.scheduler_reserve_full_isl,
+            "watermark_blocks": self.scheduler.kv_cache_manager.watermark_blocks,
+            "enable_prefix_caching": self.scheduler.cache_config.enable_prefix_caching,
+            "free_blocks_at_start":
+                self.scheduler.kv_cache_manager.block_pool.get_num_free_blocks(),
+        }
+        # Record preemption victims in the order vLLM picks them (the output only
+        # carries a set). Wraps the instance's bound method, changes nothing.
+        self.preempted_this_step: list[str] = []
+        original = self.scheduler._preempt_request
+
+        def recording_preempt(request: Any, *args: Any, **kwargs: Any) -> Any:
+            self.preempted_this_step.append(request.request_id)
+            return original(request, *args, **kwargs)
+
+        self.scheduler._preempt_request = recording_preempt
+
+    def make_request(self, spec: dict[str, Any], arrival_time: float, rng: random.Random):
+        from vllm.sampling_params import SamplingParams
+        from vllm.v1.request import Request
+
+        sampling_params = SamplingParams(
+            ignore_eos=True, max_tokens=int(spec["output_len"]), temperature=0.0
+        )
+        # Random distinct token ids per request: nothing is shared between requests.
+        prompt = [rng.randrange(100, VOCAB_SIZE) for _ in range(int(spec["prompt_len"]))]
+        return Request(
+            request_id=str(spec["id"]),
+            prompt_token_ids=prompt,
+            sampling_params=sampling_params,
+            pooling_params=None,
+            arrival_time=arrival_time,
+            priority=int(spec.get("priority", 0)),
+        )
+
+
+# --------------------------------------------------------------------------- running
+
+
+def run(config: dict[str, Any], workload: dict[str, Any], model_dir: str,
+        max_steps: int = 5000, token_seed: int = 0) -> dict[str, Any]:
+    """Drive one workload; return the record (see conformance/README.md)."""
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    h = Harness(config, model_dir)
+    sched = h.scheduler
+    cfg = h.config
+    rng = random.Random(token_seed)
+
+    reqs = workload["requests"]
+    # Workload order breaks ties within a step: arrival_time = step + index * 1e-6
+    # (unless the workload gives arrival_time), so vLLM's priority heap order
+    # (priority, arrival_time, request_id) equals (priority, arrival_step, index).
+    order = sorted(range(len(reqs)), key=lambda i: (int(reqs[i]["arrival_step"]), i))
+    by_step: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+    for i in order:
+        by_step.setdefault(int(reqs[i]["arrival_step"]), []).append((i, reqs[i]))
+    last_arrival = max(by_step) if by_step else 0
+
+    per_req: dict[str, dict[str, Any]] = {}
+    for i, r in enumerate(reqs):
+        per_req[str(r["id"])] = {
+            "arrival_step": int(r["arrival_step"]),
+            "arrival_time": float(r.get("arrival_time", int(r["arrival_step"]) + i * 1e-6)),
+            "first_token_step": None,
+            "finish_step": None,
+            "num_preemptions": 0,
+            "num_output_tokens": 0,
+            "status": "pending",
+            "finish_reason": None,
+            "reason": None,
+        }
+    open_ids: set[str] = set()
+    steps: list[dict[str, Any]] = []
+    stalled = False
+    step = 0
+    while step < max_steps:
+        arrived: list[str] = []
+        rejected: list[str] = []
+        for _i, spec in by_step.get(step, []):
+            rid = str(spec["id"])
+            reason = rejection_reason(int(spec["prompt_len"]), int(cfg["max_model_len"]))
+            if reason is not None:
+                rejected.append(rid)
+                per_req[rid].update(status="rejected", reason=reason, finish_step=step)
+                continue
+            sched.add_request(h.make_request(spec, per_req[rid]["arrival_time"], rng))
+            per_req[rid]["status"] = "waiting"
+            arrived.append(rid)
+            open_ids.add(rid)
+
+        h.preempted_this_step = []
+        out = sched.schedule()
+        scheduled = [[rid, int(n)] for rid, n in out.num_scheduled_tokens.items()]
+        preempted = list(h.preempted_this_step)
+
+        req_ids = list(out.num_scheduled_tokens)
+        sampled: list[list[int]] = []
+        produced: list[str] = []
+        for rid in req_ids:
+            r = sched.requests[rid]
+            # After schedule(), num_computed_tokens already includes this step's
+            # tokens: the prompt (plus recomputed outputs) is fully computed exactly
+            # when it reaches num_tokens, and then the step samples one token.
+            if r.num_computed_tokens >= r.num_tokens:
+                sampled.append([SAMPLED_TOKEN_ID])
+                produced.append(rid)
+            else:
+                sampled.append([])
+        mro = ModelRunnerOutput(
+            req_ids=req_ids,
+            req_id_to_index={rid: k for k, rid in enumerate(req_ids)},
+            sampled_token_ids=sampled,
+        )
+        engine_outputs = sched.update_from_output(out, mro)
+        finished: list[str] = []
+        for eco in engine_outputs.values():
+            for o in eco.outputs:
+                if o.finish_reason is not None:
+                    finished.append(o.request_id)
+                    per_req[o.request_id]["finish_reason"] = str(o.finish_reason)
+
+        for rid in produced:
+            pr = per_req[rid]
+            pr["num_output_tokens"] += 1
+            if pr["first_token_step"] is None:
+                pr["first_token_step"] = step
+        for rid in preempted:
+            per_req[rid]["num_preemptions"] += 1
+        for rid in finished:
+            per_req[rid].update(status="finished", finish_step=step)
+            open_ids.discard(rid)
+        for rid in open_ids:
+            r = sched.requests.get(rid)
+            if r is not None:
+                per_req[rid]["status"] = "running" if r in sched.running else "waiting"
+
+        entry: dict[str, Any] = {"step": step, "scheduled": scheduled}
+        if preempted:
+            entry["preempted"] = preempted
+        if finished:
+            entry["finished"] = finished
+        if arrived:
+            entry["arrived"] = arrived
+        if rejected:
+            entry["rejected"] = rejected
+        entry["running"] = len(sched.running)
+        entry["waiting"] = len(sched.waiting) + len(sched.kv_holding_waiting)
+        entry["free_blocks"] = sched.kv_cache_manager.block_pool.get_num_free_blocks()
+        steps.append(entry)
+        step += 1
+        if not open_ids and step > last_arrival:
+            break
+        if not scheduled and open_ids and step > last_arrival:
+            # Nothing can ever run again: no arrival left and this step was empty.
+            stalled = True
+            break
+
+    for rid in open_ids:
+        per_req[rid]["status"] = "stalled" if stalled else "unfinished"
+    for rid, r in sched.requests.items():
+        if rid in per_req:
+            assert r.num_preemptions == per_req[rid]["num_preemptions"], rid
+
+    import vllm
+
+    return {
+        "format": FORMAT,
+        "engine": {
+            "name": "vllm",
+            "version": vllm.__version__,
+            "scheduler": "vllm.v1.core.sched.scheduler.Scheduler",
+        },
+        "config": cfg,
+        "effective_config": h.effective,
+        "workload": workload,
+        "steps": steps,
+        "requests": per_req,
+        "summary": {
+            "num_steps": len(steps),
+            "stalled": stalled,
+            "hit_max_steps": step >= max_steps and bool(open_ids),
+            "num_preemptions": sum(p["num_preemptions"] for p in per_req.values()),
+            "num_finished": sum(p["status"] == "finished" for p in per_req.values()),
+            "num_rejected": sum(p["status"] == "rejected" for p in per_req.values()),
+        },
+    }
+
+
+# --------------------------------------------------------------------------- random
+
+
+def random_case(rng: random.Random, name: str, watermark_prob: float = 0.0,
+                extra: random.Random | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One random (config, workload), drawn to cover the V1 scheduler's rules.
+
+    `watermark_prob` draws a non-default watermark from a separate stream (`extra`),
+    so the default draws (and the committed fixtures) stay reproducible.
+    """
+    block_size = rng.choice([4, 8, 16])
+    chunked = rng.random() < 0.7
+    policy = rng.choice(["fcfs", "priority"])
+    max_num_seqs = rng.choice([2, 3, 4, 8, 16, 128])
+    budget = rng.choice([16, 24, 32, 64, 128, 256])
+    # vLLM refuses chunking off with max_num_batched_tokens < max_model_len.
+    max_model_len = budget if not chunked else rng.choice([budget, 2 * budget, 256, 512, 2048])
+    # vLLM refuses max_num_batched_tokens < max_num_seqs.
+    max_num_seqs = min(max_num_seqs, budget)
+    threshold = 0
+    if rng.random() < 0.35:
+        threshold = min(rng.choice([4, 8, 12, 16, 32]), max_model_len)
+
+    n = rng.randint(3, 30)
+    burst = rng.random() < 0.4
+    horizon = rng.choice([1, 5, 20, 60])
+    long_prompts = rng.random() < 0.5
+    max_prompt = min(max_model_len - 1, rng.choice([budget // 2, budget, 2 * budget, 4 * budget])
+                     if long_prompts else max(4, budget // 2))
+    max_prompt = max(1, max_prompt)
+    max_output = rng.choice([1, 4, 16, 48])
+    requests: list[dict[str, Any]] = []
+    for i in range(n):
+        prompt_len = rng.randint(1, max_prompt)
+        if rng.random() < 0.03:
+            prompt_len = max_model_len + rng.choice([0, 1, 5])  # rejected at arrival
+        output_len = rng.randint(1, max_output)
+        if max_model_len <= 256 and rng.random() < 0.05:
+            output_len = max_model_len  # capped by max_model_len (FINISHED_LENGTH_CAPPED)
+        arrival = 0 if burst else rng.randint(0, horizon)
+        priority = rng.randint(0, 3) if policy == "priority" else 0
+        requests.append({"id": f"r{i:03d}", "prompt_len": prompt_len, "output_len": output_len,
+                         "arrival_step": arrival, "priority": priority})
+    requests.sort(key=lambda r: (r["arrival_step"], r["id"]))
+
+    # Pool: one request of the largest possible length always fits (otherwise it
+    # preempts itself forever); 'tight' pools hold only a few requests at once.
+    longest = max(min(r["prompt_len"] + r["output_len"], max_model_len)
+                  for r in requests if r["prompt_len"] < max_model_len) if any(
+        r["prompt_len"] < max_model_len for r in requests) else 1
+    need_one = -(-longest // block_size)
+    total = sum(-(-min(r["prompt_len"] + r["output_len"], max_model_len) // block_size)
+                for r in requests)
+    tightness = rng.choice(["one", "tight", "tight", "medium", "roomy"])
+    if tightness == "one":
+        usable = need_one
+    elif tightness == "tight":
+        usable = need_one + rng.randint(0, max(1, need_one))
+    elif tightness == "medium":
+        usable = max(need_one, total // rng.randint(2, 4))
+    else:
+        usable = max(need_one, total + rng.randint(0, 10))
+    config = {
+        "num_blocks": usable + 1,  # vLLM's count includes the null block
+        "block_size": block_size,
+        "max_num_batched_tokens": budget,
+        "max_num_seqs": max_num_seqs,
+        "enable_chunked_prefill": chunked,
+        "long_prefill_token_threshold": threshold,
+        "policy": policy,
+        "max_model_len": max_model_len,
+        "enable_prefix_caching": False,
+        "scheduler_reserve_full_isl": rng.random() < 0.85,
+        "watermark": 0.0,
+    }
+    if extra is not None and extra.random() < watermark_prob:
+        config["watermark"] = extra.choice([0.01, 0.05, 0.1, 0.2])
+    workload = {"name": name, "requests": requests}
+    return config, workload
+
+
+# --------------------------------------------------------------------------- vLLM's cases
+
+
+def vllm_test_cases() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """vLLM's own V1 scheduler tests (tests/v1/core/test_scheduler.py), as workloads.
+
+    Each keeps the vLLM test's name, its scheduler arguments (create_scheduler's
+    defaults: max_num_seqs 16, max_num_batched_tokens 8192, max_model_len = the
+    budget, block_size 16, num_blocks 10000), its requests (create_requests: 10
+    prompt tokens, max_tokens 16) and its arrival times. The vLLM test asserts on a
+    step or two; here the same situation runs to completion on the step clock.
+    """
+    base = {"max_num_seqs": 16, "max_num_batched_tokens": 8192, "max_model_len": 8192,
+            "block_size": 16, "num_blocks": 10000}
+
+    def reqs(n: int, prompt: int = 10, out: int = 16, prio=None, arrival_times=None,
+             ids=None, step: int = 0):
+        return [{"id": ids[i] if ids else f"{i}", "prompt_len": prompt, "output_len": out,
+                 "arrival_step": step, "priority": prio[i] if prio else 0,
+                 **({"arrival_time": arrival_times[i]} if arrival_times else {})}
+                for i in range(n)]
+
+    def case(name, cfg, requests):
+        return (name, {**base, **cfg}, {"requests": requests})
+
+    return [
+        case("test_schedule", {}, reqs(10)),
+        case("test_schedule_concurrent_partial_requests",
+             {"max_num_batched_tokens": 1024, "max_model_len": 1024,
+              "long_prefill_token_threshold": 400},
+             reqs(3, prompt=800)),
+        case("test_priority_scheduling_basic_ordering", {"policy": "priority"},
+             reqs(3, prio=[2, 0, 1], arrival_times=[1.0, 2.0, 3.0])),
+        case("test_priority_scheduling_mixed_priority_and_arrival", {"policy": "priority"},
+             reqs(4, prio=[2, 1, 1, 0], arrival_times=[1.0, 3.0, 2.0, 4.0])),
+        # lo1 (priority 5, 32 tokens) runs; hi1 (priority 0, 32 tokens) arrives next
+        # step; 5 usable blocks of 16, so block pressure preempts the low one.
+        case("test_priority_scheduling_preemption",
+             {"policy": "priority", "max_num_seqs": 3, "max_num_batched_tokens": 200,
+              "max_model_len": 200, "num_blocks": 6},
+             reqs(1, prompt=32, out=40, prio=[5], arrival_times=[1.0], ids=["lo1"])
+             + reqs(1, prompt=32, out=40, prio=[0], arrival_times=[2.0], ids=["hi1"],
+                    step=1)),
+        case("test_priority_scheduling_no_preemption_when_space_available",
+             {"policy": "priority", "max_num_seqs": 3, "max_num_batched_tokens": 200,
+              "max_model_len": 200},
+             reqs(2, prompt=30, prio=[5, 5], arrival_times=[1.0, 2.0], ids=["lo1", "lo2"])
+             + reqs(1, prompt=30, prio=[0], arrival_times=[3.0], ids=["hi1"], step=1)),
+        case("test_priority_scheduling_preemption_victim_selection",
+             {"policy": "priority", "max_num_seqs": 1},
+             reqs(3, prio=[3, 2, 0], arrival_times=[1.0, 2.0, 3.0])),
+        case("test_priority_scheduling_equal_priority_preemption",
+             {"policy": "priority", "max_num_seqs": 1},
+             reqs(3, prio=[2, 2, 2], arrival_times=[3.0, 1.0, 2.0])),
+        case("test_priority_scheduling_waiting_queue_order",
+             {"policy": "priority", "max_num_seqs": 1},
+             reqs(4, prio=[3, 1, 2, 0], arrival_times=[1.0, 2.0, 3.0, 4.0])),
+        case("test_priority_scheduling_fcfs_fallback", {"policy": "priority"},
+             reqs(4, prio=[1, 1, 1, 1], arrival_times=[4.0, 1.0, 3.0, 2.0])),
+        case("test_priority_scheduling_with_limited_slots",
+             {"policy": "priority", "max_num_seqs": 2, "max_num_batched_tokens": 1000,
+              "max_model_len": 1000},
+             reqs(4, prio=[3, 1, 2, 0], arrival_times=[1.0, 2.0, 3.0, 4.0])),
+        # The vLLM test needs a KV connector only to be able to run at all in that
+        # parametrization; the block math (5 blocks = 4 usable) is the same without.
+        # There request_high is finished by hand after its 2nd token: max_tokens=2.
+        case("test_priority_scheduling_preemption_and_resumption_when_out_of_kv",
+             {"policy": "priority", "max_num_seqs": 2, "max_num_batched_tokens": 200,
+              "max_model_len": 200, "num_blocks": 5},
+             reqs(1, prompt=30, prio=[1], arrival_times=[0.0], ids=["0"])
+             + reqs(1, prompt=32, out=2, prio=[0], arrival_times=[1.0], ids=["1"], step=1)),
+        # Chunked prefill off must not let the short requests pass the long ones.
+        case("test_schedule_order[chunked]",
+             {"max_num_batched_tokens": 1024, "max_model_len": 1024, "max_num_seqs": 3},
+             reqs(2, prompt=800, ids=["1", "2"]) + reqs(2, prompt=10, ids=["3", "4"])),
+        case("test_schedule_order[not_chunked]",
+             {"max_num_batched_tokens": 1024, "max_model_len": 1024, "max_num_seqs": 3,
+              "enable_chunked_prefill": False},
+             reqs(2, prompt=800, ids=["1", "2"]) + reqs(2, prompt=10, ids=["3", "4"])),
+        case("test_priority_scheduling_heap_property",
+             {"policy": "priority", "max_num_seqs": 1},
+             reqs(8, out=1, prio=[5, 1, 8, 3, 2, 7, 4, 6],
+                  arrival_times=[float(i) for i in range(8)])),
+    ]
+
+
+# --------------------------------------------------------------------------- I/O
+
+
+def dump(record: dict[str, Any], path: Path) -> None:
+    """JSON with one step, one workload request and one request summary per line,
+    so fixtures stay small and diffable."""
+    def c(v: Any) -> str:
+        return json.dumps(v, separators=(",", ":"))
+
+    def items(pairs: list[str], indent: str) -> str:
+        return ",\n".join(indent + p for p in pairs)
+
+    out = ["{"]
+    fields = []
+    for key, value in record.items():
+        if key == "steps":
+            body = items([c(s) for s in value], "  ")
+            fields.append(f' "steps": [\n{body}\n ]')
+        elif key == "requests":
+            body = items([f"{json.dumps(k)}: {c(v)}" for k, v in value.items()], "  ")
+            fields.append(f' "requests": {{\n{body}\n }}')
+        elif key == "workload":
+            rest = {k: v for k, v in value.items() if k != "requests"}
+            head = "".join(f"{json.dumps(k)}: {c(v)}, " for k, v in rest.items())
+            body = items([c(r) for r in value["requests"]], "   ")
+            fields.append(f' "workload": {{{head}"requests": [\n{body}\n ]}}')
+        else:
+            fields.append(f" {json.dumps(key)}: {c(value)}")
+    out.append(",\n".join(fields))
+    out.append("}")
+    text = "\n".join(out) + "\n"
+    assert json.loads(text) == json.loads(json.dumps(record))  # must stay valid JSON
+    path.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--workload", type=Path)
+    ap.add_argument("--config", type=Path)
+    ap.add_argument("--scenario", type=Path, help="one JSON holding {config, workload}")
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--random", type=int, default=0, metavar="N")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--watermark-prob", type=float, default=0.0,
+                    help="with --random: share of workloads with a non-default watermark")
+    ap.add_argument("--cases", action="store_true", help="record vLLM's own test cases")
+    ap.add_argument("--out-dir", type=Path)
+    ap.add_argument("--max-steps", type=int, default=5000)
+    ap.add_argument("--max-steps-keep", type=int, default=0,
+                    help="with --random: keep only records of at most this many steps")
+    args = ap.parse_args(argv)
+
+    with tempfile.TemporaryDirectory(prefix="kvsched-tiny-model-") as model_dir:
+        Path(model_dir, "config.json").write_text(json.dumps(TINY_MODEL_CONFIG))
+        jobs: list[tuple[str, dict[str, Any], dict[str, Any], int]] = []
+        if args.random:
+            for i in range(args.random):
+                rng = random.Random(f"{args.seed}:{i}")
+                name = f"random-s{args.seed}-{i:04d}"
+                extra = random.Random(f"{args.seed}:{i}:extra")
+                cfg, wl = random_case(rng, name, args.watermark_prob, extra)
+                jobs.append((name, cfg, wl, i))
+        if args.cases:
+            for name, cfg, wl in vllm_test_cases():
+                wl = {"name": name, **wl}
+                jobs.append((name, cfg, wl, 0))
+        if args.scenario or args.workload:
+            if args.scenario:
+                sc = json.loads(args.scenario.read_text())
+                cfg, wl = sc["config"], sc["workload"]
+            else:
+                wl = json.loads(args.workload.read_text())
+                cfg = json.loads(args.config.read_text()) if args.config else {}
+            rec = run(cfg, wl, model_dir, args.max_steps)
+            out = args.out or Path("vllm_record.json")
+            dump(rec, out)
+            print(f"{out}: {rec['summary']}")
+        if jobs:
+            if args.out_dir is None:
+                ap.error("--random/--cases need --out-dir")
+            args.out_dir.mkdir(parents=True, exist_ok=True)
+            kept = 0
+            for name, cfg, wl, seed in jobs:
+                rec = run(cfg, wl, model_dir, args.max_steps, token_seed=seed)
+                if args.max_steps_keep and rec["summary"]["num_steps"] > args.max_steps_keep:
+                    continue
+                dump(rec, args.out_dir / f"{name}.json")
+                kept += 1
+                s = rec["summary"]
+                print(f"{name}: steps={s['num_steps']} preemptions={s['num_preemptions']} "
+                      f"finished={s['num_finished']} rejected={s['num_rejected']}"
+                      f"{' STALLED' if s['stalled'] else ''}"
+                      f"{' MAX_STEPS' if s['hit_max_steps'] else ''}", flush=True)
+            print(f"recorded {kept} workload(s) in {args.out_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
