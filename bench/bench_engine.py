@@ -1,15 +1,24 @@
 """`make bench`: how fast the engine replays traffic, with its records.
 
-Workloads, all on one engine (budget 16384, 20,000 blocks of 16 tokens, 256 sequences, one
-step = 25 ms), each in a fresh process (peak memory is its own; best of --repeat times):
-- azure: the Azure 2023 conversation trace (19,366 requests, one hour; ~29 running);
-- busy: 30,000 chat requests at 20 req/s (~140 running);
-- synthetic-100k: 100,000 requests of Azure-like lengths at 20 req/s.
-Each also as `<workload>-plain`: the same work through a plain Python step loop (the lesson's
-loop touching every running request every step, recording nothing), the yardstick.
+Two kinds of case, each in a fresh process (peak memory is its own; best of --repeat):
 
-Prints requests/s and decode tokens/s simulated and peak memory, and writes them to
-results/bench.csv.
+Whole commands (`kvsched run ... --records R`, timed as a process: start-up, trace reading,
+simulation, CSV writing), on the engine of the speed issue (budget 2048, 256 sequences,
+26,312 blocks of 16, chunked prefill, watermark 0, 3.9 ms constant steps):
+- cmd-azure-full / cmd-azure-compact: the Azure 2023 conversation hour (881,084 steps);
+- cmd-azure25-full: the same hour at 25 ms steps (the old shipped assumption);
+- cmd-1m-compact: 1,000,000 synthetic requests at 20 req/s, Azure-like lengths;
+- cmd-tight-full: the Azure hour on a 600-block pool: many preemptions, the exact path;
+- cmd-10m-compact (only with --big): 10,000,000 synthetic requests.
+
+Library cases (`kvsched.simulate` only, records kept in memory), on the first engine's
+setup (budget 16384, 20,000 blocks of 16, 256 sequences, 25 ms steps):
+- azure, busy (30,000 chat requests at 20 req/s, ~140 running), synthetic-100k; each also
+  as `<workload>-plain`, a plain Python loop touching every running request every step and
+  recording nothing: the yardstick.
+
+Prints seconds, steps, events, microseconds per event and per step, and peak memory, and
+writes them to results/bench.csv.
 """
 
 from __future__ import annotations
@@ -29,7 +38,74 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED_TRACE = ROOT.parent / "shared/traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv"
 SHIPPED_TRACE = ROOT / "scenarios/traces/AzureLLMInferenceTrace_conv.csv"
 WORKLOADS = ("azure", "busy", "synthetic-100k")
-CASES = tuple(f"{w}{suffix}" for w in WORKLOADS for suffix in ("", "-plain"))
+LIBRARY_CASES = tuple(f"{w}{suffix}" for w in WORKLOADS for suffix in ("", "-plain"))
+COMMAND_CASES = ("cmd-azure-full", "cmd-azure-compact", "cmd-azure25-full", "cmd-tight-full",
+                 "cmd-1m-compact")
+BIG_CASES = ("cmd-10m-compact",)
+CASES = COMMAND_CASES + LIBRARY_CASES + BIG_CASES
+SCRATCH = ROOT / "results" / "bench-scratch"
+
+ISSUE_ENGINE = ("{max_num_batched_tokens: 2048, max_num_seqs: 256, block_size: 16, "
+                "num_blocks: %d, watermark: 0, chunked_prefill: true, max_steps: 1000000000}")
+SYNTHETIC = """
+  kind: synthetic
+  num_requests: %d
+  arrival: {kind: poisson, rate: 20}
+  prompt_len: {kind: lognormal, median: 1020, sigma: 0.8, max: 14000}
+  output_len: {kind: lognormal, median: 129, sigma: 0.9, max: 1000}
+"""
+
+
+def command_scenario(case: str) -> Path:
+    """The scenario file of a whole-command case, written under results/bench-scratch/."""
+    trace = SHARED_TRACE if SHARED_TRACE.is_file() else SHIPPED_TRACE
+    azure = f"{{kind: trace, format: azure, path: {trace}}}"
+    blocks, step, workload = 26_312, 0.0039, azure
+    if case == "cmd-azure25-full":
+        step = 0.025
+    elif case == "cmd-tight-full":
+        blocks = 600
+    elif case == "cmd-1m-compact":
+        workload = SYNTHETIC % 1_000_000
+    elif case == "cmd-10m-compact":
+        workload = SYNTHETIC % 10_000_000
+    name = case.removeprefix("cmd-").replace("-", "_")
+    text = (f"name: {name}\nseed: 0\nengine: {ISSUE_ENGINE % blocks}\npolicy: fcfs\n"
+            f"time: {{kind: constant, step_time: {step}}}\nworkload: {workload}\n")
+    SCRATCH.mkdir(parents=True, exist_ok=True)
+    path = SCRATCH / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+def run_command_case(case: str) -> dict:
+    """Time `kvsched run` as a whole process; steps and events from what it wrote."""
+    scenario = command_scenario(case)
+    records = case.rsplit("-", 1)[1]
+    out = SCRATCH / "out"
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "kvsched", "run", str(scenario), "--out", str(out),
+                    "--records", records, "--no-check"], check=True, capture_output=True)
+    seconds = time.perf_counter() - start
+    peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    folder = out / scenario.stem / "base"
+    summary = json.loads((folder / "summary.json").read_text())
+    with (folder / "events.csv").open() as handle:
+        events = sum(1 for _ in handle) - 1
+    return {"case": case, "requests": summary["num_requests"],
+            "finished": summary["num_finished"], "steps": summary["num_steps"],
+            "events": events, "decode_tokens": summary["decode_tokens"],
+            "seconds": round(seconds, 3)} | _rates(summary["num_requests"],
+                                                  summary["decode_tokens"], seconds,
+                                                  summary["num_steps"], events) | {
+            "peak_rss_mib": round(peak_mib, 1)}
+
+
+def _rates(requests: int, decoded: int, seconds: float, steps: int, events: int) -> dict:
+    return {"requests_per_s": round(requests / seconds),
+            "decode_tokens_per_s": round(decoded / seconds),
+            "us_per_step": round(seconds / max(1, steps) * 1e6, 3),
+            "us_per_event": round(seconds / max(1, events) * 1e6, 2)}
 
 
 def engine_config():
@@ -119,8 +195,11 @@ def plain_loop(requests, budget=16384, block_size=16, num_blocks=20_000, max_seq
 def run_case(case: str) -> dict:
     from kvsched import ConstantStep, simulate
 
+    if case.startswith("cmd-"):
+        return run_command_case(case)
     requests = requests_for(case.removesuffix("-plain"))
     start = time.perf_counter()
+    events = 0
     if case.endswith("-plain"):
         steps, decoded = plain_loop(requests)
         finished = len(requests)
@@ -129,13 +208,12 @@ def run_case(case: str) -> dict:
         steps = result.summary["num_steps"]
         decoded = result.summary["decode_tokens"]
         finished = result.summary["num_finished"]
+        events = len(result.events)
     seconds = time.perf_counter() - start
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"case": case, "requests": len(requests), "finished": finished, "steps": steps,
-            "decode_tokens": decoded, "seconds": round(seconds, 3),
-            "requests_per_s": round(len(requests) / seconds),
-            "decode_tokens_per_s": round(decoded / seconds),
-            "peak_rss_mib": round(peak_mib, 1)}
+            "events": events, "decode_tokens": decoded, "seconds": round(seconds, 3)} | _rates(
+        len(requests), decoded, seconds, steps, events) | {"peak_rss_mib": round(peak_mib, 1)}
 
 
 def main() -> None:
@@ -143,24 +221,27 @@ def main() -> None:
     parser.add_argument("--case", choices=CASES, help=argparse.SUPPRESS)
     parser.add_argument("--repeat", type=int, default=3, help="runs per case (best is kept)")
     parser.add_argument("--only", choices=CASES, action="append", help="run only these cases")
+    parser.add_argument("--big", action="store_true", help="also the 10M-request case")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench.csv")
     args = parser.parse_args()
     if args.case:  # child process: one measurement, as JSON
         print(json.dumps(run_case(args.case)))
         return
     rows = []
-    for case in args.only or CASES:
+    cases = args.only or [c for c in CASES if args.big or c not in BIG_CASES]
+    for case in cases:
         runs = []
-        for _ in range(args.repeat):
+        for _ in range(1 if case in BIG_CASES else args.repeat):
             out = subprocess.run([sys.executable, __file__, "--case", case], check=True,
                                  capture_output=True, text=True).stdout
             runs.append(json.loads(out))
         best = min(runs, key=lambda r: r["seconds"])
         best["peak_rss_mib"] = max(r["peak_rss_mib"] for r in runs)
         rows.append(best)
-        print(f"{case:15} {best['seconds']:7.3f} s  {best['requests_per_s']:>9,} req/s  "
-              f"{best['decode_tokens_per_s']:>12,} decode tok/s  {best['steps']:>9,} steps  "
-              f"peak {best['peak_rss_mib']:.0f} MiB", flush=True)
+        print(f"{case:20} {best['seconds']:8.3f} s  {best['steps']:>11,} steps  "
+              f"{best['events']:>10,} events  {best['us_per_step']:7.3f} us/step  "
+              f"{best['us_per_event']:7.2f} us/event  peak {best['peak_rss_mib']:.0f} MiB",
+              flush=True)
     machine = f"{platform.machine()} Python {platform.python_version()}"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", newline="") as handle:

@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvsched import STEP_COLUMNS, EngineConfig, Request, RunResult, simulate
 from kvsched.backpressure import Action, Backpressure, ThrashMonitor
@@ -370,3 +372,23 @@ def test_swap_thrashing_raises_the_signal_too():
     assert result.summary["recomputed_tokens"] == 0 and result.summary["swapped_blocks"] > 0
     assert result.summary["backpressure_steps"] > 0
     assert result.summary["thrash_ratio_max"] > 0.2
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from([1, 2, 5, 100]),
+       st.lists(st.tuples(st.booleans(), st.integers(1, 250), st.integers(0, 5),
+                          st.integers(0, 9)), min_size=1, max_size=30))
+def test_skipping_quiet_steps_equals_updating_them_one_by_one(window, moves):
+    """`skip` (what a decode stretch calls) leaves the monitor as repeated `update`s do."""
+    jumped, stepped = ThrashMonitor(Backpressure(window=window)), ThrashMonitor(
+        Backpressure(window=window))
+    for quiet, steps, recomputed, generated in moves:
+        if quiet and jumped.is_quiet:
+            jumped.skip(steps, generated)
+            for _ in range(steps):
+                assert stepped.update(0, generated) == 0.0
+        else:
+            assert jumped.update(recomputed, generated) == stepped.update(recomputed, generated)
+        assert (jumped.signal, jumped.is_quiet) == (stepped.signal, stepped.is_quiet)
+    for _ in range(window + 1):  # the windows that follow see the same history
+        assert jumped.update(1, 1) == stepped.update(1, 1)
