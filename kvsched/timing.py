@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 
 class TimeModel(Protocol):
     @property
@@ -41,6 +43,11 @@ class StepClock:
                  swapped_blocks: int) -> float:
         return 1.0
 
+    def stretch_durations(self, num_decodes: int, kv_tokens_start: int,
+                          num_steps: int) -> np.ndarray:
+        """Durations of `num_steps` pure-decode steps (each lasts 1)."""
+        return np.ones(num_steps)
+
 
 @dataclass(frozen=True, slots=True)
 class ConstantStep:
@@ -57,6 +64,11 @@ class ConstantStep:
     def duration(self, prefill_tokens: int, num_decodes: int, kv_read_tokens: int,
                  swapped_blocks: int) -> float:
         return self.step_time
+
+    def stretch_durations(self, num_decodes: int, kv_tokens_start: int,
+                          num_steps: int) -> np.ndarray:
+        """Durations of `num_steps` pure-decode steps (each lasts `step_time`)."""
+        return np.full(num_steps, self.step_time)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,3 +97,12 @@ class LinearStep:
         return (self.base + self.per_prefill_token * prefill_tokens
                 + self.per_decode * num_decodes + self.per_kv_token * kv_read_tokens
                 + self.per_swapped_block * swapped_blocks)
+
+    def stretch_durations(self, num_decodes: int, kv_tokens_start: int,
+                          num_steps: int) -> np.ndarray:
+        """Durations of `num_steps` pure-decode steps where each of `num_decodes` requests reads
+        one more token per step; element k equals `duration(0, n, kv_start + k * n, 0)` exactly
+        (the same float operations in the same order)."""
+        head = (self.base + self.per_prefill_token * 0 + self.per_decode * num_decodes)
+        kv = kv_tokens_start + np.arange(num_steps, dtype=np.int64) * num_decodes
+        return (head + self.per_kv_token * kv) + self.per_swapped_block * 0
