@@ -49,6 +49,12 @@ START = Calibration(linear_compute_eff=0.7, linear_memory_eff=0.75, knee=2.0,
                     attn_prefill_compute_eff=0.3, attn_decode_memory_eff=0.7, attn_overhead=1e-5,
                     allreduce_latency=1e-5, allreduce_bw_eff=0.6)
 
+# the uncalibrated roofline, to show what calibration buys
+DATASHEET = Calibration(linear_compute_eff=1, linear_memory_eff=1, knee=64, kernel_overhead=0,
+                        elementwise_memory_eff=1, elementwise_overhead=0,
+                        attn_prefill_compute_eff=1, attn_decode_memory_eff=1, attn_overhead=0,
+                        allreduce_latency=0, allreduce_bw_eff=1)
+
 
 # -- the profiles -------------------------------------------------------------------------
 
@@ -361,8 +367,12 @@ def main(argv: list[str] | None = None) -> int:
         rows = frame[~attn_masks[(gpu, model, tp)]] if seen else frame
         label = (f"{gpu.upper()} {model} TP{tp}, "
                  + ("held-out rows" if seen else "model not used in fitting"))
+        datasheet = roofline(model, gpu, tp, DATASHEET)
         for kind, cases in batches(rows, reference_of(gpu, model, tp), rng).items():
             table.append(row(label, kind, errors(step, cases)))
+            if not seen:
+                table.append(row(f"{gpu.upper()} {model} TP{tp}, datasheet roofline "
+                                 "(no calibration)", kind, errors(datasheet, cases)))
     for (gpu, model, tp), frame in dense.items():
         seen = tp == 1
         tokens = frame.num_tokens.to_numpy()[~masks[(gpu, model, tp)] if seen else slice(None)]
