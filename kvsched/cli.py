@@ -244,6 +244,8 @@ def sweep(
 @app.command(epilog="Example: kvsched validate scenarios/*.yaml")
 def validate(scenarios: Files) -> None:
     """Check scenario files (schema, variants, trace files) without running them."""
+    from kvsched.schema import unit_warnings
+
     bad = 0
     for path in scenarios:
         try:
@@ -255,6 +257,8 @@ def validate(scenarios: Files) -> None:
             continue
         typer.echo(f"ok: {path}: {scenario.name}, {len(scenario.variants)} variant(s), "
                    f"{max(counts)} requests, {len(scenario.expectations)} expectation(s)")
+        for message in dict.fromkeys(m for v in scenario.variants for m in unit_warnings(v.spec)):
+            typer.echo(f"warning: {path}: {message}", err=True)
     if bad:
         raise typer.Exit(2)
 

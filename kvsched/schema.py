@@ -103,7 +103,57 @@ class LinearTime(Strict):
     per_swapped_block: NonNegativeFloat = 0.0
 
 
-TimeSpec = Annotated[StepsTime | ConstantTime | LinearTime, Field(discriminator="kind")]
+class RooflineTime(Strict):
+    """Step times from the model and the GPU (`kvsched.roofline`); `model` is a Hugging Face id
+    of the catalogue or the path of a config.json."""
+
+    kind: Literal["roofline"]
+    model: str
+    gpu: str
+    tp: PositiveInt = 1
+
+    @model_validator(mode="after")
+    def _known_hardware(self) -> RooflineTime:
+        from kvsched.hardware import load_gpu, load_model
+
+        load_model(self.model)  # ValueError: one line listing the known names
+        load_gpu(self.gpu)
+        return self
+
+
+class ProfiledTime(Strict):
+    """Step times replayed from operator profiles in Vidur's CSV format (`kvsched.profiled`)."""
+
+    kind: Literal["profiled"]
+    profiles: str
+    model: str
+    tp: PositiveInt = 1
+
+    @model_validator(mode="after")
+    def _known_model(self) -> ProfiledTime:
+        from kvsched.hardware import load_model
+
+        load_model(self.model)
+        return self
+
+
+TimeSpec = Annotated[StepsTime | ConstantTime | LinearTime | RooflineTime | ProfiledTime,
+                     Field(discriminator="kind")]
+
+MAX_PLAUSIBLE_STEP_TIME = 10.0  # seconds: a forward pass longer than this is a unit slip
+
+
+def unit_warnings(spec: RunSpec) -> list[str]:
+    """Values that are valid but likely in the wrong unit, one line each naming the field."""
+    time = spec.time
+    if isinstance(time, ConstantTime) and time.step_time > MAX_PLAUSIBLE_STEP_TIME:
+        return [f"time.step_time: {time.step_time:g} s per step is over "
+                f"{MAX_PLAUSIBLE_STEP_TIME:g} s; did you mean milliseconds "
+                f"({time.step_time / 1000:g})?"]
+    if isinstance(time, LinearTime) and time.base > MAX_PLAUSIBLE_STEP_TIME:
+        return [f"time.base: {time.base:g} s per step is over {MAX_PLAUSIBLE_STEP_TIME:g} s; "
+                "did you mean milliseconds?"]
+    return []
 
 
 # -- workloads --------------------------------------------------------------------------
