@@ -7,6 +7,8 @@ step = 25 ms), each in a fresh process (peak memory is its own; best of --repeat
 - synthetic-100k: 100,000 requests of Azure-like lengths at 20 req/s.
 Each also as `<workload>-plain`: the same work through a plain Python step loop (the lesson's
 loop touching every running request every step, recording nothing), the yardstick.
+`azure-roofline`: the Azure trace with step times from the roofline (Llama-3.1-8B, one H100);
+`azure-8.6ms`: its yardstick, constant steps as long as the roofline's mean (as many steps).
 
 Prints requests/s and decode tokens/s simulated and peak memory, and writes them to
 results/bench.csv.
@@ -29,7 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED_TRACE = ROOT.parent / "shared/traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv"
 SHIPPED_TRACE = ROOT / "scenarios/traces/AzureLLMInferenceTrace_conv.csv"
 WORKLOADS = ("azure", "busy", "synthetic-100k")
-CASES = tuple(f"{w}{suffix}" for w in WORKLOADS for suffix in ("", "-plain"))
+CASES = (*(f"{w}{suffix}" for w in WORKLOADS for suffix in ("", "-plain")), "azure-roofline",
+         "azure-8.6ms")
 
 
 def engine_config():
@@ -119,13 +122,19 @@ def plain_loop(requests, budget=16384, block_size=16, num_blocks=20_000, max_seq
 def run_case(case: str) -> dict:
     from kvsched import ConstantStep, simulate
 
-    requests = requests_for(case.removesuffix("-plain"))
+    requests = requests_for(case.split("-")[0] if case.startswith("azure") else
+                            case.removesuffix("-plain"))
+    time_model = ConstantStep(0.0086 if case == "azure-8.6ms" else 0.025)
+    if case.endswith("-roofline"):  # the per-step cost of the hardware time model
+        from kvsched.roofline import RooflineStep
+
+        time_model = RooflineStep("meta-llama/Llama-3.1-8B", "h100-sxm")
     start = time.perf_counter()
     if case.endswith("-plain"):
         steps, decoded = plain_loop(requests)
         finished = len(requests)
     else:
-        result = simulate(requests, engine_config(), time_model=ConstantStep(0.025))
+        result = simulate(requests, engine_config(), time_model=time_model)
         steps = result.summary["num_steps"]
         decoded = result.summary["decode_tokens"]
         finished = result.summary["num_finished"]

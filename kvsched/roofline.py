@@ -230,9 +230,15 @@ class RooflineStep:
     def duration(self, prefill_tokens: int, num_decodes: int, kv_read_tokens: int,
                  swapped_blocks: int) -> float:
         """`TimeModel.duration`: the prefill tokens as one chunk with no cached context."""
-        chunks = ((prefill_tokens, 0),) if prefill_tokens else ()
-        base = self._base(prefill_tokens + num_decodes, len(chunks) + num_decodes,
-                          self.prefill_attention_time(chunks), num_decodes, swapped_blocks)
+        attention = 0.0
+        rows = num_decodes
+        if prefill_tokens:  # prefill_attention_time(((prefill_tokens, 0),)), inlined: hot path
+            p = prefill_tokens
+            memory = self._attn_kv_byte * p + self._attn_q_byte * p
+            attention = max(self._attn_pair * (0.0 + p * p), memory) + self._attn_fixed
+            rows += 1
+        base = self._base(prefill_tokens + num_decodes, rows, attention, num_decodes,
+                          swapped_blocks)
         return base + kv_read_tokens * self._kv_coef
 
     def stretch_durations(self, num_decodes: int, kv_tokens_start: int,

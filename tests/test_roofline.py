@@ -67,10 +67,18 @@ def test_attention_grows_with_the_cached_context(h100):
     assert longer > 1.3 * h100.duration_shape(BatchShape((), 64, 64 * 256))
 
 
-def test_the_time_model_protocol_reads_one_chunk_without_cached_context(h100):
+@settings(max_examples=80, deadline=None)
+@given(p=st.integers(0, 20_000), n=st.integers(0, 256), kv=st.integers(0, 10**6),
+       swapped=st.integers(0, 50))
+def test_the_time_model_protocol_reads_one_chunk_without_cached_context(h100, p, n, kv,
+                                                                        swapped):
     assert h100.unit == "s" and not h100.whole_steps
-    assert h100.duration(700, 5, 900, 2) == h100.duration_shape(
-        BatchShape(((700, 0),), 5, 900, 2))
+    chunks = ((p, 0),) if p else ()
+    assert h100.duration(p, n, kv, swapped) == h100.duration_shape(
+        BatchShape(chunks, n, kv, swapped))
+
+
+def test_swaps_cost_host_link_time(h100):
     assert h100.duration(0, 0, 0, 3) > h100.duration(0, 0, 0, 0)  # swaps cost host-link time
 
 
