@@ -373,10 +373,10 @@ def step_time(
             raise KvschedError(f"{batches}: row {int(bad[0]) + 2}: {column} must be an integer "
                                f">= 0, got '{frame[column][bad[0]]}'")
     predicted = []
-    for row in frame[list(BATCH_COLUMNS)].astype(int).itertuples(index=False):
-        shape = BatchShape(((row.prefill_tokens_each, row.prefill_cached_kv_each),)
-                           * row.num_prefill_requests, row.num_decode_requests,
-                           row.num_decode_requests * row.mean_kv_context)
+    rows: list[list[int]] = frame[list(BATCH_COLUMNS)].astype(int).to_numpy().tolist()
+    for num_prefills, tokens, cached_kv, num_decodes, context in rows:
+        shape = BatchShape(((tokens, cached_kv),) * num_prefills, num_decodes,
+                           num_decodes * context)
         predicted.append(round(roofline.duration_shape(shape) * 1e3, 4))
     frame["predicted_ms"] = predicted
     target = out or batches
