@@ -244,7 +244,7 @@ def sweep(
 @app.command(epilog="Example: kvsched validate scenarios/*.yaml")
 def validate(scenarios: Files) -> None:
     """Check scenario files (schema, variants, trace files) without running them."""
-    from kvsched.schema import unit_warnings
+    from kvsched.schema import derived_pool, unit_warnings
 
     bad = 0
     for path in scenarios:
@@ -259,6 +259,10 @@ def validate(scenarios: Files) -> None:
                    f"{max(counts)} requests, {len(scenario.expectations)} expectation(s)")
         for message in dict.fromkeys(m for v in scenario.variants for m in unit_warnings(v.spec)):
             typer.echo(f"warning: {path}: {message}", err=True)
+        for v in scenario.variants:
+            pool = derived_pool(v.resolved, v.spec)
+            if pool is not None:
+                typer.echo(f"  {v.name}: {pool}")
     if bad:
         raise typer.Exit(2)
 
