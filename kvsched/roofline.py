@@ -49,7 +49,7 @@ class _Gemm:
     bytes_per_token: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RooflineStep:
     """Step durations of `model` on `tp` GPUs of type `gpu`, calibrated by `calibration`
     (default: the shipped fit for that GPU). Satisfies `kvsched.timing.TimeModel`: the four
@@ -250,6 +250,17 @@ class RooflineStep:
         return base + kv * self._kv_coef
 
     # -- accounting ----------------------------------------------------------------------
+
+    def memory_bytes(self, shape: BatchShape) -> float:
+        """Bytes one GPU must move in the step at least (for memory-bandwidth utilisation):
+        its shard of the weights, LM head included, and the KV the attention reads."""
+        model = self.model
+        assert isinstance(model, Model)
+        kv_heads = max(model.kv_heads / self.tp, 1.0)
+        kv_tokens = shape.decode_kv_tokens + sum(c + k for c, k in shape.prefill_chunks)
+        weights = (model.layers * model.layer_params + model.vocab * model.hidden) / self.tp
+        kv = model.layers * kv_heads * model.head_dim * 2 * kv_tokens
+        return (weights + kv) * DTYPE_BYTES
 
     def flops(self, shape: BatchShape) -> float:
         """Useful FLOPs of the step on one GPU (for MFU): dense layers, attention, LM head."""

@@ -109,3 +109,9 @@ def test_it_plugs_into_todays_engine(h100):
     assert result.summary["num_finished"] == 6
     assert result.time_unit == "s"
     assert 0.1 < result.summary["duration"] < 2.0  # ~20 steps of ~10 ms on an H100
+
+
+def test_mbu_bytes_are_the_weights_and_the_kv_read(h100):
+    idle = h100.memory_bytes(BatchShape((), 1, 0))
+    assert 14.5e9 < idle < 15.5e9  # 7.5e9 weights in bf16 (the embedding table is not read)
+    assert h100.memory_bytes(BatchShape((), 1, 1000)) - idle == 1000 * 32 * 8 * 128 * 2 * 2
