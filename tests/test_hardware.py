@@ -73,6 +73,7 @@ def test_a_local_config_json_is_read_with_hf_keys(tmp_path):
     model = load_model(str(path))
     assert (model.layers, model.kv_heads, model.head_dim, model.tied) == (24, 4, 128, True)
     assert model.params == 24 * model.layer_params + 50000 * 2048
+    assert load_model(tmp_path) == model  # the folder of a downloaded model
 
 
 def test_a_config_without_the_shape_keys_is_refused(tmp_path):

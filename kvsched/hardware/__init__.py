@@ -157,12 +157,14 @@ def load_gpu(name: str | Gpu) -> Gpu:
 
 def load_model(name: str | Path | Model) -> Model:
     """The model of this Hugging Face id (case-insensitive), or read from the path of a local
-    config.json (any name ending in .json, or an existing file)."""
+    config.json (any name ending in .json, or an existing file, or a folder holding one)."""
     if isinstance(name, Model):
         return name
     text = str(name)
     if text.endswith(".json") or Path(text).is_file():
         return model_from_config(Path(text))
+    if (Path(text) / "config.json").is_file():  # a downloaded model's folder
+        return model_from_config(Path(text) / "config.json")
     key, entry = _lookup(_models(), text, "model")
     return Model(name=key, **entry)
 
