@@ -321,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profiles", type=Path, default=DEFAULT_PROFILES)
     parser.add_argument("--no-write", action="store_true", help="Report only.")
+    parser.add_argument("--check", action="store_true",
+                        help="Write nothing; exit 1 if the shipped calibration is not this fit.")
     args = parser.parse_args(argv)
     folder: Path = args.profiles
     if not (folder / "mlp").is_dir():
@@ -394,13 +396,18 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["| " + " | ".join(cells) + " |" for cells in table]
     print("\n".join(lines))
 
+    if args.check:
+        stale = differences(fitted, OUTPUT.read_text(encoding="utf-8"))
+        print("\n".join(stale) or f"{OUTPUT.relative_to(REPO)} is this fit")
+        return 1 if stale else 0
     if not args.no_write:
-        write(fitted)
+        OUTPUT.write_text(render(fitted), encoding="utf-8")
         print(f"wrote {OUTPUT.relative_to(REPO)}")
     return 0
 
 
-def write(fitted: dict[str, Calibration]) -> None:
+def render(fitted: dict[str, Calibration]) -> str:
+    """The calibration file's text."""
     def entry(cal: Calibration, note: str = "") -> dict[str, object]:
         values: dict[str, object] = {k: (float(f"{v:.6g}") if isinstance(v, float) else v)
                                      for k, v in asdict(cal).items()}
@@ -424,8 +431,25 @@ def write(fitted: dict[str, Calibration]) -> None:
               "# `default` serves any other GPU. Efficiencies are fractions of the\n"
               "# datasheet peak; times in seconds. step_overhead (CPU, sampler) is not\n"
               "# in the profiles and stays 0.\n")
-    OUTPUT.write_text(header + yaml.safe_dump(table, sort_keys=False, width=100),
-                      encoding="utf-8")
+    return header + yaml.safe_dump(table, sort_keys=False, width=100)
+
+
+def differences(fitted: dict[str, Calibration], shipped_text: str,
+                rel: float = 1e-3) -> list[str]:
+    """Where the shipped calibration differs from a fresh fit (beyond `rel`), one line each."""
+    fresh = yaml.safe_load(render(fitted))
+    shipped = yaml.safe_load(shipped_text) or {}
+    lines = []
+    for gpu, values in fresh.items():
+        for key, value in values.items():
+            old = shipped.get(gpu, {}).get(key)
+            if isinstance(value, float):
+                same = isinstance(old, float | int) and abs(old - value) <= rel * abs(value)
+            else:
+                same = old == value
+            if not same:
+                lines.append(f"{gpu}.{key}: shipped {old}, fitted {value}")
+    return lines
 
 
 if __name__ == "__main__":
