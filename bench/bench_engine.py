@@ -42,7 +42,8 @@ LIBRARY_CASES = tuple(f"{w}{suffix}" for w in WORKLOADS for suffix in ("", "-pla
 COMMAND_CASES = ("cmd-azure-full", "cmd-azure-compact", "cmd-azure25-full", "cmd-tight-full",
                  "cmd-1m-compact")
 BIG_CASES = ("cmd-10m-compact",)
-CASES = COMMAND_CASES + LIBRARY_CASES + BIG_CASES
+ROOFLINE_CASES = ("azure-roofline", "azure-8.6ms")
+CASES = COMMAND_CASES + LIBRARY_CASES + ROOFLINE_CASES + BIG_CASES
 SCRATCH = ROOT / "results" / "bench-scratch"
 
 ISSUE_ENGINE = ("{max_num_batched_tokens: 2048, max_num_seqs: 256, block_size: 16, "
@@ -197,14 +198,20 @@ def run_case(case: str) -> dict:
 
     if case.startswith("cmd-"):
         return run_command_case(case)
-    requests = requests_for(case.removesuffix("-plain"))
+    requests = requests_for(case.split("-")[0] if case.startswith("azure") else
+                            case.removesuffix("-plain"))
+    time_model = ConstantStep(0.0086 if case == "azure-8.6ms" else 0.025)
+    if case.endswith("-roofline"):  # the per-step cost of the hardware time model
+        from kvsched.roofline import RooflineStep
+
+        time_model = RooflineStep("meta-llama/Llama-3.1-8B", "h100-sxm")
     start = time.perf_counter()
     events = 0
     if case.endswith("-plain"):
         steps, decoded = plain_loop(requests)
         finished = len(requests)
     else:
-        result = simulate(requests, engine_config(), time_model=ConstantStep(0.025))
+        result = simulate(requests, engine_config(), time_model=time_model)
         steps = result.summary["num_steps"]
         decoded = result.summary["decode_tokens"]
         finished = result.summary["num_finished"]

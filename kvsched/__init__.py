@@ -28,7 +28,13 @@ _EXPORTS = {
     "StepClock": "kvsched.timing",
 }
 
-__all__ = sorted([*_EXPORTS, "__version__"])
+__all__ = [
+    "BATCH_COLUMNS", "EVENT_COLUMNS", "REQUEST_COLUMNS", "STEP_COLUMNS", "ConstantStep",
+    "EngineConfig", "LinearStep", "PreemptionMode", "RecordMode", "Request", "RequestRecord",
+    "Requeue", "RunResult", "Status", "StepClock", "StepLog", "Unschedulable", "Victim",
+    "__version__", "builtin_policies", "make_policy", "simulate",
+]
+assert sorted(__all__) == sorted([*_EXPORTS, "__version__"])
 
 
 def __getattr__(name: str) -> Any:

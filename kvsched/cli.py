@@ -7,9 +7,7 @@ import json
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -264,6 +262,7 @@ def validate(scenarios: Files) -> None:
     """Check scenario files (schema, variants, trace files) without running them."""
     from kvsched.runner import requests_of
     from kvsched.scenario import load_scenario
+    from kvsched.schema import derived_pool, unit_warnings
 
     bad = 0
     for path in scenarios:
@@ -276,6 +275,12 @@ def validate(scenarios: Files) -> None:
             continue
         typer.echo(f"ok: {path}: {scenario.name}, {len(scenario.variants)} variant(s), "
                    f"{max(counts)} requests, {len(scenario.expectations)} expectation(s)")
+        for message in dict.fromkeys(m for v in scenario.variants for m in unit_warnings(v.spec)):
+            typer.echo(f"warning: {path}: {message}", err=True)
+        for v in scenario.variants:
+            pool = derived_pool(v.resolved, v.spec)
+            if pool is not None:
+                typer.echo(f"  {v.name}: {pool}")
     if bad:
         raise typer.Exit(2)
 
@@ -330,6 +335,110 @@ def plot(
 
     for path in plot_folder(folder):
         typer.echo(f"wrote {path}")
+
+
+# -- step-time, fit-linear --------------------------------------------------------------
+
+
+ModelOpt = Annotated[str, typer.Option(
+    "--model", metavar="ID", help="Hugging Face id (e.g. meta-llama/Llama-3.1-8B) or a "
+    "config.json path.")]
+GpuOpt = Annotated[str, typer.Option("--gpu", metavar="NAME", help="e.g. h100-sxm, a100-80gb.")]
+TpOpt = Annotated[int, typer.Option("--tp", min=1, metavar="N", help="Tensor-parallel GPUs.")]
+BATCH_COLUMNS = ("num_prefill_requests", "prefill_tokens_each", "prefill_cached_kv_each",
+                 "num_decode_requests", "mean_kv_context")
+
+
+def _count(text: str, option: str, syntax: str) -> tuple[int, int]:
+    """'AxB' or 'A@B' as two integers >= 0."""
+    sep = "x" if "x" in syntax else "@"
+    parts = text.lower().split(sep)
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise KvschedError(f"{option}: expected {syntax}, got '{text}'")
+    return int(parts[0]), int(parts[1])
+
+
+@app.command("step-time", epilog="Example: kvsched step-time --model meta-llama/Llama-3.1-8B "
+             "--gpu h100-sxm --prefill 1024x2 --decode 16@512")
+@friendly
+def step_time(
+    model: ModelOpt,
+    gpu: GpuOpt,
+    tp: TpOpt = 1,
+    batches: Annotated[Path | None, typer.Option(
+        "--batches", metavar="FILE.csv", help="One batch a row (" + ", ".join(BATCH_COLUMNS)
+        + "); written back with predicted_ms added.")] = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", metavar="FILE.csv", help="Write there instead of back into --batches.")] = None,
+    prefill: Annotated[str | None, typer.Option(
+        metavar="TOKENSxN", help="N prefill chunks of TOKENS each, e.g. 1024x2.")] = None,
+    cached: Annotated[int, typer.Option(
+        min=0, metavar="TOKENS", help="Cached context of each prefill chunk.")] = 0,
+    decode: Annotated[str | None, typer.Option(
+        metavar="N@CONTEXT", help="N decodes of CONTEXT tokens each, e.g. 16@512.")] = None,
+) -> None:
+    """How long one step takes on this model and GPU (the roofline time model)."""
+    import pandas as pd
+
+    from kvsched.roofline import BatchShape
+
+    roofline = _roofline(model, gpu, tp)
+    if batches is None:
+        tokens, num_chunks = _count(prefill, "--prefill", "TOKENSxN") if prefill else (0, 0)
+        num_decodes, context = _count(decode, "--decode", "N@CONTEXT") if decode else (0, 0)
+        shape = BatchShape(((tokens, cached),) * num_chunks, num_decodes, num_decodes * context)
+        typer.echo(f"{roofline.duration_shape(shape) * 1e3:.3f} ms")
+        return
+    try:
+        frame = pd.read_csv(batches)
+    except (OSError, ValueError) as exc:
+        raise KvschedError(f"{batches}: cannot read: {exc}") from None
+    missing = [c for c in BATCH_COLUMNS if c not in frame]
+    if missing:
+        raise KvschedError(f"{batches}: missing column(s) {', '.join(missing)}")
+    for column in BATCH_COLUMNS:
+        values = pd.to_numeric(frame[column], errors="coerce")
+        bad = frame.index[values.isna() | (values < 0) | (values % 1 != 0)]
+        if len(bad):
+            raise KvschedError(f"{batches}: row {int(bad[0]) + 2}: {column} must be an integer "
+                               f">= 0, got '{frame[column][bad[0]]}'")
+    predicted = []
+    rows: list[list[int]] = frame[list(BATCH_COLUMNS)].astype(int).to_numpy().tolist()
+    for num_prefills, tokens, cached_kv, num_decodes, context in rows:
+        shape = BatchShape(((tokens, cached_kv),) * num_prefills, num_decodes,
+                           num_decodes * context)
+        predicted.append(round(roofline.duration_shape(shape) * 1e3, 4))
+    frame["predicted_ms"] = predicted
+    target = out or batches
+    frame.to_csv(target, index=False)
+    typer.echo(f"wrote {target}: {len(frame)} batches, predicted_ms added")
+
+
+def _roofline(model: str, gpu: str, tp: int) -> Any:
+    """The roofline, its ValueErrors (tp that does not divide the heads) as input errors."""
+    from kvsched.roofline import RooflineStep
+
+    try:
+        return RooflineStep(model, gpu, tp)
+    except ValueError as exc:
+        raise KvschedError(str(exc)) from None
+
+
+@app.command("fit-linear", epilog="Example: kvsched fit-linear --model meta-llama/Llama-3.1-8B "
+             "--gpu h100-sxm")
+@friendly
+def fit_linear_command(model: ModelOpt, gpu: GpuOpt, tp: TpOpt = 1) -> None:
+    """Fit `time: {kind: linear}` coefficients to the roofline over a grid of batches."""
+    from kvsched.stepfit import fit_linear
+
+    fit = fit_linear(_roofline(model, gpu, tp))
+    linear = fit.model
+    typer.echo(f"time: {{kind: linear, base: {linear.base:.6g}, "
+               f"per_prefill_token: {linear.per_prefill_token:.6g}, "
+               f"per_decode: {linear.per_decode:.6g}, per_kv_token: {linear.per_kv_token:.6g}, "
+               f"per_swapped_block: {linear.per_swapped_block:.6g}}}")
+    typer.echo(f"# fitted on {fit.num_batches} batches: {fit.median_error:.1f}% median, "
+               f"{fit.max_error:.1f}% max error against the roofline")
 
 
 def main() -> None:

@@ -16,15 +16,23 @@ from typing import Any
 from kvsched import __version__
 from kvsched.admission import Estimator, Slo, SloAdmission
 from kvsched.backpressure import Action, Backpressure
-from kvsched.diagnosis import Incident, Thresholds, diagnose, incident_flags
-from kvsched.errors import ScenarioError
-from kvsched.policies import make_policy
 from kvsched.csvout import StepCsv, write_rows
+from kvsched.diagnosis import Incident, Thresholds, diagnose, incident_flags
+from kvsched.errors import KvschedError, ScenarioError
+from kvsched.policies import make_policy
 from kvsched.records import BATCH_COLUMNS, EVENT_COLUMNS, REQUEST_COLUMNS, RunResult
 from kvsched.report import summary_rows, write_json
 from kvsched.request import Request
 from kvsched.scenario import Scenario, Variant, unknown_value
-from kvsched.schema import ConstantTime, Expectation, LinearTime, RunSpec, TraceWorkload
+from kvsched.schema import (
+    ConstantTime,
+    Expectation,
+    LinearTime,
+    ProfiledTime,
+    RooflineTime,
+    RunSpec,
+    TraceWorkload,
+)
 from kvsched.simulator import simulate
 from kvsched.steplog import RecordMode, StepLog
 from kvsched.timing import ConstantStep, LinearStep, StepClock, TimeModel
@@ -82,6 +90,18 @@ def time_model_of(spec: RunSpec) -> TimeModel:
     if isinstance(time, LinearTime):
         return LinearStep(time.base, time.per_prefill_token, time.per_decode, time.per_kv_token,
                           time.per_swapped_block)
+    if isinstance(time, RooflineTime):
+        from kvsched.roofline import RooflineStep
+
+        try:
+            return RooflineStep(time.model, time.gpu, time.tp,
+                                block_size=spec.engine.block_size)
+        except ValueError as exc:  # tp that does not divide the heads
+            raise KvschedError(f"time.tp: {exc}") from None
+    if isinstance(time, ProfiledTime):
+        from kvsched.profiled import ProfiledStep
+
+        return ProfiledStep(Path(time.profiles), time.model, time.tp)
     return StepClock()
 
 

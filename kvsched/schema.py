@@ -52,7 +52,9 @@ class EngineSpec(Strict):
     max_num_batched_tokens: PositiveInt = _ENGINE.max_num_batched_tokens
     max_num_seqs: PositiveInt = _ENGINE.max_num_seqs
     block_size: PositiveInt = _ENGINE.block_size
+    # also "auto": the pool the GPUs of `time: {kind: roofline}` hold (RunSpec resolves it)
     num_blocks: PositiveInt = _ENGINE.num_blocks
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = None  # auto: 0.9
     watermark: Annotated[float, Field(ge=0, lt=1)] = _ENGINE.watermark
     preemption: Literal["recompute", "swap"] = _ENGINE.preemption.value
     max_steps: PositiveInt = _ENGINE.max_steps
@@ -66,7 +68,7 @@ class EngineSpec(Strict):
     on_unschedulable: Literal["starve", "reject"] = _ENGINE.on_unschedulable.value
 
     def to_config(self) -> EngineConfig:
-        return EngineConfig(**self.model_dump())
+        return EngineConfig(**self.model_dump(exclude={"gpu_memory_utilization"}))
 
 
 class PolicySpec(BaseModel):
@@ -103,7 +105,69 @@ class LinearTime(Strict):
     per_swapped_block: NonNegativeFloat = 0.0
 
 
-TimeSpec = Annotated[StepsTime | ConstantTime | LinearTime, Field(discriminator="kind")]
+class RooflineTime(Strict):
+    """Step times from the model and the GPU (`kvsched.roofline`); `model` is a Hugging Face id
+    of the catalogue or the path of a config.json."""
+
+    kind: Literal["roofline"]
+    model: str
+    gpu: str
+    tp: PositiveInt = 1
+
+    @model_validator(mode="after")
+    def _known_hardware(self) -> RooflineTime:
+        from kvsched.hardware import load_gpu, load_model
+
+        load_model(self.model)  # ValueError: one line listing the known names
+        load_gpu(self.gpu)
+        return self
+
+
+class ProfiledTime(Strict):
+    """Step times replayed from operator profiles in Vidur's CSV format (`kvsched.profiled`)."""
+
+    kind: Literal["profiled"]
+    profiles: str
+    model: str
+    tp: PositiveInt = 1
+
+    @model_validator(mode="after")
+    def _known_model(self) -> ProfiledTime:
+        from kvsched.hardware import load_model
+
+        load_model(self.model)
+        return self
+
+
+TimeSpec = Annotated[StepsTime | ConstantTime | LinearTime | RooflineTime | ProfiledTime,
+                     Field(discriminator="kind")]
+
+MAX_PLAUSIBLE_STEP_TIME = 10.0  # seconds: a forward pass longer than this is a unit slip
+
+
+def derived_pool(resolved: dict[str, Any], spec: RunSpec) -> str | None:
+    """'num_blocks: auto = N blocks ...' when the variant's raw mapping asked for auto."""
+    engine = resolved.get("engine")
+    if not (isinstance(engine, dict) and engine.get("num_blocks") == "auto"):
+        return None
+    time = spec.time
+    assert isinstance(time, RooflineTime)
+    tokens = int(spec.engine.num_blocks) * spec.engine.block_size
+    return (f"engine.num_blocks: auto = {spec.engine.num_blocks:,} blocks ({tokens:,} tokens of "
+            f"KV) for {time.model} on {time.tp} x {time.gpu}")
+
+
+def unit_warnings(spec: RunSpec) -> list[str]:
+    """Values that are valid but likely in the wrong unit, one line each naming the field."""
+    time = spec.time
+    if isinstance(time, ConstantTime) and time.step_time > MAX_PLAUSIBLE_STEP_TIME:
+        return [f"time.step_time: {time.step_time:g} s per step is over "
+                f"{MAX_PLAUSIBLE_STEP_TIME:g} s; did you mean milliseconds "
+                f"({time.step_time / 1000:g})?"]
+    if isinstance(time, LinearTime) and time.base > MAX_PLAUSIBLE_STEP_TIME:
+        return [f"time.base: {time.base:g} s per step is over {MAX_PLAUSIBLE_STEP_TIME:g} s; "
+                "did you mean milliseconds?"]
+    return []
 
 
 # -- workloads --------------------------------------------------------------------------
@@ -371,6 +435,31 @@ class RunSpec(Strict):
     admission: AdmissionSpec | None = None
     backpressure: BackpressureSpec = BackpressureSpec()
     diagnosis: DiagnosisSpec = DiagnosisSpec()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _auto_pool(cls, data: Any) -> Any:
+        """`engine.num_blocks: auto` becomes the KV pool of the roofline's model and GPUs."""
+        if not isinstance(data, dict):
+            return data
+        engine, time = data.get("engine"), data.get("time")
+        if not (isinstance(engine, dict) and engine.get("num_blocks") == "auto"):
+            return data
+        if not (isinstance(time, dict) and time.get("kind") == "roofline"):
+            if cls is not RunSpec:  # a scenario's base may leave `time` to its variants,
+                rest = {k: v for k, v in engine.items() if k != "num_blocks"}
+                return {**data, "engine": rest}  # each of which is validated on its own
+            raise ValueError("engine.num_blocks: auto needs time: {kind: roofline, model: ..., "
+                             "gpu: ..., tp: ...} to size the pool")
+        from kvsched.kvpool import kv_pool_blocks
+
+        try:
+            blocks = kv_pool_blocks(time["model"], time["gpu"], time.get("tp", 1),
+                                    engine.get("block_size", _ENGINE.block_size),
+                                    engine.get("gpu_memory_utilization") or 0.9)
+        except (KeyError, TypeError):
+            return data  # the fields' own validation names what is missing or mistyped
+        return {**data, "engine": {**engine, "num_blocks": blocks}}
 
     @model_validator(mode="after")
     def _admission_target(self) -> RunSpec:

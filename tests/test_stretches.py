@@ -106,6 +106,6 @@ def test_gap_tracker_answers_the_largest_gap_since_a_pass():
         tracker.complete(tick, end)
         ends.append(end)
         for since in range(1, tick + 1):
-            want = max(b - a for a, b in zip(ends[since - 1:], ends[since:]))
+            want = max(b - a for a, b in zip(ends[since - 1:], ends[since:], strict=False))
             assert tracker.max_gap_since(since) == want
     assert tracker.max_gap_since(99) is None

@@ -1,0 +1,201 @@
+"""The hardware catalogue: model shapes by Hugging Face id, GPUs by name, and the calibrated
+efficiencies of the roofline time model, all read from the data files beside this module.
+
+    model = load_model("meta-llama/Llama-3.1-8B")   # or the path of a local config.json
+    gpu = load_gpu("H100-SXM")                      # names match case-insensitively
+    calibration = load_calibration(gpu)             # fitted by tools/calibrate.py
+
+Units: bytes, bytes per second, FLOPS (floating-point operations per second), seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kvsched.errors import KvschedError
+
+
+class UnknownHardware(KvschedError, ValueError):
+    """An unknown model or GPU name, or a config.json that cannot be read: one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    """A decoder's shape (SwiGLU MLP, grouped-query attention), as its config.json gives it."""
+
+    name: str
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied: bool = False
+    source: str = ""
+
+    @property
+    def layer_params(self) -> int:
+        """Weights of one decoder layer: q, k, v and o projections, gate, up and down."""
+        qkv = self.hidden * (self.heads + 2 * self.kv_heads) * self.head_dim
+        out = self.heads * self.head_dim * self.hidden
+        return qkv + out + 3 * self.hidden * self.intermediate
+
+    @property
+    def params(self) -> int:
+        """All weights: the layers, the embedding and (unless tied) the LM head."""
+        embeddings = self.vocab * self.hidden * (1 if self.tied else 2)
+        return self.layers * self.layer_params + embeddings
+
+    def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
+        """KV cache bytes one token holds across all layers (K and V), on one GPU of TP 1."""
+        return self.layers * self.kv_heads * self.head_dim * 2 * dtype_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """A GPU's datasheet figures: dense bf16 peak, memory, its links to peers and to the host."""
+
+    name: str
+    peak_flops: float
+    memory_bw: float
+    memory: float
+    interconnect: str
+    interconnect_bw: float
+    interconnect_latency: float
+    host_bw: float
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """What a GPU achieves of its datasheet, fitted on measured operator times.
+
+    Efficiencies are fractions of peak FLOPS or memory bandwidth; overheads are seconds per
+    kernel; `knee` is the exponent p of the soft maximum (c^p + m^p)^(1/p) joining the
+    compute-bound and the weight-bound regimes of a GEMM (large p: a sharp max)."""
+
+    linear_compute_eff: float
+    linear_memory_eff: float
+    knee: float
+    kernel_overhead: float
+    elementwise_memory_eff: float
+    elementwise_overhead: float
+    attn_prefill_compute_eff: float
+    attn_decode_memory_eff: float
+    attn_overhead: float
+    allreduce_latency: float
+    allreduce_bw_eff: float
+    step_overhead: float = 0.0
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name.endswith("_eff") and not 0 < value <= 1:
+                raise ValueError(f"calibration {f.name} must be in (0, 1], got {value}")
+            if f.name.endswith(("_overhead", "_latency")) and value < 0:
+                raise ValueError(f"calibration {f.name} must be >= 0, got {value}")
+        if not self.knee >= 1:
+            raise ValueError(f"calibration knee must be >= 1, got {self.knee}")
+
+
+def _read(name: str) -> dict[str, dict[str, Any]]:
+    text = (resources.files("kvsched.hardware") / name).read_text(encoding="utf-8")
+    return yaml.safe_load(text) or {}
+
+
+@cache
+def _models() -> dict[str, dict[str, Any]]:
+    return _read("models.yaml")
+
+
+@cache
+def _gpus() -> dict[str, dict[str, Any]]:
+    return _read("gpus.yaml")
+
+
+@cache
+def _calibrations() -> dict[str, dict[str, Any]]:
+    return _read("calibration.yaml")
+
+
+def known_models() -> list[str]:
+    return list(_models())
+
+
+def known_gpus() -> list[str]:
+    return list(_gpus())
+
+
+def _lookup(table: dict[str, dict[str, Any]], name: str, what: str) -> tuple[str, dict[str, Any]]:
+    for key, entry in table.items():
+        if key.lower() == name.strip().lower():
+            return key, entry
+    raise UnknownHardware(f"unknown {what} '{name}'; known: {', '.join(table)}")
+
+
+_FLOATS = ("peak_flops", "memory_bw", "memory", "interconnect_bw", "interconnect_latency",
+           "host_bw")
+
+
+def load_gpu(name: str | Gpu) -> Gpu:
+    """The GPU of this name (case-insensitive), or `UnknownHardware` listing the known ones."""
+    if isinstance(name, Gpu):
+        return name
+    key, entry = _lookup(_gpus(), name, "GPU")
+    values: dict[str, Any] = {k: float(v) if k in _FLOATS else v for k, v in entry.items()}
+    return Gpu(name=key, **values)
+
+
+def load_model(name: str | Path | Model) -> Model:
+    """The model of this Hugging Face id (case-insensitive), or read from the path of a local
+    config.json (any name ending in .json, or an existing file, or a folder holding one)."""
+    if isinstance(name, Model):
+        return name
+    text = str(name)
+    if text.endswith(".json") or Path(text).is_file():
+        return model_from_config(Path(text))
+    if (Path(text) / "config.json").is_file():  # a downloaded model's folder
+        return model_from_config(Path(text) / "config.json")
+    key, entry = _lookup(_models(), text, "model")
+    return Model(name=key, **entry)
+
+
+def model_from_config(path: Path) -> Model:
+    """A model from a Hugging Face config.json (Llama, Mistral, Qwen2 keys)."""
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UnknownHardware(f"{path}: cannot read the model config: {exc}") from None
+    if not isinstance(config, dict):
+        raise UnknownHardware(f"{path}: a config.json holds one JSON object")
+    config = config.get("text_config", config) if "num_hidden_layers" not in config else config
+    required = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
+                "vocab_size")
+    missing = [key for key in required if not isinstance(config.get(key), int)]
+    if missing:
+        raise UnknownHardware(f"{path}: config.json lacks integer {', '.join(missing)}")
+    heads = config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads") or heads
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    return Model(name=str(config.get("_name_or_path") or path), layers=config["num_hidden_layers"],
+                 hidden=config["hidden_size"], intermediate=config["intermediate_size"],
+                 heads=heads, kv_heads=kv_heads, head_dim=head_dim, vocab=config["vocab_size"],
+                 tied=bool(config.get("tie_word_embeddings", False)), source=str(path))
+
+
+def load_calibration(gpu: str | Gpu) -> Calibration:
+    """The calibration fitted for this GPU, or the `default` entry for one never measured."""
+    name = gpu.name if isinstance(gpu, Gpu) else load_gpu(gpu).name
+    table = _calibrations()
+    entry = table.get(name, table["default"])
+    values: dict[str, Any] = {k: (v if k == "source" else float(v)) for k, v in entry.items()}
+    return Calibration(**values)

@@ -1,0 +1,183 @@
+"""The profiled time model: replay operator profiles measured on your own GPU, in Vidur's CSV
+format, interpolated.
+
+A profile folder holds `mlp.csv` (dense operators per token count), `attention.csv` (prefill
+per chunk and cached context, decode per batch and context) and, for tp > 1, `all_reduce.csv`.
+Both Vidur's raw files (`time_stats.<op>.median` columns, every TP degree in one file) and the
+compact extract kvsched's calibration reads (one column per operator, or `kind` + `median_ms`)
+are accepted; times are milliseconds per layer. A step is composed as Vidur composes it: per
+layer the dense operators at the step's token count, attention prefill and decode, two
+all-reduces when tp > 1, times the layers. Dense times are interpolated on the token count,
+prefill attention on its query-key pairs (chunk x (cached + chunk)), decode attention on the
+KV tokens read, all-reduce on the log of the message size; past the last row, time grows in
+proportion.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from kvsched.errors import KvschedError
+from kvsched.hardware import Model, load_model
+from kvsched.roofline import BatchShape
+
+DENSE_OPS = ("input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj",
+             "post_attention_layernorm", "mlp_up_proj", "mlp_act", "mlp_down_proj", "add")
+TP_COLUMN = "num_tensor_parallel_workers"
+
+
+class ProfileError(KvschedError, ValueError):
+    """A profile folder that cannot be read: one line naming the file."""
+
+
+def _median(frame: pd.DataFrame, op: str, path: Path) -> pd.Series:
+    for column in (f"time_stats.{op}.median", op):
+        if column in frame:
+            return frame[column]
+    raise ProfileError(f"{path}: no column for {op} (time_stats.{op}.median or {op})")
+
+
+def _read(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        raise ProfileError(f"{path}: no such profile file")
+    try:
+        return pd.read_csv(path)
+    except (OSError, ValueError) as exc:
+        raise ProfileError(f"{path}: cannot read: {exc}") from None
+
+
+def _of_tp(frame: pd.DataFrame, tp: int, path: Path) -> pd.DataFrame:
+    if TP_COLUMN not in frame:
+        return frame
+    chosen = frame[frame[TP_COLUMN] == tp]
+    if chosen.empty:
+        degrees = sorted(int(v) for v in frame[TP_COLUMN].unique())
+        raise ProfileError(f"{path}: no rows for tp {tp} (profiled: {degrees})")
+    return chosen
+
+
+def _curve(x: np.ndarray, y: np.ndarray, path: Path, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted, duplicate-free points (duplicates averaged), times in seconds."""
+    frame = pd.DataFrame({"x": x.astype(float), "y": y.astype(float) * 1e-3}).dropna()
+    mean = frame.groupby("x").y.mean()
+    if mean.empty:
+        raise ProfileError(f"{path}: no {what} rows")
+    return mean.index.to_numpy(dtype=float), mean.to_numpy(dtype=float)
+
+
+def _at(x: float, xs: np.ndarray, ys: np.ndarray) -> float:
+    if x <= xs[-1]:
+        return float(np.interp(x, xs, ys))
+    return float(ys[-1] * x / xs[-1])
+
+
+@dataclass(frozen=True)
+class ProfiledStep:
+    """Step durations replayed from the profiles in `folder` for `model` at `tp`."""
+
+    folder: Path
+    model: Model | str
+    tp: int = 1
+    unit: str = "s"
+    whole_steps: bool = False
+    _dense: tuple[np.ndarray, np.ndarray] = field(init=False, repr=False, compare=False)
+    _prefill: tuple[np.ndarray, np.ndarray] = field(init=False, repr=False, compare=False)
+    _decode: tuple[np.ndarray, np.ndarray] = field(init=False, repr=False, compare=False)
+    _allreduce: tuple[np.ndarray, np.ndarray] | None = field(init=False, repr=False,
+                                                             compare=False)
+    _dense_cache: dict[int, float] = field(default_factory=dict, init=False, repr=False,
+                                           compare=False)
+
+    def __post_init__(self) -> None:
+        folder = Path(self.folder)
+        model = load_model(self.model)
+        set_ = object.__setattr__
+        set_(self, "folder", folder)
+        set_(self, "model", model)
+        path = folder / "mlp.csv"
+        mlp = _of_tp(_read(path), self.tp, path)
+        if "num_tokens" not in mlp:
+            raise ProfileError(f"{path}: no num_tokens column")
+        total = sum(_median(mlp, op, path).fillna(0).to_numpy() for op in DENSE_OPS)
+        set_(self, "_dense", _curve(mlp.num_tokens.to_numpy(), np.asarray(total), path, "dense"))
+        path = folder / "attention.csv"
+        attention = _of_tp(_read(path), self.tp, path)
+        if "is_prefill" in attention:
+            is_prefill = attention.is_prefill.astype(str).str.lower() == "true"
+            prefill_time = _median(attention, "attn_prefill", path)
+            decode_time = _median(attention, "attn_decode", path)
+        elif "kind" in attention:
+            is_prefill = attention.kind == "prefill"
+            prefill_time = decode_time = attention.median_ms
+        else:
+            raise ProfileError(f"{path}: no is_prefill or kind column")
+        p, d = attention[is_prefill], attention[~is_prefill]
+        pairs = p.batch_size * p.prefill_chunk_size * (p.kv_cache_size + p.prefill_chunk_size)
+        set_(self, "_prefill", _curve(pairs.to_numpy(), prefill_time[is_prefill].to_numpy(),
+                                      path, "prefill"))
+        set_(self, "_decode", _curve((d.batch_size * d.kv_cache_size).to_numpy(),
+                                     decode_time[~is_prefill].to_numpy(), path, "decode"))
+        set_(self, "_allreduce", None)
+        if self.tp > 1:
+            path = folder / "all_reduce.csv"
+            ar = _read(path)
+            if "devices_per_node" in ar:
+                ar = ar[ar.devices_per_node == ar.num_workers]
+            ar = ar[ar.num_workers == self.tp]
+            set_(self, "_allreduce", _curve(np.log(ar["size"].to_numpy(dtype=float)),
+                                            _median(ar, "all_reduce", path).to_numpy()
+                                            if "median_ms" not in ar else ar.median_ms.to_numpy(),
+                                            path, f"all-reduce rows for {self.tp} workers"))
+
+    def layer_time(self, tokens: int) -> float:
+        """One layer's dense operators and all-reduces at `tokens` tokens."""
+        cached = self._dense_cache.get(tokens)
+        if cached is None:
+            cached = 0.0
+            if tokens:
+                cached = _at(tokens, *self._dense)
+                if self._allreduce is not None:
+                    size = np.log(tokens * self.model.hidden * 2.0)  # type: ignore[union-attr]
+                    cached += 2 * float(np.interp(size, *self._allreduce))
+            if len(self._dense_cache) < 65536:
+                self._dense_cache[tokens] = cached
+        return cached
+
+    def _base(self, tokens: int, chunks: tuple[tuple[int, int], ...]) -> float:
+        pairs = sum(c * (k + c) for c, k in chunks)
+        prefill = _at(pairs, *self._prefill) if pairs else 0.0
+        return self.model.layers * (self.layer_time(tokens) + prefill)  # type: ignore[union-attr]
+
+    def _decode_time(self, kv_tokens: int) -> float:
+        return _at(kv_tokens, *self._decode)
+
+    def duration_shape(self, shape: BatchShape) -> float:
+        base = self._base(shape.num_tokens, shape.prefill_chunks)
+        if not shape.num_decodes:
+            return base
+        layers = self.model.layers  # type: ignore[union-attr]
+        return base + layers * self._decode_time(shape.decode_kv_tokens)
+
+    def duration(self, prefill_tokens: int, num_decodes: int, kv_read_tokens: int,
+                 swapped_blocks: int) -> float:
+        """`TimeModel.duration`: the prefill as one chunk without cached context; swaps are
+        not in Vidur's profiles and cost nothing here."""
+        chunks = ((prefill_tokens, 0),) if prefill_tokens else ()
+        return self.duration_shape(BatchShape(chunks, num_decodes, kv_read_tokens))
+
+    def stretch_durations(self, num_decodes: int, kv_tokens_start: int,
+                          num_steps: int) -> np.ndarray:
+        """Element k equals `duration(0, n, kv_start + k * n, 0)` exactly."""
+        base = self._base(num_decodes, ())
+        if not num_decodes:
+            return np.full(num_steps, base)
+        xs, ys = self._decode
+        kv = kv_tokens_start + np.arange(num_steps, dtype=np.int64) * num_decodes
+        inside = np.interp(kv, xs, ys)
+        beyond = ys[-1] * kv / xs[-1]
+        decode = np.where(kv <= xs[-1], inside, beyond)
+        return base + self.model.layers * decode  # type: ignore[union-attr]

@@ -1,0 +1,273 @@
+"""The roofline time model: a step's duration built per operator from the model, the GPU, the
+tensor-parallel degree and a calibration fitted on measured kernels.
+
+Each operator costs the slower of its compute (FLOPs / achieved FLOPS) and its memory traffic
+(bytes / achieved bandwidth), achieved = datasheet peak x calibrated efficiency, plus a fixed cost
+per kernel. Per layer: four GEMMs (qkv, o, gate+up, down: 2 x parameters x tokens FLOPs against
+the weights' bytes), five element-wise kernels (two norms, rope, the activation, the residual
+add), attention for the prefill chunks (chunk x (cached context + chunk) query-key pairs: the
+measured kernels cost as much as the full square, causal mask or not) and
+for the decodes (reading their KV context), and two all-reduces when tp > 1 (latency + ring
+bytes / bandwidth). Once per step: the LM head on the rows that sample a token, and swaps over
+the host link. All times in seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kvsched.hardware import Calibration, Gpu, Model, load_calibration, load_gpu, load_model
+
+DTYPE_BYTES = 2  # bf16 weights, activations and KV cache
+
+
+@dataclass(frozen=True, slots=True)
+class BatchShape:
+    """What one step computes: prefill chunks as (chunk_tokens, cached_context_tokens) pairs,
+    the number of decoding requests, the KV tokens those decodes read (the sum of their
+    contexts), and blocks swapped between device and host."""
+
+    prefill_chunks: tuple[tuple[int, int], ...] = ()
+    num_decodes: int = 0
+    decode_kv_tokens: int = 0
+    swapped_blocks: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens through the dense layers: every prefill token and one per decode."""
+        return sum(chunk for chunk, _ in self.prefill_chunks) + self.num_decodes
+
+
+@dataclass(frozen=True, slots=True)
+class _Gemm:
+    """One GEMM of a tp shard: weights k x n (FLOPs and bytes per token precomputed)."""
+
+    weight_bytes: float
+    flops_per_token: float
+    bytes_per_token: float
+
+
+@dataclass(frozen=True, slots=True)
+class RooflineStep:
+    """Step durations of `model` on `tp` GPUs of type `gpu`, calibrated by `calibration`
+    (default: the shipped fit for that GPU). Satisfies `kvsched.timing.TimeModel`: the four
+    pre-summed integers are read as one prefill chunk without cached context."""
+
+    model: Model | str
+    gpu: Gpu | str
+    tp: int = 1
+    calibration: Calibration | None = None
+    block_size: int = 16
+    unit: str = "s"
+    whole_steps: bool = False
+    _layer_cache: dict[int, float] = field(default_factory=dict, init=False, repr=False,
+                                           compare=False)
+    _head_cache: dict[int, float] = field(default_factory=dict, init=False, repr=False,
+                                          compare=False)
+
+    # constants derived in __post_init__ (seconds, or seconds per token, byte or pair)
+    _gemms: list[_Gemm] = field(init=False, repr=False, compare=False)
+    _head: _Gemm = field(init=False, repr=False, compare=False)
+    _p: float = field(init=False, repr=False, compare=False)
+    _inv_p: float = field(init=False, repr=False, compare=False)
+    _kernel: float = field(init=False, repr=False, compare=False)
+    _ew_per_token: float = field(init=False, repr=False, compare=False)
+    _ew_fixed: float = field(init=False, repr=False, compare=False)
+    _attn_pair: float = field(init=False, repr=False, compare=False)
+    _attn_kv_byte: float = field(init=False, repr=False, compare=False)
+    _attn_q_byte: float = field(init=False, repr=False, compare=False)
+    _attn_fixed: float = field(init=False, repr=False, compare=False)
+    _kv_per_token: float = field(init=False, repr=False, compare=False)
+    _kv_coef: float = field(init=False, repr=False, compare=False)
+    _decode_fixed: float = field(init=False, repr=False, compare=False)
+    _ar_per_token: float = field(init=False, repr=False, compare=False)
+    _ar_fixed: float = field(init=False, repr=False, compare=False)
+    _swap_per_block: float = field(init=False, repr=False, compare=False)
+    _step_fixed: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        model, gpu = load_model(self.model), load_gpu(self.gpu)
+        set_ = object.__setattr__
+        set_(self, "model", model)
+        set_(self, "gpu", gpu)
+        if self.calibration is None:
+            set_(self, "calibration", load_calibration(gpu))
+        cal = self.calibration
+        assert cal is not None
+        tp = self.tp
+        if not isinstance(tp, int) or tp < 1:
+            raise ValueError(f"tp must be an integer >= 1, got {tp}")
+        if model.heads % tp or model.intermediate % tp:
+            raise ValueError(f"tp {tp} does not divide {model.name}'s {model.heads} heads and "
+                             f"{model.intermediate} intermediate size")
+        if self.block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {self.block_size}")
+        h, hd, b = model.hidden, model.head_dim, DTYPE_BYTES
+        heads, kv_heads = model.heads / tp, max(model.kv_heads / tp, 1.0)  # KV heads replicate
+        flops = gpu.peak_flops * cal.linear_compute_eff
+        bandwidth = gpu.memory_bw * cal.linear_memory_eff
+        shapes = [(h, (heads + 2 * kv_heads) * hd), (heads * hd, h),
+                  (h, 2 * model.intermediate / tp), (model.intermediate / tp, h)]
+        set_(self, "_gemms", [_Gemm(k * n * b / bandwidth, 2 * k * n / flops,
+                                    (k + n) * b / bandwidth) for k, n in shapes])
+        set_(self, "_head", _Gemm(h * model.vocab / tp * b / bandwidth,
+                                  2 * h * model.vocab / tp / flops, (h + model.vocab / tp) * b
+                                  / bandwidth))
+        set_(self, "_p", cal.knee)
+        set_(self, "_inv_p", 1.0 / cal.knee)
+        set_(self, "_kernel", cal.kernel_overhead)
+        # element-wise bytes per token: 2 norms (read+write h), rope (q and k in place),
+        # the activation (read gate and up, write one), the residual add (read 2, write 1)
+        ew_bytes = (2 * 2 * h + 2 * (heads + kv_heads) * hd + 3 * model.intermediate / tp
+                    + 3 * h) * b
+        set_(self, "_ew_per_token", ew_bytes / (gpu.memory_bw * cal.elementwise_memory_eff))
+        set_(self, "_ew_fixed", 5 * cal.elementwise_overhead)
+        attn_flops = gpu.peak_flops * cal.attn_prefill_compute_eff
+        attn_bw = gpu.memory_bw * cal.attn_decode_memory_eff
+        set_(self, "_attn_pair", 4 * heads * hd / attn_flops)  # seconds per (query, key) pair
+        set_(self, "_attn_kv_byte", 2 * kv_heads * hd * b / attn_bw)  # per token of K and V
+        set_(self, "_attn_q_byte", 2 * heads * hd * b / attn_bw)  # per query (read q, write o)
+        set_(self, "_attn_fixed", cal.attn_overhead)
+        # a decode reads each token's K and V once; its FLOPs rarely bind but are kept honest
+        per_kv = max(4 * heads * hd / (gpu.peak_flops * cal.attn_prefill_compute_eff),
+                     2 * kv_heads * hd * b / attn_bw)
+        set_(self, "_kv_per_token", per_kv)
+        set_(self, "_kv_coef", model.layers * per_kv)
+        set_(self, "_decode_fixed", model.layers * cal.attn_overhead)
+        if tp > 1:
+            ring = 2 * (tp - 1) / tp * h * b  # bytes a rank sends per token per all-reduce
+            set_(self, "_ar_per_token", 2 * ring / (gpu.interconnect_bw / 2 * cal.allreduce_bw_eff))
+            set_(self, "_ar_fixed", 2 * cal.allreduce_latency)
+        else:
+            set_(self, "_ar_per_token", 0.0)
+            set_(self, "_ar_fixed", 0.0)
+        block_bytes = model.layers * kv_heads * hd * 2 * b * self.block_size
+        set_(self, "_swap_per_block", block_bytes / gpu.host_bw)
+        set_(self, "_step_fixed", cal.step_overhead)
+
+    # -- operators ---------------------------------------------------------------------
+
+    def _gemm(self, gemm: _Gemm, tokens: int) -> float:
+        """Soft maximum of compute and memory time, plus the kernel's fixed cost."""
+        compute = gemm.flops_per_token * tokens
+        memory = gemm.weight_bytes + gemm.bytes_per_token * tokens
+        p = self._p
+        return (compute ** p + memory ** p) ** self._inv_p + self._kernel
+
+    def gemm_times(self, tokens: int) -> tuple[float, ...]:
+        """One layer's four GEMMs at `tokens` tokens: qkv, o, gate+up, down."""
+        return tuple(self._gemm(gemm, tokens) for gemm in self._gemms)
+
+    def elementwise_time(self, tokens: int) -> float:
+        """One layer's five element-wise kernels (norms, rope, activation, residual add)."""
+        return self._ew_fixed + self._ew_per_token * tokens
+
+    def allreduce_time(self, tokens: int) -> float:
+        """One layer's two tensor-parallel all-reduces of `tokens` x hidden activations."""
+        return self._ar_fixed + self._ar_per_token * tokens
+
+    def decode_attention_time(self, kv_tokens: int) -> float:
+        """One layer's decode attention reading `kv_tokens` tokens of KV (one kernel)."""
+        return self._attn_fixed + self._kv_per_token * kv_tokens
+
+    def layer_time(self, tokens: int) -> float:
+        """One layer's dense part at `tokens` tokens: GEMMs, element-wise, all-reduces."""
+        cached = self._layer_cache.get(tokens)
+        if cached is not None:
+            return cached
+        value = 0.0
+        if tokens:
+            value = sum(self.gemm_times(tokens)) + self.elementwise_time(tokens)
+            value += self.allreduce_time(tokens)
+        if len(self._layer_cache) < 65536:
+            self._layer_cache[tokens] = value
+        return value
+
+    def head_time(self, rows: int) -> float:
+        """The LM head on the `rows` that sample a token this step."""
+        cached = self._head_cache.get(rows)
+        if cached is None:
+            cached = self._gemm(self._head, rows) if rows else 0.0
+            if len(self._head_cache) < 65536:
+                self._head_cache[rows] = cached
+        return cached
+
+    def prefill_attention_time(self, chunks: tuple[tuple[int, int], ...]) -> float:
+        """One layer's attention over the prefill chunks (one varlen kernel)."""
+        if not chunks:
+            return 0.0
+        pairs = 0.0
+        kv_tokens = 0
+        queries = 0
+        for chunk, cached in chunks:
+            pairs += chunk * (cached + chunk)
+            kv_tokens += cached + chunk
+            queries += chunk
+        memory = self._attn_kv_byte * kv_tokens + self._attn_q_byte * queries
+        return max(self._attn_pair * pairs, memory) + self._attn_fixed
+
+    # -- the time model ----------------------------------------------------------------
+
+    def _base(self, tokens: int, rows: int, prefill_attention: float, num_decodes: int,
+              swapped_blocks: int) -> float:
+        """Everything but the decodes' KV reads, which `duration` adds last."""
+        layers = self.model.layers  # type: ignore[union-attr]
+        base = self._step_fixed + layers * (self.layer_time(tokens) + prefill_attention)
+        base += self.head_time(rows)
+        if num_decodes:
+            base += self._decode_fixed
+        return base + self._swap_per_block * swapped_blocks
+
+    def duration_shape(self, shape: BatchShape) -> float:
+        """Seconds one step of this batch takes."""
+        base = self._base(shape.num_tokens, len(shape.prefill_chunks) + shape.num_decodes,
+                          self.prefill_attention_time(shape.prefill_chunks), shape.num_decodes,
+                          shape.swapped_blocks)
+        return base + shape.decode_kv_tokens * self._kv_coef
+
+    def duration(self, prefill_tokens: int, num_decodes: int, kv_read_tokens: int,
+                 swapped_blocks: int) -> float:
+        """`TimeModel.duration`: the prefill tokens as one chunk with no cached context."""
+        attention = 0.0
+        rows = num_decodes
+        if prefill_tokens:  # prefill_attention_time(((prefill_tokens, 0),)), inlined: hot path
+            p = prefill_tokens
+            memory = self._attn_kv_byte * p + self._attn_q_byte * p
+            attention = max(self._attn_pair * (0.0 + p * p), memory) + self._attn_fixed
+            rows += 1
+        base = self._base(prefill_tokens + num_decodes, rows, attention, num_decodes,
+                          swapped_blocks)
+        return base + kv_read_tokens * self._kv_coef
+
+    def stretch_durations(self, num_decodes: int, kv_tokens_start: int,
+                          num_steps: int) -> np.ndarray:
+        """Durations of `num_steps` pure-decode steps where each of `num_decodes` requests reads
+        one more token per step; element k equals `duration(0, n, kv_start + k * n, 0)`."""
+        base = self._base(num_decodes, num_decodes, 0.0, num_decodes, 0)
+        kv = kv_tokens_start + np.arange(num_steps, dtype=np.int64) * num_decodes
+        return base + kv * self._kv_coef
+
+    # -- accounting ----------------------------------------------------------------------
+
+    def memory_bytes(self, shape: BatchShape) -> float:
+        """Bytes one GPU must move in the step at least (for memory-bandwidth utilisation):
+        its shard of the weights, LM head included, and the KV the attention reads."""
+        model = self.model
+        assert isinstance(model, Model)
+        kv_heads = max(model.kv_heads / self.tp, 1.0)
+        kv_tokens = shape.decode_kv_tokens + sum(c + k for c, k in shape.prefill_chunks)
+        weights = (model.layers * model.layer_params + model.vocab * model.hidden) / self.tp
+        kv = model.layers * kv_heads * model.head_dim * 2 * kv_tokens
+        return (weights + kv) * DTYPE_BYTES
+
+    def flops(self, shape: BatchShape) -> float:
+        """Useful FLOPs of the step on one GPU (for MFU): dense layers, attention, LM head."""
+        model = self.model
+        assert isinstance(model, Model)
+        dense = 2 * (model.layer_params / self.tp) * shape.num_tokens
+        pairs = sum(c * (k + (c + 1) / 2) for c, k in shape.prefill_chunks)  # causal, useful
+        attention = 4 * model.heads / self.tp * model.head_dim * (pairs + shape.decode_kv_tokens)
+        rows = len(shape.prefill_chunks) + shape.num_decodes
+        return model.layers * (dense + attention) + 2 * model.hidden * model.vocab / self.tp * rows

@@ -1,0 +1,71 @@
+"""The time-model commands: `kvsched step-time` (one batch or a CSV) and `kvsched fit-linear`."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from kvsched.cli import app
+from kvsched.roofline import BatchShape, RooflineStep
+
+MODEL = ("--model", "meta-llama/Llama-3.1-8B", "--gpu", "h100-sxm")
+HEADER = ("num_prefill_requests,prefill_tokens_each,prefill_cached_kv_each,num_decode_requests,"
+          "mean_kv_context")
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def test_one_batch_prints_the_roofline_time():
+    result = invoke("step-time", *MODEL, "--prefill", "1024x2", "--decode", "16@512")
+    assert result.exit_code == 0, result.output
+    expected = RooflineStep("meta-llama/Llama-3.1-8B", "h100-sxm").duration_shape(
+        BatchShape(((1024, 0), (1024, 0)), 16, 16 * 512))
+    assert result.output.strip() == f"{expected * 1e3:.3f} ms"
+
+
+def test_a_batches_file_gets_predicted_ms(tmp_path):
+    path = tmp_path / "batches.csv"
+    path.write_text(f"{HEADER},note\n1,2048,0,0,0,prefill\n0,0,0,64,1024,decode\n"
+                    "2,512,4096,32,2000,mixed\n")
+    result = invoke("step-time", *MODEL, "--tp", "1", "--batches", path)
+    assert result.exit_code == 0, result.output
+    frame = pd.read_csv(path)
+    assert list(frame.columns) == [*HEADER.split(","), "note", "predicted_ms"]
+    prefill, decode, mixed = frame.predicted_ms
+    assert decode < prefill and decode < mixed  # weight-bound decodes are the cheapest here
+    step = RooflineStep("meta-llama/Llama-3.1-8B", "h100-sxm")
+    assert mixed == pytest.approx(step.duration_shape(
+        BatchShape(((512, 4096),) * 2, 32, 32 * 2000)) * 1e3, abs=1e-4)
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("1,2048,0,0\n", "missing column(s) mean_kv_context"),
+    ("1,20.5,0,0,0\n", "row 2: prefill_tokens_each must be an integer >= 0, got '20.5'"),
+    ("1,20,0,0,0\n1,-3,0,0,0\n", "row 3: prefill_tokens_each"),
+])
+def test_bad_batches_are_one_line_and_exit_2(tmp_path, body, message):
+    path = tmp_path / "b.csv"
+    header = HEADER if "missing" not in message else HEADER.rsplit(",", 1)[0]
+    path.write_text(f"{header}\n{body}")
+    result = invoke("step-time", *MODEL, "--batches", path)
+    assert result.exit_code == 2
+    assert message in result.output and result.output.count("\n") == 1
+
+
+def test_unknown_gpu_and_bad_syntax_are_input_errors():
+    result = invoke("step-time", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "b300")
+    assert result.exit_code == 2 and "known: a100-40gb" in result.output
+    result = invoke("step-time", *MODEL, "--decode", "16x512")
+    assert result.exit_code == 2 and "--decode: expected N@CONTEXT" in result.output
+    assert invoke("step-time", *MODEL, "--tp", "3").exit_code == 2  # 32 heads
+
+
+def test_fit_linear_prints_a_pasteable_time_block():
+    result = invoke("fit-linear", *MODEL)
+    assert result.exit_code == 0, result.output
+    first, note = result.output.strip().splitlines()
+    assert first.startswith("time: {kind: linear, base: ")
+    assert "median" in note

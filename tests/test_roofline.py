@@ -1,0 +1,117 @@
+"""The roofline time model: regimes, tensor parallelism, attention, stretches, the protocol."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from conftest import make_requests
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvsched.config import EngineConfig
+from kvsched.hardware import load_calibration
+from kvsched.roofline import BatchShape, RooflineStep
+from kvsched.simulator import simulate
+
+LLAMA8 = "meta-llama/Llama-3.1-8B"
+LLAMA70 = "meta-llama/Llama-3.1-70B"
+
+
+@pytest.fixture(scope="module")
+def h100() -> RooflineStep:
+    return RooflineStep(LLAMA8, "h100-sxm")
+
+
+def test_small_decode_batches_are_weight_bound(h100):
+    """Reading the weights dominates: 8x the decodes costs far less than 8x the time."""
+    one, eight = h100.duration(0, 1, 512, 0), h100.duration(0, 8, 8 * 512, 0)
+    assert eight < 1.1 * one
+    weights = load_calibration("h100-sxm")
+    floor = h100.model.layers * h100.model.layer_params * 2 / (  # type: ignore[union-attr]
+        h100.gpu.memory_bw * weights.linear_memory_eff)  # type: ignore[union-attr]
+    assert floor < one < 1.6 * floor
+
+
+def test_long_prefills_are_compute_bound(h100):
+    """Twice the prefill tokens, about twice the time (plus attention's quadratic share)."""
+    ratio = h100.duration(8192, 0, 0, 0) / h100.duration(4096, 0, 0, 0)
+    assert 1.9 < ratio < 2.6
+    assert h100.duration(64, 0, 0, 0) < 1.3 * h100.duration(1, 0, 0, 0)  # still weight-bound
+
+
+def test_tensor_parallelism_roughly_halves_the_linear_layers():
+    tp1 = RooflineStep(LLAMA70, "h100-sxm", tp=1)
+    tp2 = RooflineStep(LLAMA70, "h100-sxm", tp=2)
+    for tokens in (1, 2048):
+        ratio = sum(tp2.gemm_times(tokens)) / sum(tp1.gemm_times(tokens))
+        assert 0.48 < ratio < 0.6
+    assert tp1.allreduce_time(2048) == 0
+    assert tp2.allreduce_time(2048) > tp2.allreduce_time(1) > 0
+
+
+def test_a_faster_gpu_is_faster():
+    shape = BatchShape(((1024, 0),), 32, 32 * 800)
+    a100, h100 = RooflineStep(LLAMA8, "a100-80gb"), RooflineStep(LLAMA8, "h100-sxm")
+    assert 1.5 < a100.duration_shape(shape) / h100.duration_shape(shape) < 4
+
+
+def test_attention_grows_with_the_cached_context(h100):
+    fresh = h100.duration_shape(BatchShape(((512, 0),)))
+    cached = h100.duration_shape(BatchShape(((512, 8192),)))
+    assert cached > 1.2 * fresh
+    # 17x the query-key pairs; the kernel's fixed cost keeps the ratio below that
+    assert h100.prefill_attention_time(((512, 8192),)) > 5 * h100.prefill_attention_time(
+        ((512, 0),))
+    longer = h100.duration_shape(BatchShape((), 64, 64 * 4096))
+    assert longer > 1.3 * h100.duration_shape(BatchShape((), 64, 64 * 256))
+
+
+@settings(max_examples=80, deadline=None)
+@given(p=st.integers(0, 20_000), n=st.integers(0, 256), kv=st.integers(0, 10**6),
+       swapped=st.integers(0, 50))
+def test_the_time_model_protocol_reads_one_chunk_without_cached_context(h100, p, n, kv,
+                                                                        swapped):
+    assert h100.unit == "s" and not h100.whole_steps
+    chunks = ((p, 0),) if p else ()
+    assert h100.duration(p, n, kv, swapped) == h100.duration_shape(
+        BatchShape(chunks, n, kv, swapped))
+
+
+def test_swaps_cost_host_link_time(h100):
+    assert h100.duration(0, 0, 0, 3) > h100.duration(0, 0, 0, 0)  # swaps cost host-link time
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(0, 256), kv=st.integers(0, 2_000_000), steps=st.integers(0, 40),
+       model=st.sampled_from([LLAMA8, LLAMA70]), tp=st.sampled_from([1, 2, 4]))
+def test_a_decode_stretch_equals_the_steps_exactly(n, kv, steps, model, tp):
+    step = RooflineStep(model, "a100-80gb", tp)
+    expected = [step.duration(0, n, kv + k * n, 0) for k in range(steps)]
+    assert step.stretch_durations(n, kv, steps).tolist() == expected
+
+
+def test_bad_parameters_are_refused():
+    with pytest.raises(ValueError, match="tp"):
+        RooflineStep(LLAMA8, "h100-sxm", tp=3)
+    with pytest.raises(ValueError, match="efficiency|eff"):
+        replace(load_calibration("h100-sxm"), linear_memory_eff=1.5)
+
+
+def test_mfu_flops_count_the_dense_layers(h100):
+    shape = BatchShape(((1000, 0),))
+    assert 2 * 6.9e9 * 1000 < h100.flops(shape) < 2 * 7.6e9 * 1000  # 7e9 non-embedding weights
+
+
+def test_it_plugs_into_todays_engine(h100):
+    result = simulate(make_requests(6, prompt_len=300, output_len=20),
+                      EngineConfig(num_blocks=200), time_model=h100)
+    assert result.summary["num_finished"] == 6
+    assert result.time_unit == "s"
+    assert 0.1 < result.summary["duration"] < 2.0  # ~20 steps of ~10 ms on an H100
+
+
+def test_mbu_bytes_are_the_weights_and_the_kv_read(h100):
+    idle = h100.memory_bytes(BatchShape((), 1, 0))
+    assert 14.5e9 < idle < 15.5e9  # 7.5e9 weights in bf16 (the embedding table is not read)
+    assert h100.memory_bytes(BatchShape((), 1, 1000)) - idle == 1000 * 32 * 8 * 128 * 2 * 2
