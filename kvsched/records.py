@@ -15,7 +15,7 @@ REQUEST_COLUMNS = (
     "request_id", "arrival_time", "prompt_len", "output_len", "priority", "class", "status",
     "first_scheduled_time", "first_token_time", "finish_time", "ttft", "ttft_steps",
     "e2e_latency", "queue_time", "num_preemptions", "num_recomputed_tokens",
-    "num_swapped_blocks", "max_token_gap", "generated_tokens", "reason",
+    "num_swapped_blocks", "max_token_gap", "generated_tokens", "reason", "tpot",
 )
 """Per request. `ttft` = first token time - arrival (a request admitted on its arrival step
 has ttft 1 on the step clock); `ttft_steps` = steps from the one it joined the queue in to
@@ -23,7 +23,9 @@ the one that produced its first token, inclusive; `queue_time` = first scheduled
 `num_recomputed_tokens` = tokens prefilled again after recompute preemptions;
 `num_swapped_blocks` = blocks moved to host and back (both directions);
 `max_token_gap` = longest time between two of its consecutive tokens; `reason` = why it
-starved or was rejected."""
+starved or was rejected; `tpot` = time per output token after the first, as vLLM's
+benchmark defines it: (e2e_latency - ttft) / (output_len - 1), for finished requests of
+at least two tokens (None otherwise)."""
 
 STEP_COLUMNS = (
     "step", "time", "duration", "num_running", "num_waiting", "num_prefill_requests",
@@ -71,6 +73,7 @@ class RequestRecord:
     max_token_gap: float | None
     generated_tokens: int
     reason: str | None
+    tpot: float | None = None
 
     def as_row(self) -> tuple:
         return (self.request_id, self.arrival_time, self.prompt_len, self.output_len,
@@ -78,7 +81,7 @@ class RequestRecord:
                 self.first_token_time, self.finish_time, self.ttft, self.ttft_steps,
                 self.e2e_latency, self.queue_time, self.num_preemptions,
                 self.num_recomputed_tokens, self.num_swapped_blocks, self.max_token_gap,
-                self.generated_tokens, self.reason)
+                self.generated_tokens, self.reason, self.tpot)
 
 
 @dataclass(frozen=True, slots=True)

@@ -113,7 +113,7 @@ def requests_of(variant: Variant) -> list[Request]:
 
 
 def slo_of(spec: RunSpec) -> Slo | None:
-    return Slo(spec.slo.ttft, spec.slo.e2e) if spec.slo is not None else None
+    return Slo(spec.slo.ttft, spec.slo.e2e, spec.slo.tpot) if spec.slo is not None else None
 
 
 def run_variant(variant: Variant, record_batches: bool = False,
