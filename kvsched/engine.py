@@ -12,6 +12,7 @@ from kvsched.admission import AdmissionController, SloAdmission
 from kvsched.backpressure import Action, Backpressure, ThrashMonitor
 from kvsched.config import EngineConfig
 from kvsched.policies.base import Policy
+from kvsched.roofline import BatchShape
 from kvsched.scheduler import Scheduler, StepPlan, Stretch
 from kvsched.sequence import Seq
 from kvsched.timing import TimeModel
@@ -30,6 +31,9 @@ class Engine:
         self.config = config
         self.stretches = stretches  # False: every step on its own (the exact path, for checks)
         self.clock = clock
+        # Time models that price a step from its real batch (each prefill chunk with its
+        # cached context) take a BatchShape; the others keep the four-integer `duration`.
+        self._duration_shape = getattr(clock, "duration_shape", None)
         self.sched = Scheduler(config, policy, events, record_batches)
         self.events = self.sched.events
         self.monitor = ThrashMonitor(backpressure or Backpressure())
@@ -70,7 +74,11 @@ class Engine:
         num_decodes = plan.num_decodes + len(plan.swap_ins)
         computed = plan.prefill_tokens + plan.recomputed_tokens
         swapped = plan.swapped_out_blocks + plan.swapped_in_blocks
-        duration = self.clock.duration(computed, num_decodes, plan.kv_read_tokens, swapped)
+        if self._duration_shape is None:
+            duration = self.clock.duration(computed, num_decodes, plan.kv_read_tokens, swapped)
+        else:
+            duration = self._duration_shape(BatchShape(tuple(plan.prefill_chunks), num_decodes,
+                                                       plan.kv_read_tokens, swapped))
         # Queues and blocks as the batch runs, before postprocess frees the finished.
         num_running = len(sched.running) + len(sched.prefilling)
         num_waiting = len(sched.waiting)

@@ -48,6 +48,8 @@ class StepPlan:
     num_decodes: int = 0  # running requests that decoded (swap-ins not included)
     decoded: list[Seq] | None = None  # who decoded, kept only when batches are recorded
     prefills: list[tuple[Seq, int]] = field(default_factory=list)  # seq, chunk tokens
+    # (chunk tokens, context tokens already in the cache), as the prefills: a BatchShape's
+    prefill_chunks: list[tuple[int, int]] = field(default_factory=list)
     swap_ins: list[Seq] = field(default_factory=list)
     produced: list[Seq] = field(default_factory=list)  # (re)prefills completed, swap-ins
     preempted: list[Seq] = field(default_factory=list)
@@ -644,6 +646,7 @@ class Scheduler:
         start = seq.prompt_len + seq.generated - seq.prefill_left  # context tokens done so far
         seq.prefill_left -= chunk
         plan.prefills.append((seq, chunk))
+        plan.prefill_chunks.append((chunk, start))
         recomputed = min(chunk, max(0, seq.recompute_upto - start))
         if recomputed:
             plan.recomputed_tokens += recomputed
