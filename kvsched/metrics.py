@@ -16,7 +16,8 @@ distinct gap values, then within 0.5% relative; mean exact); `ttft_p90`, `e2e_p9
 `duration` (as `requests_per_time`); `output_throughput` = output tokens of finished
 requests / `duration` (vLLM counts completed requests only; `throughput` counts every
 generated token); `total_token_throughput` adds their prompt tokens; `request_goodput` =
-`goodput` under vLLM's name.
+`goodput` under vLLM's name. With a hardware time model, `mfu_mean` and `mbu_mean` are
+the means over steps of steps.csv's `mfu` and `mbu` (None otherwise).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ LATE_KEYS = (
     "ttft_p90", "tpot_mean", "tpot_p50", "tpot_p90", "tpot_p95", "tpot_p99",
     "itl_mean", "itl_p50", "itl_p90", "itl_p95", "itl_p99", "e2e_p90", "e2e_p95",
     "request_throughput", "output_throughput", "total_token_throughput", "request_goodput",
+    "mfu_mean", "mbu_mean",
 )
 """Summary keys added after summary.csv's layout was in use: `summary_rows` writes them
 after every other column (per-class and incident keys included), so older columns keep
@@ -157,6 +159,8 @@ def summarize(requests: list[RequestRecord], steps: StepStats | list[tuple],
     summary["goodput"] = None if met is None else _ratio(met, duration)
     summary |= _vllm_figures(requests, duration, itl)
     summary["request_goodput"] = summary["goodput"]
+    for name, total in (("mfu", steps.mfu_sum), ("mbu", steps.mbu_sum)):
+        summary[f"{name}_mean"] = None if total is None or not num_steps else total / num_steps
 
     classes = sorted({r.class_name for r in requests if r.class_name is not None})
     for name in classes:

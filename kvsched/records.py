@@ -31,7 +31,7 @@ STEP_COLUMNS = (
     "step", "time", "duration", "num_running", "num_waiting", "num_prefill_requests",
     "prefill_tokens", "decode_tokens", "recomputed_tokens", "budget_used", "blocks_used",
     "blocks_free", "num_preempted", "num_admitted", "num_finished", "swapped_out_blocks",
-    "swapped_in_blocks", "thrash_ratio", "backpressure",
+    "swapped_in_blocks", "thrash_ratio", "backpressure", "mfu", "mbu",
 )
 """Per executed step. `time` = its start; queue lengths and blocks are as the batch runs
 (after admissions and preemptions, before finishes); `prefill_tokens` are first-time prefill
@@ -39,7 +39,9 @@ tokens, `recomputed_tokens` prefill tokens recomputed after preemption, `decode_
 per decoding request (swap-ins included); `budget_used` is their sum; `thrash_ratio` is
 (recomputed + swapped) / newly generated tokens over the backpressure window ending at this
 step (swapped: tokens of KV moved to host and back), and
-`backpressure` 1 while that signal is up."""
+`backpressure` 1 while that signal is up. With a hardware time model (roofline), `mfu` and
+`mbu` are the step's model-FLOPs and memory-bandwidth utilisation of one GPU (useful FLOPs,
+and weight + KV bytes, over the step's duration x the datasheet peaks); empty otherwise."""
 
 EVENT_COLUMNS = ("step", "time", "request_id", "event", "detail")
 """arrive, admit, preempt, swap_out, swap_in, finish, starve, reject, and backpressure

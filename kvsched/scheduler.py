@@ -89,6 +89,8 @@ class Stretch:
     blocks_used: list[int]
     kv_read_tokens: int  # summed over the stretch
     num_finished: int = 0
+    mfu: list[float] | None = None  # per step, with a hardware time model (set by the engine)
+    mbu: list[float] | None = None
 
     @property
     def end(self) -> float:
