@@ -104,6 +104,8 @@ def run(
             raise KvschedError(f"{scenario.source}: name '{scenario.name}' is also the name of "
                                f"{twin.source}: both would write {out}/{scenario.name}/")
     workloads = [prepare(scenario, variant) for scenario in loaded]  # all valid before any run
+    for scenario in loaded:
+        _unit_warnings(scenario)
     payload: list[dict[str, Any]] = []
     failed = False
     for scenario, requests in zip(loaded, workloads, strict=True):
@@ -121,6 +123,14 @@ def run(
         typer.echo(json.dumps(payload, indent=2))
     if check and failed:
         raise typer.Exit(1)
+
+
+def _unit_warnings(scenario: Scenario) -> None:
+    """Valid values that look like a unit slip, one stderr line each (as `validate`)."""
+    from kvsched.schema import unit_warnings
+
+    for message in dict.fromkeys(m for v in scenario.variants for m in unit_warnings(v.spec)):
+        typer.echo(f"warning: {scenario.source}: {message}", err=True)
 
 
 def _plot_files(folder: Path, result: ScenarioRun) -> None:

@@ -143,6 +143,7 @@ TimeSpec = Annotated[StepsTime | ConstantTime | LinearTime | RooflineTime | Prof
                      Field(discriminator="kind")]
 
 MAX_PLAUSIBLE_STEP_TIME = 10.0  # seconds: a forward pass longer than this is a unit slip
+MAX_PLAUSIBLE_SLO = 3600.0  # seconds: a latency target above an hour is a unit slip
 
 
 def derived_pool(resolved: dict[str, Any], spec: RunSpec) -> str | None:
@@ -158,16 +159,31 @@ def derived_pool(resolved: dict[str, Any], spec: RunSpec) -> str | None:
 
 
 def unit_warnings(spec: RunSpec) -> list[str]:
-    """Values that are valid but likely in the wrong unit, one line each naming the field."""
+    """Values that are valid but likely in the wrong unit, one line each naming the field:
+    a step time over 10 s, or (on a clock in seconds) an SLO over an hour."""
     time = spec.time
+    out = []
     if isinstance(time, ConstantTime) and time.step_time > MAX_PLAUSIBLE_STEP_TIME:
-        return [f"time.step_time: {time.step_time:g} s per step is over "
-                f"{MAX_PLAUSIBLE_STEP_TIME:g} s; did you mean milliseconds "
-                f"({time.step_time / 1000:g})?"]
-    if isinstance(time, LinearTime) and time.base > MAX_PLAUSIBLE_STEP_TIME:
-        return [f"time.base: {time.base:g} s per step is over {MAX_PLAUSIBLE_STEP_TIME:g} s; "
-                "did you mean milliseconds?"]
-    return []
+        out.append(f"time.step_time: {time.step_time:g} s per step is over "
+                   f"{MAX_PLAUSIBLE_STEP_TIME:g} s; did you mean milliseconds "
+                   f"({time.step_time / 1000:g})?")
+    if isinstance(time, LinearTime):
+        full = time.base + time.per_prefill_token * spec.engine.max_num_batched_tokens
+        if time.base > MAX_PLAUSIBLE_STEP_TIME:
+            out.append(f"time.base: {time.base:g} s per step is over "
+                       f"{MAX_PLAUSIBLE_STEP_TIME:g} s; did you mean milliseconds?")
+        elif full > MAX_PLAUSIBLE_STEP_TIME:
+            out.append(f"time.per_prefill_token: {time.per_prefill_token:g} s makes a full "
+                       f"{spec.engine.max_num_batched_tokens}-token step last {full:g} s, over "
+                       f"{MAX_PLAUSIBLE_STEP_TIME:g} s; did you mean milliseconds?")
+    if not isinstance(time, StepsTime):  # on the step clock SLOs are counted in steps
+        targets = [(f"slo.{name}", getattr(spec.slo, name)) for name in ("ttft", "tpot", "e2e")
+                   ] if spec.slo is not None else []
+        if spec.admission is not None:
+            targets.append(("admission.ttft_slo", spec.admission.ttft_slo))
+        out += [f"{field}: {value:g} s is over an hour; did you mean milliseconds?"
+                for field, value in targets if value is not None and value > MAX_PLAUSIBLE_SLO]
+    return out
 
 
 # -- workloads --------------------------------------------------------------------------
