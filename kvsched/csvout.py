@@ -44,6 +44,23 @@ def write_rows(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]])
         writer.writerows([fmt % v if type(v) is float else v for v in row] for row in rows)
 
 
+class RowCsv:
+    """A CSV file written chunk by chunk (an event sink, say)."""
+
+    def __init__(self, path: Path, header: Sequence[str]) -> None:
+        self._handle = path.open("w", newline="", encoding="utf-8")
+        self._writer = csv.writer(self._handle, lineterminator="\n")
+        self._writer.writerow(header)
+
+    def __call__(self, rows: Iterable[Sequence[Any]]) -> None:
+        fmt = FLOAT_FORMAT
+        self._writer.writerows([fmt % v if type(v) is float else v for v in row]
+                               for row in rows)
+
+    def close(self) -> None:
+        self._handle.close()
+
+
 def _formatted(values: list[float], cache: dict[float, str] | None = None) -> list[str]:
     fmt = FLOAT_FORMAT
     if cache is None:

@@ -16,7 +16,7 @@ from typing import Any
 from kvsched import __version__
 from kvsched.admission import Estimator, Slo, SloAdmission
 from kvsched.backpressure import Action, Backpressure
-from kvsched.csvout import StepCsv, write_rows
+from kvsched.csvout import RowCsv, StepCsv, write_rows
 from kvsched.diagnosis import Incident, Thresholds, diagnose, incident_flags
 from kvsched.errors import KvschedError, ScenarioError
 from kvsched.policies import make_policy
@@ -52,6 +52,7 @@ class VariantRun:
     incidents: tuple[Incident, ...] = ()
     records: RecordMode = RecordMode.FULL
     steps_file: Path | None = None  # steps.csv, already streamed during the run
+    streamed: bool = False  # events.csv (and steps.csv unless summary) written during the run
 
     @property
     def summary(self) -> dict[str, Any]:
@@ -118,7 +119,8 @@ def slo_of(spec: RunSpec) -> Slo | None:
 
 def run_variant(variant: Variant, record_batches: bool = False,
                 requests: list[Request] | None = None,
-                step_log: StepLog | None = None) -> RunResult:
+                step_log: StepLog | None = None,
+                event_sink: Callable[[list[tuple]], None] | None = None) -> RunResult:
     """Simulate one variant (`requests`: its workload, if already built; `step_log`: where
     the step records go, by default all kept in memory)."""
     spec = variant.spec
@@ -138,7 +140,7 @@ def run_variant(variant: Variant, record_batches: bool = False,
                     admission=admission, slo=slo_of(spec),
                     backpressure=Backpressure(pressure.window, pressure.threshold,
                                               pressure.release, Action(pressure.act)),
-                    record_batches=record_batches, step_log=step_log)
+                    record_batches=record_batches, step_log=step_log, event_sink=event_sink)
 
 
 def thresholds_of(spec: RunSpec) -> Thresholds:
@@ -203,22 +205,26 @@ def run_scenario(scenario: Scenario, variants: Iterable[str] = (), record_batche
     for variant in select(scenario, variants):
         requests = workloads.get(variant.name) if workloads else None
         num_blocks = variant.spec.engine.to_config().num_blocks
-        steps_file = writer = None
+        steps_file = writer = event_writer = None
+        if spool is not None:
+            (spool / variant.name).mkdir()
+            event_writer = RowCsv(spool / variant.name / "events.csv", EVENT_COLUMNS)
         if records is RecordMode.SUMMARY:
             log = StepLog(num_blocks, keep=False)
         elif spool is not None:
-            (spool / variant.name).mkdir()
             steps_file = spool / variant.name / "steps.csv"
             writer = StepCsv(steps_file, records, num_blocks)
             log = StepLog(num_blocks, keep=False, sink=writer)
         else:
             log = StepLog(num_blocks)
         try:
-            result = run_variant(variant, record_batches, requests, log)
+            result = run_variant(variant, record_batches, requests, log, event_writer)
         finally:
-            if writer is not None:
-                writer.close()
-        run = VariantRun(variant.name, variant, result, records=records, steps_file=steps_file)
+            for open_file in (writer, event_writer):
+                if open_file is not None:
+                    open_file.close()
+        run = VariantRun(variant.name, variant, result, records=records, steps_file=steps_file,
+                         streamed=spool is not None)
         runs.append(run)
         if on_done:
             on_done(run)
@@ -317,13 +323,14 @@ def write_scenario(run: ScenarioRun, out_dir: Path,
 
 
 def _write_variant(folder: Path, run: VariantRun) -> None:
-    folder.mkdir(exist_ok=run.steps_file is not None)
+    folder.mkdir(exist_ok=run.streamed)
     result = run.result
     write_rows(folder / "requests.csv", REQUEST_COLUMNS,
                (r.as_row() for r in result.requests))
     if run.steps_file is None and run.records is not RecordMode.SUMMARY:
         write_steps(folder / "steps.csv", result, run.records)
-    write_rows(folder / "events.csv", EVENT_COLUMNS, result.events)
+    if not run.streamed:
+        write_rows(folder / "events.csv", EVENT_COLUMNS, result.events)
     if result.batches is not None:
         write_rows(folder / "batches.csv", BATCH_COLUMNS, result.batches)
     write_json({"variant": run.name, "time_unit": result.time_unit, **run.summary},

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kvsched.admission import Slo, SloAdmission
 from kvsched.backpressure import Backpressure
@@ -25,7 +25,7 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
              admission: SloAdmission | None = None, slo: Slo | None = None,
              backpressure: Backpressure | None = None,
              record_batches: bool = False, step_log: StepLog | None = None,
-             stretches: bool = True) -> RunResult:
+             event_sink: EventSink | None = None, stretches: bool = True) -> RunResult:
     """Run `requests` through the engine until nothing is left to do (or `max_steps`).
 
     Requests are served in arrival order (simultaneous arrivals in input order); the records
@@ -33,6 +33,8 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
     `admission` turns requests away at arrival; `slo` only measures (goodput); the thrash
     monitor always runs (`backpressure` sets its window and thresholds, and whether it acts).
     `step_log` receives the step records (by default all are kept: `RunResult.steps`).
+    `event_sink`, if given, receives the events in chunks as the run makes them, and
+    `RunResult.events` then keeps only those the diagnosis reads (`DIAGNOSIS_EVENTS`).
     `stretches=False` runs every step through the exact per-step rules instead of jumping
     over steady decode stretches: the same records, slower (for checking the fast path).
     """
@@ -52,8 +54,9 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
     engine = Engine(config, policy, clock, admission, backpressure, record_batches,
                     stretches=stretches)
     log = step_log if step_log is not None else StepLog(config.num_blocks)
+    events = EventStream(engine.events, event_sink)
     step, now, stopped_early = run_loop(engine, seqs, log, config.max_steps,
-                                        clock.whole_steps)
+                                        clock.whole_steps, events)
     stats = log.close()
     sched = engine.sched
     if stopped_early:
@@ -61,17 +64,53 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
     leftover = Status.UNFINISHED if stopped_early else Status.STARVED
     if not stopped_early:
         _explain_starvation(sched, step, now)
+    events.close()
     position = [0] * len(seqs)
     for seq in seqs:
         position[order[seq.index]] = seq.index
     records = [_record(seqs[k], leftover, sched) for k in position]
     pool = sched.pool
     summary = summarize(records, stats, slo, final_blocks_used=pool.num_blocks - pool.free)
-    return RunResult(config, clock.unit, records, log, engine.events, engine.batches, summary)
+    return RunResult(config, clock.unit, records, log, events.kept, engine.batches, summary)
+
+
+EventSink = Callable[[list[tuple]], None]
+
+DIAGNOSIS_EVENTS = frozenset({"hol_block", "hol_release", "backpressure", "reject", "starve"})
+"""The events a run keeps in memory when they are streamed to a file."""
+
+
+class EventStream:
+    """Hands the engine's events to a sink in chunks (when there is one), so a long run
+    does not hold them all; keeps those the diagnosis reads."""
+
+    __slots__ = ("events", "sink", "kept", "_chunk")
+
+    def __init__(self, events: list[tuple], sink: EventSink | None,
+                 chunk: int = 1 << 15) -> None:
+        self.events = events
+        self.sink = sink
+        self.kept: list[tuple] = events if sink is None else []
+        self._chunk = chunk if sink is not None else math.inf
+
+    def poll(self) -> None:
+        if len(self.events) >= self._chunk:
+            self.drain()
+
+    def drain(self) -> None:
+        if self.sink is None or not self.events:
+            return
+        chunk = self.events[:]
+        del self.events[:]
+        self.sink(chunk)
+        self.kept.extend(e for e in chunk if e[3] in DIAGNOSIS_EVENTS)
+
+    def close(self) -> None:
+        self.drain()
 
 
 def run_loop(engine: Engine, seqs: list[Seq], log: StepLog, max_steps: int,
-             whole_steps: bool) -> tuple[int, float, bool]:
+             whole_steps: bool, events: EventStream | None = None) -> tuple[int, float, bool]:
     """Feed `seqs` (in arrival order) to `engine` on one clock until nothing is left to do.
 
     Returns the next step number, the time, and whether `max_steps` stopped the run."""
@@ -81,7 +120,10 @@ def run_loop(engine: Engine, seqs: list[Seq], log: StepLog, max_steps: int,
     step = 0
     executed = 0  # steps run (step numbers also jump over idle time on the step clock)
     now = 0.0
+    poll = events.poll if events is not None and events.sink is not None else None
     while True:
+        if poll is not None:
+            poll()
         # A hair of slack: times summed step by step drift (0.1 * 8 = 0.7999999999999999).
         horizon = now + 1e-9 * (1.0 + now)
         while next_arrival < num_arrivals and arrivals[next_arrival] <= horizon:
