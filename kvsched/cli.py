@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -107,9 +108,9 @@ def run(
     payload: list[dict[str, Any]] = []
     failed = False
     for scenario, requests in zip(loaded, workloads, strict=True):
-        with staging(out, scenario.name) as staged:
+        with staging(out, scenario.name) as staged, run_progress(scenario.name) as progress:
             result = run_scenario(scenario, variant, record_batches, workloads=requests,
-                                  records=records, spool=staged)
+                                  records=records, spool=staged, progress=progress)
             folder = write_scenario(result, out, _plot_files if plot else None, staged)
         failed |= not result.passed
         if as_json:
@@ -121,6 +122,31 @@ def run(
         typer.echo(json.dumps(payload, indent=2))
     if check and failed:
         raise typer.Exit(1)
+
+
+@contextmanager
+def run_progress(name: str) -> Iterator[Callable[[str, int, int, float], None] | None]:
+    """A progress bar on stderr for long runs (requests arrived, simulated time); nothing
+    when stderr is not a terminal."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("requests arrived, t={task.fields[now]}"), console=console,
+                  transient=True) as bar:
+        tasks: dict[str, Any] = {}
+
+        def update(variant: str, arrived: int, total: int, now: float) -> None:
+            if variant not in tasks:
+                tasks[variant] = bar.add_task(f"{name}/{variant}", total=total, now="0")
+            bar.update(tasks[variant], completed=arrived, now=f"{now:,.6g}")
+
+        yield update
 
 
 def _plot_files(folder: Path, result: ScenarioRun) -> None:

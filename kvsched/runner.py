@@ -120,7 +120,8 @@ def slo_of(spec: RunSpec) -> Slo | None:
 def run_variant(variant: Variant, record_batches: bool = False,
                 requests: list[Request] | None = None,
                 step_log: StepLog | None = None,
-                event_sink: Callable[[list[tuple]], None] | None = None) -> RunResult:
+                event_sink: Callable[[list[tuple]], None] | None = None,
+                progress: Callable[[int, float], None] | None = None) -> RunResult:
     """Simulate one variant (`requests`: its workload, if already built; `step_log`: where
     the step records go, by default all kept in memory)."""
     spec = variant.spec
@@ -140,7 +141,8 @@ def run_variant(variant: Variant, record_batches: bool = False,
                     admission=admission, slo=slo_of(spec),
                     backpressure=Backpressure(pressure.window, pressure.threshold,
                                               pressure.release, Action(pressure.act)),
-                    record_batches=record_batches, step_log=step_log, event_sink=event_sink)
+                    record_batches=record_batches, step_log=step_log, event_sink=event_sink,
+                    progress=progress)
 
 
 def thresholds_of(spec: RunSpec) -> Thresholds:
@@ -195,12 +197,14 @@ def run_scenario(scenario: Scenario, variants: Iterable[str] = (), record_batche
                  on_done: Callable[[VariantRun], None] | None = None,
                  workloads: dict[str, list[Request]] | None = None,
                  records: RecordMode = RecordMode.FULL,
-                 spool: Path | None = None) -> ScenarioRun:
+                 spool: Path | None = None,
+                 progress: Callable[[str, int, int, float], None] | None = None) -> ScenarioRun:
     """Run the selected variants (`workloads`: from `prepare`, or built here).
 
     `records`: what of the step records is kept; with a `spool` folder (a staging folder
     from `staging`), each variant streams its `steps.csv` into `spool/<variant>/` as it
-    runs instead of holding its steps in memory."""
+    runs instead of holding its steps in memory. `progress(variant, arrived, total, now)`
+    is called now and then during each run (a progress bar)."""
     runs = []
     for variant in select(scenario, variants):
         requests = workloads.get(variant.name) if workloads else None
@@ -218,7 +222,11 @@ def run_scenario(scenario: Scenario, variants: Iterable[str] = (), record_batche
         else:
             log = StepLog(num_blocks)
         try:
-            result = run_variant(variant, record_batches, requests, log, event_writer)
+            total = len(requests) if requests is not None else 0
+            tick = None if progress is None else (
+                lambda arrived, now, name=variant.name, total=total: progress(
+                    name, arrived, total, now))
+            result = run_variant(variant, record_batches, requests, log, event_writer, tick)
         finally:
             for open_file in (writer, event_writer):
                 if open_file is not None:

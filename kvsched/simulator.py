@@ -25,7 +25,8 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
              admission: SloAdmission | None = None, slo: Slo | None = None,
              backpressure: Backpressure | None = None,
              record_batches: bool = False, step_log: StepLog | None = None,
-             event_sink: EventSink | None = None, stretches: bool = True) -> RunResult:
+             event_sink: EventSink | None = None, stretches: bool = True,
+             progress: Progress | None = None) -> RunResult:
     """Run `requests` through the engine until nothing is left to do (or `max_steps`).
 
     Requests are served in arrival order (simultaneous arrivals in input order); the records
@@ -35,6 +36,8 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
     `step_log` receives the step records (by default all are kept: `RunResult.steps`).
     `event_sink`, if given, receives the events in chunks as the run makes them, and
     `RunResult.events` then keeps only those the diagnosis reads (`DIAGNOSIS_EVENTS`).
+    `progress(arrived, now)` is called now and then (every few thousand loop turns) with
+    the requests arrived so far and the simulated time, for a progress bar.
     `stretches=False` runs every step through the exact per-step rules instead of jumping
     over steady decode stretches: the same records, slower (for checking the fast path).
     """
@@ -56,7 +59,7 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
     log = step_log if step_log is not None else StepLog(config.num_blocks)
     events = EventStream(engine.events, event_sink)
     step, now, stopped_early = run_loop(engine, seqs, log, config.max_steps,
-                                        clock.whole_steps, events)
+                                        clock.whole_steps, events, progress)
     stats = log.close()
     sched = engine.sched
     if stopped_early:
@@ -75,6 +78,7 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
 
 
 EventSink = Callable[[list[tuple]], None]
+Progress = Callable[[int, float], None]
 
 DIAGNOSIS_EVENTS = frozenset({"hol_block", "hol_release", "backpressure", "reject", "starve"})
 """The events a run keeps in memory when they are streamed to a file."""
@@ -110,7 +114,8 @@ class EventStream:
 
 
 def run_loop(engine: Engine, seqs: list[Seq], log: StepLog, max_steps: int,
-             whole_steps: bool, events: EventStream | None = None) -> tuple[int, float, bool]:
+             whole_steps: bool, events: EventStream | None = None,
+             progress: Progress | None = None) -> tuple[int, float, bool]:
     """Feed `seqs` (in arrival order) to `engine` on one clock until nothing is left to do.
 
     Returns the next step number, the time, and whether `max_steps` stopped the run."""
@@ -121,9 +126,13 @@ def run_loop(engine: Engine, seqs: list[Seq], log: StepLog, max_steps: int,
     executed = 0  # steps run (step numbers also jump over idle time on the step clock)
     now = 0.0
     poll = events.poll if events is not None and events.sink is not None else None
+    turns = 0
     while True:
         if poll is not None:
             poll()
+        turns += 1
+        if progress is not None and not turns & 4095:
+            progress(next_arrival, now)
         # A hair of slack: times summed step by step drift (0.1 * 8 = 0.7999999999999999).
         horizon = now + 1e-9 * (1.0 + now)
         while next_arrival < num_arrivals and arrivals[next_arrival] <= horizon:

@@ -23,6 +23,7 @@ from kvsched.errors import KvschedError, ScenarioError
 from kvsched.report import write_csv, write_json
 from kvsched.runner import run_variant, select, slo_of, thresholds_of
 from kvsched.scenario import Assignment, Scenario, load_scenario_text
+from kvsched.steplog import StepLog
 
 OPTION_PATHS = {
     "budget": "engine.max_num_batched_tokens",
@@ -163,7 +164,9 @@ def _run_point(job: tuple[SweepSource, dict[str, Any], str]) -> dict[str, Any]:
     source, point, variant_name = job
     scenario = source.load(point)
     variant = next(v for v in scenario.variants if v.name == variant_name)
-    result = run_variant(variant)
+    # A point keeps only its summary (records: summary): nothing per step is held.
+    num_blocks = variant.spec.engine.to_config().num_blocks
+    result = run_variant(variant, step_log=StepLog(num_blocks, keep=False))
     spec = variant.spec
     incidents = diagnose(result, thresholds_of(spec), None, slo_of(spec))
     return {"time_unit": result.time_unit, **result.summary, **incident_flags(incidents),

@@ -106,3 +106,13 @@ def test_cli_records_modes(tmp_path):
                               "--records", "everything"])
     assert bad.exit_code == 2
     assert not (tmp_path / "x").exists()
+
+
+def test_progress_is_reported_with_arrivals_and_time():
+    """A long run calls `progress` with non-decreasing arrivals and times."""
+    requests = [Request(f"r{i}", i * 0.05, 5, 3) for i in range(3000)]
+    calls: list[tuple[int, float]] = []
+    simulate(requests, EngineConfig(num_blocks=400), time_model=ConstantStep(0.01),
+             progress=lambda arrived, now: calls.append((arrived, now)))
+    assert len(calls) >= 2
+    assert calls == sorted(calls) and calls[-1][0] <= 3000 and calls[-1][1] > 0
