@@ -88,8 +88,8 @@ class Engine:
             self.gate.observe(now, end, plan.num_admitted)
         if self.batches is not None:
             _record_batch(self.batches, plan)
-        self._steady = (self.stretches and not changed and plan.is_pure_decode
-                        and plan.num_decodes == len(sched.running))
+        self._steady = self.stretches and not changed and (
+            plan.is_pure_decode and plan.num_decodes == len(sched.running) or self._settled())
         return (step, now, duration, num_running, num_waiting, len(plan.prefills),
                 plan.prefill_tokens, num_decodes, plan.recomputed_tokens, computed + num_decodes,
                 pool.num_blocks - blocks_free, blocks_free, len(plan.preempted),
@@ -110,8 +110,14 @@ class Engine:
         if self.gate is not None:
             self.gate.observe_quiet(stretch.starts, stretch.durations)
         if stretch.num_finished:
-            self._steady = False
+            self._steady = self._settled()
         return stretch
+
+    def _settled(self) -> bool:
+        """Nothing waits, nothing is half prefilled, no head-of-line state to release: the
+        next step can only decode what runs (no need to watch one step first)."""
+        sched = self.sched
+        return not sched.waiting and not sched.prefilling and sched.hol_head is None
 
     def _backpressure_changed(self, plan: StepPlan, ratio: float) -> None:
         monitor, sched = self.monitor, self.sched

@@ -272,6 +272,11 @@ class Scheduler:
                 self._push_block_due(seq)
                 self._push_finish_due(seq)
 
+    @property
+    def hol_head(self) -> Seq | None:
+        """The head of the waiting queue while it blocks a request behind it."""
+        return self._hol_head
+
     def hol_floor(self) -> int:
         """Free blocks that must stay free for the head-of-line state not to change: while a
         head blocks, the request behind it must keep fitting."""
