@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import accumulate, chain
 from operator import sub
@@ -174,6 +175,7 @@ class Scheduler:
         self.tick = 0
         self.kv_tokens = 0  # tokens in the KV cache of the decoding requests
         self.gaps = GapTracker()
+        self.on_done: Callable[[Seq], None] | None = None  # a request finished or was rejected
         self._block_due: dict[int, list[tuple[Seq, int]]] = {}
         self._finish_due: dict[int, list[tuple[Seq, int]]] = {}
         self._finish_ticks: list[int] = []  # heap of the keys of _finish_due
@@ -216,6 +218,8 @@ class Scheduler:
         seq.state = SeqState.REJECTED
         seq.end_reason = reason
         self.events.append((step, request.arrival_time, request.request_id, "reject", reason))
+        if self.on_done is not None:
+            self.on_done(seq)
 
     # -- one step -------------------------------------------------------------------------
 
@@ -669,6 +673,8 @@ class Scheduler:
         seq.epoch += 1
         self.events.append((step, end_time, seq.request.request_id, "finish",
                             f"{seq.output_len} tokens"))
+        if self.on_done is not None:
+            self.on_done(seq)
 
     def _push_block_due(self, seq: Seq) -> None:
         # The decode pass at which cache + 1 first exceeds the blocks held.

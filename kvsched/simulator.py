@@ -52,29 +52,69 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
         duplicate = next(i for i in ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
         raise ValueError(f"duplicate request_id '{duplicate}'")
 
-    order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_time)
-    seqs = [Seq.of(requests[i], k, config.block_size) for k, i in enumerate(order)]
     engine = Engine(config, policy, clock, admission, backpressure, record_batches,
                     stretches=stretches)
+    sched = engine.sched
+    seqs = Arrivals(requests, config.block_size)
+    order = seqs.order
+    records: list[RequestRecord | None] = [None] * len(requests)
+
+    def done(seq: Seq) -> None:  # a finished or rejected request's record, made at once
+        records[order[seq.index]] = _record(seq, Status.STARVED, sched)
+        del seqs.live[seq.index]
+
+    sched.on_done = done
     log = step_log if step_log is not None else StepLog(config.num_blocks)
     events = EventStream(engine.events, event_sink)
     step, now, stopped_early = run_loop(engine, seqs, log, config.max_steps,
                                         clock.whole_steps, events, progress)
     stats = log.close()
-    sched = engine.sched
     if stopped_early:
         sched.close_all_runs()
     leftover = Status.UNFINISHED if stopped_early else Status.STARVED
     if not stopped_early:
         _explain_starvation(sched, step, now)
     events.close()
-    position = [0] * len(seqs)
-    for seq in seqs:
-        position[order[seq.index]] = seq.index
-    records = [_record(seqs[k], leftover, sched) for k in position]
+    sched.on_done = None
+    for seq in seqs.remaining():  # still queued or running, or never arrived (max_steps)
+        records[order[seq.index]] = _record(seq, leftover, sched)
+    done_records: list[RequestRecord] = records  # type: ignore[assignment]  # all filled
     pool = sched.pool
-    summary = summarize(records, stats, slo, final_blocks_used=pool.num_blocks - pool.free)
-    return RunResult(config, clock.unit, records, log, events.kept, engine.batches, summary)
+    summary = summarize(done_records, stats, slo,
+                        final_blocks_used=pool.num_blocks - pool.free)
+    return RunResult(config, clock.unit, done_records, log, events.kept, engine.batches,
+                     summary)
+
+
+class Arrivals:
+    """The requests in arrival order (simultaneous ones in input order), each made into a
+    `Seq` only when the loop reaches it, and forgotten once its record is made: a long
+    trace never holds every request's run state at once."""
+
+    __slots__ = ("requests", "order", "times", "live", "_block_size", "_made")
+
+    def __init__(self, requests: Sequence[Request], block_size: int) -> None:
+        self.requests = requests
+        self.order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_time)
+        self.times = [requests[i].arrival_time for i in self.order]
+        self.live: dict[int, Seq] = {}  # made and not yet recorded, by arrival index
+        self._block_size = block_size
+        self._made = 0
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __getitem__(self, k: int) -> Seq:
+        seq = Seq.of(self.requests[self.order[k]], k, self._block_size)
+        self.live[k] = seq
+        self._made = max(self._made, k + 1)
+        return seq
+
+    def remaining(self) -> list[Seq]:
+        """Every request without a record yet, made now if it never arrived."""
+        for k in range(self._made, len(self.order)):
+            self[k]
+        return [self.live[k] for k in sorted(self.live)]
 
 
 EventSink = Callable[[list[tuple]], None]
@@ -113,13 +153,14 @@ class EventStream:
         self.drain()
 
 
-def run_loop(engine: Engine, seqs: list[Seq], log: StepLog, max_steps: int,
+def run_loop(engine: Engine, seqs: Sequence[Seq], log: StepLog, max_steps: int,
              whole_steps: bool, events: EventStream | None = None,
              progress: Progress | None = None) -> tuple[int, float, bool]:
     """Feed `seqs` (in arrival order) to `engine` on one clock until nothing is left to do.
 
     Returns the next step number, the time, and whether `max_steps` stopped the run."""
-    arrivals = [seq.request.arrival_time for seq in seqs]
+    arrivals = seqs.times if isinstance(seqs, Arrivals) else [
+        seq.request.arrival_time for seq in seqs]
     num_arrivals = len(seqs)
     next_arrival = 0
     step = 0
