@@ -332,27 +332,36 @@ class Scheduler:
         tick, num_blocks = self.tick, pool.num_blocks
         used: list[int] = []
         blocks_used = num_blocks - pool.free
-        for _ in range(limit):
-            tick += 1
-            due = block_due.get(tick)
-            if due is not None:
-                growing = [entry for entry in due if entry[0].epoch == entry[1]]
-                if len(growing) > spare:
-                    tick -= 1
-                    break
-                del block_due[tick]
-                if growing:
-                    spare -= len(growing)
-                    blocks_used += len(growing)
-                    for seq, _epoch in growing:
-                        seq.blocks += 1
-                    # One more block each: every one's next boundary is a block later.
-                    later = block_due.get(tick + block_size)
-                    if later is None:
-                        block_due[tick + block_size] = growing
-                    else:
-                        later.extend(growing)
+        # Only passes at which someone crosses a block boundary need work: visit those in
+        # order (a boundary crossed moves that request's next one a block later).
+        horizon = tick + limit
+        due_ticks = sorted(t for t in block_due if t <= horizon)
+        last = tick
+        while due_ticks:
+            t = heapq.heappop(due_ticks)
+            due = block_due[t]
+            growing = [entry for entry in due if entry[0].epoch == entry[1]]
+            if len(growing) > spare:
+                horizon = t - 1  # the stretch ends before this pass
+                break
+            del block_due[t]
+            used.extend([blocks_used] * (t - last - 1))
+            if growing:
+                spare -= len(growing)
+                blocks_used += len(growing)
+                for seq, _epoch in growing:
+                    seq.blocks += 1
+                later = block_due.get(t + block_size)
+                if later is None:
+                    block_due[t + block_size] = growing
+                    if t + block_size <= horizon:
+                        heapq.heappush(due_ticks, t + block_size)
+                else:
+                    later.extend(growing)
             used.append(blocks_used)
+            last = t
+        used.extend([blocks_used] * (horizon - last))
+        tick = horizon
         k = len(used)
         if not k:
             return None
