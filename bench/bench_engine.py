@@ -42,6 +42,7 @@ LIBRARY_CASES = tuple(f"{w}{suffix}" for w in WORKLOADS for suffix in ("", "-pla
 COMMAND_CASES = ("cmd-azure-full", "cmd-azure-compact", "cmd-azure25-full", "cmd-tight-full",
                  "cmd-1m-compact")
 BIG_CASES = ("cmd-10m-compact",)
+ONCE_CASES = ("cmd-1m-compact",)  # a minute or more: measured once
 ROOFLINE_CASES = ("azure-roofline", "azure-8.6ms")
 CASES = COMMAND_CASES + LIBRARY_CASES + ROOFLINE_CASES + BIG_CASES
 SCRATCH = ROOT / "results" / "bench-scratch"
@@ -238,7 +239,7 @@ def main() -> None:
     cases = args.only or [c for c in CASES if args.big or c not in BIG_CASES]
     for case in cases:
         runs = []
-        for _ in range(1 if case in BIG_CASES else args.repeat):
+        for _ in range(1 if case in BIG_CASES + ONCE_CASES else args.repeat):
             out = subprocess.run([sys.executable, __file__, "--case", case], check=True,
                                  capture_output=True, text=True).stdout
             runs.append(json.loads(out))
