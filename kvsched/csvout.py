@@ -16,9 +16,10 @@ import csv
 from collections.abc import Iterable, Sequence
 from itertools import repeat
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from kvsched.records import STEP_COLUMNS
+from kvsched.scheduler import Stretch
 from kvsched.steplog import COMPACT_COLUMNS, RecordMode, Segment, compact_row, segment_runs
 
 FLOAT_FORMAT = "%.10g"
@@ -122,7 +123,8 @@ class StepCsv:
                 for col, values in zip(cols, zip(*group, strict=True), strict=True):
                     col.extend(values)
                 continue
-            for stretch in group:
+            for segment in group:
+                stretch = cast(Stretch, segment)
                 steps, n = stretch.num_steps, stretch.num_decodes
                 cols[0].extend(range(stretch.step, stretch.step + steps))
                 cols[1].extend(stretch.starts)

@@ -153,7 +153,7 @@ class EventStream:
         self.drain()
 
 
-def run_loop(engine: Engine, seqs: Sequence[Seq], log: StepLog, max_steps: int,
+def run_loop(engine: Engine, seqs: Arrivals | Sequence[Seq], log: StepLog, max_steps: int,
              whole_steps: bool, events: EventStream | None = None,
              progress: Progress | None = None) -> tuple[int, float, bool]:
     """Feed `seqs` (in arrival order) to `engine` on one clock until nothing is left to do.
