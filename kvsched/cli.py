@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
+import sys
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -14,15 +16,18 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from tabulate import tabulate
 
-from kvsched.errors import KvschedError
+from kvsched import __version__
+from kvsched.errors import KvschedError, excerpt, one_line
+from kvsched.paths import name_problem, out_problem
 from kvsched.policies import builtin_policies
 from kvsched.report import comparison_table, fmt, incident_kinds, sweep_table
 from kvsched.runner import (
     ScenarioRun,
+    count_of,
     describe,
     missing_baselines,
     prepare,
-    requests_of,
+    replaced_by,
     run_scenario,
     write_scenario,
 )
@@ -31,6 +36,7 @@ from kvsched.sweep import (
     OPTION_PATHS,
     Axis,
     SweepSource,
+    check_size,
     parse_axis,
     parse_set_axis,
     run_sweep,
@@ -49,6 +55,22 @@ app = typer.Typer(
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"kvsched {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True,
+        help="Print the version and exit.")] = False,
+) -> None:
+    """A laboratory for the scheduler of an LLM serving engine: run YAML scenarios, sweep
+    budgets and pools, compare TTFT, throughput and preemptions."""
+
+
 def friendly(command: F) -> F:
     """Turn the library's input errors into one line on stderr and exit code 2."""
 
@@ -57,7 +79,7 @@ def friendly(command: F) -> F:
         try:
             return command(*args, **kwargs)
         except KvschedError as exc:
-            typer.echo(f"error: {exc}", err=True)
+            typer.echo(f"error: {one_line(str(exc))}", err=True)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
@@ -114,12 +136,20 @@ def run(
         if twin is not None:
             raise KvschedError(f"{scenario.source}: name '{scenario.name}' is also the name of "
                                f"{twin.source}: both would write {out}/{scenario.name}/")
+    check_out(out)
     workloads = [prepare(scenario, variant) for scenario in loaded]  # all valid before any run
     payload: list[dict[str, Any]] = []
     failed = False
     for scenario, requests in zip(loaded, workloads, strict=True):
         result = run_scenario(scenario, variant, record_batches, workloads=requests)
+        replaced, kept = replaced_by(result, out)
         folder = write_scenario(result, out, _plot_files if plot else None)
+        if replaced:
+            where = out / scenario.name
+            note = f"; kept {', '.join(kept)}" if kept else ""
+            rows = "its row" if len(replaced) == 1 else "their rows"
+            typer.echo(one_line(f"replaced: {', '.join(f'{where}/{n}/' for n in replaced)} and "
+                                f"{rows} in {where}/summary.csv{note}"), err=True)
         failed |= not result.passed
         if as_json:
             payload += [{"scenario": scenario.name, "variant": r.name, **r.summary}
@@ -130,6 +160,13 @@ def run(
         typer.echo(json.dumps(payload, indent=2))
     if check and failed:
         raise typer.Exit(1)
+
+
+def check_out(out: Path) -> None:
+    """Refuse an --out that cannot hold results before anything runs."""
+    problem = out_problem(out)
+    if problem:
+        raise KvschedError(f"--out {problem}")
 
 
 def _plot_files(folder: Path, result: ScenarioRun) -> None:
@@ -199,14 +236,19 @@ def sweep(
         help="Sweep any field, e.g. engine.watermark=0,0.01,0.05.")] = [],  # noqa: B006
     variant: Variants = [],  # noqa: B006
     seed: Seed = None,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, metavar="N",
-                                      help="Parallel processes.")] = 1,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", metavar="N",
+                                      help="Parallel processes (>= 1).")] = 1,
     out: Out = Path("results"),
     name: Annotated[str | None, typer.Option(
         metavar="NAME", help="Results go to OUT/sweep-NAME/.")] = None,
     plot: Annotated[bool, typer.Option("--plot", help="Also draw sweep.png.")] = False,
 ) -> None:
     """Run the grid of all values given; A..B doubles, A..B:+S steps, A..B:xF multiplies."""
+    if jobs < 1:
+        raise KvschedError(f"--jobs: expected a number of processes >= 1, got {jobs}")
+    if name is not None and (problem := name_problem(name)):
+        raise KvschedError(f"--name: {problem}")
+    check_out(out)
     axes: list[Axis] = []
     for option, text in (("budget", budget), ("blocks", blocks), ("policy", policy),
                          ("preemption", preemption)):
@@ -220,16 +262,18 @@ def sweep(
     loaded = load_scenario(path, (), seed)  # validates the file and names errors
     source = SweepSource(path.read_text(encoding="utf-8"), str(scenario or "lesson (embedded)"),
                          path.parent, (), seed)
-    points = len(variant or loaded.variants)
-    for axis in axes:
-        points *= len(axis.values)
+    points = check_size(axes, len(variant or loaded.variants))
     console = Console(stderr=True)
     with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task("sweep", total=points)
         frame = run_sweep(source, axes, variant, jobs, lambda: progress.advance(task))
     folder = out / f"sweep-{name or loaded.name}"
+    existed = folder.exists()
     write_sweep(folder, frame, axes, source)
+    if existed:
+        typer.echo(one_line(f"replaced: {folder}/ (the previous sweep named "
+                            f"'{name or loaded.name}'; give --name to keep both)"), err=True)
     typer.echo(sweep_table(frame, [axis.path for axis in axes]))
     if plot:
         from kvsched.plots import plot_sweep_folder
@@ -241,20 +285,28 @@ def sweep(
 # -- validate, policies, scenarios ------------------------------------------------------
 
 
+def check_file(path: Path) -> tuple[Scenario, str]:
+    """Validate a scenario file without running it or generating its workload (a user's
+    policy module is not imported either): the scenario and its largest request count."""
+    scenario = load_scenario(path)
+    counts = [count_of(v) for v in scenario.variants]
+    most, exact = max(counts)
+    return scenario, f"{most:,}" if exact and all(e for _, e in counts) else f"about {most:,}"
+
+
 @app.command(epilog="Example: kvsched validate scenarios/*.yaml")
 def validate(scenarios: Files) -> None:
     """Check scenario files (schema, variants, trace files) without running them."""
     bad = 0
     for path in scenarios:
         try:
-            scenario = load_scenario(path)
-            counts = [len(requests_of(v)) for v in scenario.variants]
+            scenario, count = check_file(path)
         except KvschedError as exc:
-            typer.echo(f"error: {exc}", err=True)
+            typer.echo(f"error: {one_line(str(exc))}", err=True)
             bad += 1
             continue
-        typer.echo(f"ok: {path}: {scenario.name}, {len(scenario.variants)} variant(s), "
-                   f"{max(counts)} requests, {len(scenario.expectations)} expectation(s)")
+        typer.echo(one_line(f"ok: {path}: {scenario.name}, {len(scenario.variants)} variant(s), "
+                            f"{count} requests, {len(scenario.expectations)} expectation(s)"))
     if bad:
         raise typer.Exit(2)
 
@@ -282,9 +334,9 @@ def scenarios(
     rows = []
     for path in files:
         try:
-            scenario: Scenario = load_scenario(path)
+            scenario, _ = check_file(path)
         except KvschedError as exc:
-            rows.append([path.name, "-", f"invalid: {exc}"])
+            rows.append([str(path), "-", f"INVALID: {excerpt(exc, 120)}"])
             continue
         variants = ", ".join(v.name for v in scenario.variants)
         rows.append([str(path), variants, headline(scenario)])
@@ -303,8 +355,35 @@ def plot(
         typer.echo(f"wrote {path}")
 
 
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM ends kvsched as Ctrl-C does: staging folders are removed, workers stopped."""
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
-    app(prog_name="kvsched")
+    """The console script: every failure, usage errors included, is one line on stderr."""
+    try:
+        from click import exceptions as click_errors  # typer before 0.26 depends on click
+    except ImportError:  # pragma: no cover - later typer vendors it
+        from typer._click import exceptions as click_errors
+
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        code = app(prog_name="kvsched", standalone_mode=False)
+    except click_errors.NoArgsIsHelpError as exc:
+        exc.show()
+        code = exc.exit_code
+    except click_errors.UsageError as exc:
+        command = exc.ctx.command_path if exc.ctx is not None else "kvsched"
+        typer.echo(f"error: {one_line(exc.format_message())} (see {command} --help)", err=True)
+        code = exc.exit_code
+    except click_errors.ClickException as exc:
+        typer.echo(f"error: {one_line(exc.format_message())}", err=True)
+        code = exc.exit_code
+    except typer.Abort:
+        typer.echo("Aborted!", err=True)
+        code = 130
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -3,6 +3,7 @@ written to `<out>/<scenario>/` all at once or not at all."""
 
 from __future__ import annotations
 
+import io
 import operator
 import os
 import shutil
@@ -12,14 +13,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from kvsched import __version__
 from kvsched.admission import Estimator, Slo, SloAdmission
 from kvsched.backpressure import Action, Backpressure
 from kvsched.diagnosis import Incident, Thresholds, diagnose, incident_flags
 from kvsched.errors import ScenarioError
-from kvsched.policies import make_policy
+from kvsched.paths import write_error
+from kvsched.policies import Policy, make_policy
 from kvsched.records import RunResult
 from kvsched.report import (
+    FLOAT_FORMAT,
     batches_frame,
     events_frame,
     requests_frame,
@@ -33,7 +38,7 @@ from kvsched.scenario import Scenario, Variant, unknown_value
 from kvsched.schema import ConstantTime, Expectation, LinearTime, RunSpec, TraceWorkload
 from kvsched.simulator import simulate
 from kvsched.timing import ConstantStep, LinearStep, StepClock, TimeModel
-from kvsched.workload import build_requests
+from kvsched.workload import build_requests, count_requests
 
 OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
@@ -95,15 +100,32 @@ def requests_of(variant: Variant) -> list[Request]:
                           variant.scenario.base_dir, variant.error)
 
 
+def count_of(variant: Variant) -> tuple[int, bool]:
+    """The variant's request count (and whether exact), its files checked, nothing generated."""
+    assert variant.spec.workload is not None
+    return count_requests(variant.spec.workload, variant.scenario.base_dir, variant.error)
+
+
 def slo_of(spec: RunSpec) -> Slo | None:
     return Slo(spec.slo.ttft, spec.slo.e2e) if spec.slo is not None else None
+
+
+def policy_of(variant: Variant) -> Policy:
+    """The variant's policy; a user's `package.module:Class` is imported here (not when the
+    file is validated), from `sys.path` or the scenario's folder."""
+    spec = variant.spec.policy
+    try:
+        return make_policy(spec.name, search_path=[variant.scenario.base_dir],
+                           **spec.all_params())
+    except ValueError as exc:
+        raise variant.error(("policy", "name"), str(exc)) from None
 
 
 def run_variant(variant: Variant, record_batches: bool = False,
                 requests: list[Request] | None = None) -> RunResult:
     """Simulate one variant (`requests`: its workload, if already built)."""
     spec = variant.spec
-    policy = make_policy(spec.policy.name, **spec.policy.all_params())
+    policy = policy_of(variant)
     admission = None
     if spec.admission is not None:
         target = spec.admission.ttft_slo
@@ -167,7 +189,11 @@ def select(scenario: Scenario, names: Iterable[str]) -> list[Variant]:
 def prepare(scenario: Scenario, variants: Iterable[str] = ()) -> dict[str, list[Request]]:
     """Build every selected variant's workload now, so that bad input (a trace with a bad
     column) is refused before anything runs or is written."""
-    return {variant.name: requests_of(variant) for variant in select(scenario, variants)}
+    workloads = {}
+    for variant in select(scenario, variants):
+        policy_of(variant)  # a user's policy class that does not load is refused now
+        workloads[variant.name] = requests_of(variant)
+    return workloads
 
 
 def run_scenario(scenario: Scenario, variants: Iterable[str] = (), record_batches: bool = False,
@@ -233,25 +259,90 @@ def describe(expectation: Expectation) -> str:
 
 def write_scenario(run: ScenarioRun, out_dir: Path,
                    extra_files: Callable[[Path, ScenarioRun], None] | None = None) -> Path:
-    """Write `<out_dir>/<scenario>/` whole: into a temporary folder, then renamed into place."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    final = out_dir / run.scenario.name
-    staging = Path(tempfile.mkdtemp(prefix=f".{run.scenario.name}.", dir=out_dir))
-    umask = os.umask(0)
-    os.umask(umask)
-    staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; results are ordinary folders
+    """Write `<out_dir>/<scenario>/` whole: into a temporary folder, then renamed into place.
+
+    Only what this run produced is replaced: the folders and `summary.csv` rows of the
+    variants that ran. Other variants' folders, rows and pictures already there are kept.
+    An OS error (disk full, read-only folder) leaves nothing partial and is one line.
+    """
     try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise write_error(out_dir, exc) from None
+    final = out_dir / run.scenario.name
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{run.scenario.name}.", dir=out_dir))
+    except OSError as exc:
+        raise write_error(out_dir, exc) from None
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; results are ordinary folders
         for variant_run in run.runs:
             _write_variant(staging / variant_run.name, variant_run)
         rows = [(r.name, r.summary) for r in run.runs]
-        write_csv(summary_frame(rows), staging / "summary.csv")
+        summary = summary_frame(rows)
+        if final.is_dir():
+            summary = _keep_others(final, staging, summary, run)
+        write_csv(summary, staging / "summary.csv")
         if extra_files:
             extra_files(staging, run)
         _replace_dir(staging, final)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise write_error(final, exc) from None
         raise
     return final
+
+
+def replaced_by(run: ScenarioRun, out_dir: Path) -> tuple[list[str], list[str]]:
+    """(variants whose results in `<out_dir>/<scenario>/` this run replaces, variants there
+    it keeps), for telling the user before writing."""
+    final = out_dir / run.scenario.name
+    if not final.is_dir():
+        return [], []
+    present = sorted(p.name for p in final.iterdir() if p.is_dir() and not p.name.startswith("."))
+    ran = {r.name for r in run.runs}
+    return [n for n in present if n in ran], [n for n in present if n not in ran]
+
+
+def _keep_others(final: Path, staging: Path, summary: pd.DataFrame,
+                 run: ScenarioRun) -> pd.DataFrame:
+    """Bring into `staging` what `final` holds of variants this run did not produce, and
+    return the summary with their rows (as they were, cell for cell), in scenario order."""
+    ran = {r.name for r in run.runs}
+    own = {f"timeline-{name}.png" for name in ran} | {"summary.csv"}
+    for entry in sorted(final.iterdir()):
+        if entry.name.startswith(".") or entry.name in own or (
+                entry.is_dir() and entry.name in ran):
+            continue
+        if entry.is_dir():
+            shutil.copytree(entry, staging / entry.name, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(entry, staging / entry.name)
+    new = pd.read_csv(io.StringIO(summary.to_csv(index=False, float_format=FLOAT_FORMAT)),
+                      dtype=str, keep_default_na=False)
+    try:
+        old = pd.read_csv(final / "summary.csv", dtype=str, keep_default_na=False)
+    except (OSError, ValueError):
+        return summary  # nothing readable to keep
+    if "variant" not in old.columns:
+        return summary
+    old = old[~old["variant"].isin(ran)]
+    if old.empty:
+        return summary
+    order = {v.name: i for i, v in enumerate(run.scenario.variants)}
+    merged = pd.concat([old, new], ignore_index=True).fillna("")
+    rank = merged["variant"].map(lambda name: order.get(name, len(order)))
+    return merged.iloc[rank.argsort(kind="stable")].reset_index(drop=True)
+
+
+def _link_or_copy(source: str | Path, target: str | Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
 
 
 def _write_variant(folder: Path, run: VariantRun) -> None:

@@ -18,25 +18,49 @@ from pydantic import (
 )
 
 from kvsched.config import EngineConfig
-from kvsched.policies import make_policy
+from kvsched.paths import name_problem, scenario_name_problem
+from kvsched.policies import check_policy_name, is_user_policy, make_policy
 
 _ENGINE = EngineConfig()
 MAX_SYNTHETIC_REQUESTS = 10_000_000
-PositiveInt = Annotated[int, Field(ge=1)]
+# Bounds on every number, so that extreme values are refused with the bound in the message
+# instead of overflowing numpy or the engine: lengths in tokens, counts and sizes, times in
+# the run's unit (steps or s), rates per time unit.
+MAX_TOKENS = 10_000_000
+MAX_COUNT = 1_000_000_000
+MAX_TIME = 1e12
+MIN_RATE, MAX_RATE = 1e-9, 1e9
+MIN_CV, MAX_CV = 1e-3, 1e3
+MAX_SIGMA = 10.0
+MAX_PRIORITY = 10**9
+PositiveInt = Annotated[int, Field(ge=1, le=MAX_COUNT)]
+TokenLen = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+Time = Annotated[float, Field(ge=0, le=MAX_TIME)]
+Rate = Annotated[float, Field(ge=MIN_RATE, le=MAX_RATE)]
+Interval = Annotated[float, Field(ge=1 / MAX_RATE, le=1 / MIN_RATE)]
+Priority = Annotated[int, Field(ge=-MAX_PRIORITY, le=MAX_PRIORITY)]
 
 
-def _not_only_dots(name: str) -> str:
-    if set(name) == {"."}:
-        raise ValueError(f"'{name}' cannot name a folder; use letters, digits, '_', '-' or '.'")
+def _folder_name(name: str) -> str:
+    problem = name_problem(name)
+    if problem:
+        raise ValueError(problem)
     return name
 
 
-# A name becomes a folder: letters, digits, '_', '-', '.', but not only dots ('.', '..').
-Name = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$"),
-                 AfterValidator(_not_only_dots)]
-NonNegativeInt = Annotated[int, Field(ge=0)]
-PositiveFloat = Annotated[float, Field(gt=0)]
-NonNegativeFloat = Annotated[float, Field(ge=0)]
+def _scenario_folder_name(name: str) -> str:
+    problem = scenario_name_problem(name)
+    if problem:
+        raise ValueError(problem)
+    return name
+
+
+# A name becomes a folder: one safe path component (see kvsched.paths).
+Name = Annotated[str, Field(min_length=1), AfterValidator(_folder_name)]
+ScenarioName = Annotated[str, Field(min_length=1), AfterValidator(_scenario_folder_name)]
+NonNegativeInt = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+PositiveFloat = Annotated[float, Field(gt=0, le=MAX_TIME)]
+NonNegativeFloat = Annotated[float, Field(ge=0, le=MAX_TIME)]
 
 
 class Strict(BaseModel):
@@ -81,7 +105,12 @@ class PolicySpec(BaseModel):
 
     @model_validator(mode="after")
     def _known_policy(self) -> PolicySpec:
-        make_policy(self.name, **self.all_params())  # ValueError names what is wrong
+        # ValueError names what is wrong. A user's class is only checked for its shape here:
+        # validating a file must never import (run) the user's code.
+        if is_user_policy(self.name):
+            check_policy_name(self.name)
+        else:
+            make_policy(self.name, **self.all_params())
         return self
 
 
@@ -111,15 +140,15 @@ TimeSpec = Annotated[StepsTime | ConstantTime | LinearTime, Field(discriminator=
 
 class ConstantLen(Strict):
     kind: Literal["constant"]
-    value: PositiveInt
+    value: TokenLen
 
 
 class UniformLen(Strict):
     """Integers from `low` to `high`, both included."""
 
     kind: Literal["uniform"]
-    low: PositiveInt
-    high: PositiveInt
+    low: TokenLen
+    high: TokenLen
 
     @model_validator(mode="after")
     def _ordered(self) -> UniformLen:
@@ -132,10 +161,10 @@ class LognormalLen(Strict):
     """exp(Normal(ln median, sigma)), rounded, clipped to [min, max]."""
 
     kind: Literal["lognormal"]
-    median: PositiveFloat
-    sigma: NonNegativeFloat
-    min: PositiveInt = 1
-    max: PositiveInt | None = None
+    median: Annotated[float, Field(ge=1, le=MAX_TOKENS)]
+    sigma: Annotated[float, Field(ge=0, le=MAX_SIGMA)]
+    min: TokenLen = 1
+    max: TokenLen | None = None  # default: MAX_TOKENS
 
     @model_validator(mode="after")
     def _ordered(self) -> LognormalLen:
@@ -163,25 +192,25 @@ def _expand_length(value: Any) -> Any:
 
 class AllAtOnce(Strict):
     kind: Literal["all_at_once"]
-    at: NonNegativeFloat = 0.0
+    at: Time = 0.0
 
 
 class Poisson(Strict):
     kind: Literal["poisson"]
-    rate: PositiveFloat
+    rate: Rate
 
 
 class Gamma(Strict):
     """Inter-arrival times with mean 1/rate and coefficient of variation `cv` (>1: bursty)."""
 
     kind: Literal["gamma"]
-    rate: PositiveFloat
-    cv: PositiveFloat
+    rate: Rate
+    cv: Annotated[float, Field(ge=MIN_CV, le=MAX_CV)]
 
 
 class Fixed(Strict):
     kind: Literal["fixed"]
-    interval: PositiveFloat
+    interval: Interval
 
 
 ArrivalSpec = Annotated[AllAtOnce | Poisson | Gamma | Fixed, Field(discriminator="kind")]
@@ -194,7 +223,7 @@ class RequestClass(Strict):
     weight: PositiveFloat
     prompt_len: LengthSpec
     output_len: LengthSpec
-    priority: int = 0
+    priority: Priority = 0
 
     @field_validator("prompt_len", "output_len", mode="before")
     @classmethod
@@ -204,10 +233,10 @@ class RequestClass(Strict):
 
 class InlineRequest(Strict):
     id: str | int | None = None
-    arrival: NonNegativeFloat = 0.0
-    prompt_len: PositiveInt
-    output_len: PositiveInt
-    priority: int = 0
+    arrival: Time = 0.0
+    prompt_len: TokenLen
+    output_len: TokenLen
+    priority: Priority = 0
     class_: str | None = Field(default=None, alias="class")
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True,
@@ -228,7 +257,7 @@ class SyntheticWorkload(Strict):
     arrival: ArrivalSpec
     prompt_len: LengthSpec | None = None
     output_len: LengthSpec | None = None
-    priority: int = 0
+    priority: Priority = 0
     mix: Annotated[list[RequestClass], Field(min_length=1)] | None = None
 
     @field_validator("prompt_len", "output_len", mode="before")
@@ -275,7 +304,7 @@ class TraceWorkload(Strict):
     limit: PositiveInt | None = None
     start: NonNegativeFloat = 0.0
     duration: PositiveFloat | None = None
-    time_scale: PositiveFloat = 1.0
+    time_scale: Annotated[float, Field(ge=1e-6, le=1e6)] = 1.0
 
     @model_validator(mode="after")
     def _one_layout(self) -> TraceWorkload:
@@ -395,7 +424,7 @@ class VariantSpec(Strict):
 class ScenarioSpec(RunSpec):
     """A whole file. The base may leave `workload` to its variants."""
 
-    name: Name
+    name: ScenarioName
     workload: WorkloadSpec | None = None  # type: ignore[assignment]
     variants: list[VariantSpec] = Field(default_factory=list)
     expect: list[Expectation] = Field(default_factory=list)
