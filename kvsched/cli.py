@@ -145,11 +145,10 @@ def run(
         replaced, kept = replaced_by(result, out)
         folder = write_scenario(result, out, _plot_files if plot else None)
         if replaced:
-            where = out / scenario.name
             note = f"; kept {', '.join(kept)}" if kept else ""
-            rows = "its row" if len(replaced) == 1 else "their rows"
-            typer.echo(one_line(f"replaced: {', '.join(f'{where}/{n}/' for n in replaced)} and "
-                                f"{rows} in {where}/summary.csv{note}"), err=True)
+            typer.echo(one_line(f"replaced the previous results of {', '.join(replaced)} in "
+                                f"{out / scenario.name}/ (folders and summary.csv rows){note}"),
+                       err=True)
         failed |= not result.passed
         if as_json:
             payload += [{"scenario": scenario.name, "variant": r.name, **r.summary}

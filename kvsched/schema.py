@@ -381,6 +381,8 @@ class DiagnosisSpec(Strict):
     slo_miss_share: Annotated[float, Field(ge=0, le=1)] = 0.05
     overtaken_factor: PositiveFloat = 10.0
     overtaken_by: PositiveInt = 10
+    overload_ratio: PositiveFloat = 1.2
+    overload_queue: NonNegativeInt = 10
 
 
 def _expand_policy(value: Any) -> Any:

@@ -183,7 +183,7 @@ def test_run_of_one_variant_keeps_the_others(small, tmp_path):
     result = invoke("run", small, "--out", out, "--variant", "small",
                     "--set", "engine.num_blocks=25")
     assert result.exit_code == 0, result.output
-    assert "replaced" in result.stderr and f"{folder}/small/" in result.stderr
+    assert f"replaced the previous results of small in {folder}/" in result.stderr
     assert "kept big, tiny" in result.stderr
     after = pd.read_csv(folder / "summary.csv")
     assert list(after.variant) == ["big", "small", "tiny"]
