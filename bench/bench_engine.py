@@ -26,7 +26,6 @@ from collections import deque
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED_TRACE = ROOT.parent / "shared/traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv"
 SHIPPED_TRACE = ROOT / "scenarios/traces/AzureLLMInferenceTrace_conv.csv"
 WORKLOADS = ("azure", "busy", "synthetic-100k")
 CASES = tuple(f"{w}{suffix}" for w in WORKLOADS for suffix in ("", "-plain"))
@@ -43,7 +42,7 @@ def azure_requests():
     from kvsched.schema import TraceWorkload
     from kvsched.workload import build_requests
 
-    path = SHARED_TRACE if SHARED_TRACE.is_file() else SHIPPED_TRACE
+    path = SHIPPED_TRACE
     spec = TraceWorkload(kind="trace", format="azure", path=str(path))
     return build_requests(spec)
 

@@ -185,7 +185,12 @@ def headline(scenario: Scenario) -> str:
 
 def render_run(result: ScenarioRun, folder: Path) -> str:
     scenario = result.scenario
-    lines = [f"== {scenario.name}" + (f": {headline(scenario)}" if scenario.description else "")]
+    title = f"== {scenario.name}" + (f": {headline(scenario)}" if scenario.description else "")
+    if scenario.assignments:  # the description was written for the file's own values
+        changed = [f"--seed {a.value}" if a.option == "--seed" else f"--set {a.text}"
+                   for a in scenario.assignments]
+        title += f" [overridden: {', '.join(changed)}]"
+    lines = [one_line(title)]
     summaries = [(r.name, r.summary) for r in result.runs]
     lines.append(comparison_table(summaries, result.time_unit,
                                   extra=[("incidents", incident_kinds)]))

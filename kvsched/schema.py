@@ -279,9 +279,11 @@ class SyntheticWorkload(Strict):
 
 
 class TraceColumns(Strict):
-    """Column names of a trace in another format; `arrival_unit` scales its times to seconds."""
+    """Column names of a trace in another format; `arrival_unit` scales its times to seconds.
+    Without `arrival_time` the file holds lengths only, and the workload's `arrival` process
+    gives the times."""
 
-    arrival_time: str
+    arrival_time: str | None = None
     prompt_len: str
     output_len: str
     priority: str | None = None
@@ -295,12 +297,15 @@ class TraceColumns(Strict):
 
 class TraceWorkload(Strict):
     """Replay a CSV or JSONL file. Window `[start, start + duration)` in trace seconds, then
-    `limit` rows; `time_scale` multiplies arrival times (0.5 replays twice as fast)."""
+    `limit` rows; `time_scale` multiplies arrival times (0.5 replays twice as fast).
+    A length-only file (`format: lengths`, or `columns` without `arrival_time`) keeps each
+    row's (prompt, output) pair, in file order, and takes its times from `arrival` (seeded)."""
 
     kind: Literal["trace"]
     path: str
-    format: Literal["kvsched", "azure", "mooncake", "vidur"] | None = None
+    format: Literal["kvsched", "azure", "mooncake", "vidur", "lengths"] | None = None
     columns: TraceColumns | None = None
+    arrival: ArrivalSpec | None = None
     limit: PositiveInt | None = None
     start: NonNegativeFloat = 0.0
     duration: PositiveFloat | None = None
@@ -309,8 +314,16 @@ class TraceWorkload(Strict):
     @model_validator(mode="after")
     def _one_layout(self) -> TraceWorkload:
         if (self.format is None) == (self.columns is None):
-            raise ValueError("give exactly one of format (kvsched, azure, mooncake, vidur) "
-                             "or columns")
+            raise ValueError("give exactly one of format (kvsched, azure, mooncake, vidur, "
+                             "lengths) or columns")
+        lengths_only = self.format == "lengths" or (
+            self.columns is not None and self.columns.arrival_time is None)
+        if lengths_only and self.arrival is None:
+            raise ValueError("a length-only trace needs an arrival process, e.g. arrival: "
+                             "{kind: poisson, rate: 2}")
+        if not lengths_only and self.arrival is not None:
+            raise ValueError("arrival is for length-only traces (format: lengths, or columns "
+                             "without arrival_time); this trace has its own arrival times")
         return self
 
 

@@ -18,6 +18,7 @@ from kvsched.schema import (
     MAX_TIME,
     MAX_TOKENS,
     AllAtOnce,
+    ArrivalSpec,
     ConstantLen,
     EmpiricalLen,
     Fixed,
@@ -48,7 +49,7 @@ def build_requests(spec: WorkloadSpec, seed: int = 0, base_dir: Path = Path(".")
     elif isinstance(spec, SyntheticWorkload):
         requests = _synthetic(spec, np.random.default_rng(seed), base_dir, locate)
     else:
-        requests = _trace(spec, base_dir, locate)
+        requests = _trace(spec, base_dir, locate, np.random.default_rng(seed))
     if not requests:
         raise locate(("workload",), "the workload has no requests")
     return requests
@@ -139,29 +140,31 @@ def _arrival_times(spec: SyntheticWorkload, rng: np.random.Generator,
                    locate: Locate) -> np.ndarray:
     """Arrival times; the first request arrives at 0 (or at `at` for all_at_once)."""
     process = spec.arrival
-    if isinstance(process, AllAtOnce):
-        assert spec.num_requests is not None
-        return np.full(spec.num_requests, process.at)
-    rate = 1 / process.interval if isinstance(process, Fixed) else process.rate
-
-    def gaps(size: int) -> np.ndarray:
-        if isinstance(process, Poisson):
-            return rng.exponential(1 / process.rate, size)
-        if isinstance(process, Gamma):
-            shape = 1 / process.cv ** 2
-            return rng.gamma(shape, 1 / (rate * shape), size)
-        return np.full(size, process.interval)
-
     if spec.num_requests is not None:
-        n = spec.num_requests
-        return np.concatenate(([0.0], np.cumsum(gaps(n - 1))))
-    assert spec.duration is not None
+        return _process_times(process, spec.num_requests, rng)
+    assert spec.duration is not None and not isinstance(process, AllAtOnce)
     expected = _expected_count(spec, locate)
     times = np.array([0.0])
     while times[-1] < spec.duration:
-        more = times[-1] + np.cumsum(gaps(int(expected * 0.2) + 16))
+        more = times[-1] + np.cumsum(_gaps(process, int(expected * 0.2) + 16, rng))
         times = np.concatenate((times, more))
     return times[times < spec.duration]
+
+
+def _process_times(process: ArrivalSpec, n: int, rng: np.random.Generator) -> np.ndarray:
+    """`n` arrival times from a process; the first at 0 (or at `at` for all_at_once)."""
+    if isinstance(process, AllAtOnce):
+        return np.full(n, process.at)
+    return np.concatenate(([0.0], np.cumsum(_gaps(process, n - 1, rng))))
+
+
+def _gaps(process: Poisson | Gamma | Fixed, size: int, rng: np.random.Generator) -> np.ndarray:
+    if isinstance(process, Poisson):
+        return rng.exponential(1 / process.rate, size)
+    if isinstance(process, Gamma):
+        shape = 1 / process.cv ** 2
+        return rng.gamma(shape, 1 / (process.rate * shape), size)
+    return np.full(size, process.interval)
 
 
 def _lengths(spec: LengthSpec, n: int, rng: np.random.Generator, base_dir: Path,
@@ -199,7 +202,7 @@ def _empirical_column(spec: EmpiricalLen, base_dir: Path, where: tuple,
 class TraceLayout:
     """Where a trace format keeps each field, and the unit of its arrival column."""
 
-    arrival_time: str
+    arrival_time: str | None  # None: lengths only, times from the workload's arrival process
     prompt_len: str
     output_len: str
     priority: str | None = None
@@ -216,6 +219,8 @@ FORMATS = {
                          arrival_unit="datetime"),
     "mooncake": TraceLayout("timestamp", "input_length", "output_length", arrival_unit="ms"),
     "vidur": TraceLayout("arrived_at", "num_prefill_tokens", "num_decode_tokens"),
+    # Length-only files as Sarathi-Serve and Vidur ship them (ShareGPT, arXiv summaries...).
+    "lengths": TraceLayout(None, "num_prefill_tokens", "num_decode_tokens"),
 }
 
 _UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
@@ -231,21 +236,26 @@ def _layout(spec: TraceWorkload) -> TraceLayout:
                        columns.arrival_unit)
 
 
-def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate) -> list[Request]:
+def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
+           rng: np.random.Generator) -> list[Request]:
     where = ("workload", "path")
     path = _resolve(base_dir, spec.path)
     table = _read_table(path, where, locate)
     layout = _layout(spec)
     for column in (layout.arrival_time, layout.prompt_len, layout.output_len):
-        if column not in table.columns:
+        if column is not None and column not in table.columns:
             raise locate(where, _missing_column(column, path, table))
     if not layout.optional_extras:
         for extra in (layout.priority, layout.class_name, layout.request_id):
             if extra is not None and extra not in table.columns:
                 raise locate(where, _missing_column(extra, path, table))
 
-    arrivals = _arrival_seconds(table[layout.arrival_time], layout.arrival_unit, path,
-                                where, locate)
+    if layout.arrival_time is None:
+        assert spec.arrival is not None
+        arrivals = _process_times(spec.arrival, len(table), rng)
+    else:
+        arrivals = _arrival_seconds(table[layout.arrival_time], layout.arrival_unit, path,
+                                    where, locate)
     prompts = _numbers(table[layout.prompt_len], path, layout.prompt_len, where, locate,
                        minimum=1, whole=True, maximum=MAX_TOKENS)
     outputs = _numbers(table[layout.output_len], path, layout.output_len, where, locate,

@@ -521,3 +521,106 @@ def test_validate_does_not_build_a_synthetic_workload(tmp_path, monkeypatch):
     result = invoke("validate", path)
     assert result.exit_code == 0, result.output
     assert "10,000,000 requests" in result.stdout
+
+
+# -- the newcomer's path -------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_shipped_files_stand_alone():
+    """README and every shipped file point to nothing outside the repository (../shared)."""
+    shipped = [REPO / "README.md", REPO / "pyproject.toml", REPO / "Makefile",
+               *(REPO / "kvsched").rglob("*.py"), *(REPO / "scenarios").rglob("*.yaml"),
+               *(REPO / "scenarios").rglob("*.md"), *(REPO / "bench").rglob("*.py")]
+    for path in shipped:
+        text = path.read_text(encoding="utf-8")
+        assert "../shared" not in text and "/work/shared" not in text, path
+
+
+def test_license_is_an_spdx_string():
+    """project.license is an SPDX string (the table form is deprecated in setuptools)."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    assert project["project"]["license"] == "MIT"
+
+
+def test_scenarios_marks_files_validate_rejects(tmp_path):
+    """kvsched scenarios lists a broken file as INVALID with the reason, on its own line."""
+    write(tmp_path, "good.yaml", SMALL)
+    write(tmp_path, "bad.yaml", SMALL.replace("num_blocks: 60", "num_blocks: -1"))
+    write(tmp_path, "trace.yaml", "name: tr\nworkload: {kind: trace, format: kvsched, "
+                                  "path: missing.csv}\n")
+    result = invoke("scenarios", "--dir", tmp_path)
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[0]: line for line in result.stdout.splitlines()[2:]}
+    assert "INVALID" in rows[str(tmp_path / "bad.yaml")]
+    assert "num_blocks" in rows[str(tmp_path / "bad.yaml")]
+    assert "INVALID" in rows[str(tmp_path / "trace.yaml")]  # validate reads trace files too
+    assert "INVALID" not in rows[str(tmp_path / "good.yaml")]
+
+
+def test_title_names_what_set_overrode(small, tmp_path):
+    """The description above the table says which values --set and --seed replaced."""
+    small.write_text(SMALL.replace("seed: 1\n", "seed: 1\ndescription: A pool of 60 blocks.\n"))
+    result = invoke("run", small, "--out", tmp_path / "out", "--set", "engine.num_blocks=120",
+                    "--seed", "5")
+    assert result.exit_code == 0, result.output
+    title = result.stdout.splitlines()[0]
+    assert title.startswith("== lab: A pool of 60 blocks")
+    assert "[overridden: --set engine.num_blocks=120, --seed 5]" in title
+    plain = invoke("run", small, "--out", tmp_path / "out2").stdout.splitlines()[0]
+    assert "overridden" not in plain
+
+
+LENGTHS = "num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio\n" + "".join(
+    f"{p},{o},{p + o},{p / o}\n" for p, o in [(74, 918), (290, 905), (1200, 7), (5, 3)] * 5)
+
+
+@pytest.mark.parametrize("arrival", ["{kind: poisson, rate: 2}", "{kind: gamma, rate: 2, cv: 3}",
+                                     "{kind: fixed, interval: 0.5}"])
+def test_lengths_trace_keeps_each_pair_with_arrivals_from_a_process(tmp_path, arrival):
+    """format: lengths replays each (prompt, output) pair in file order; times from the
+    seeded process (same seed, same times)."""
+    write(tmp_path, "t.csv", LENGTHS)
+    path = write(tmp_path, "s.yaml", f"name: len\nseed: 3\ntime: {{kind: constant, step_time: "
+                                     f"0.05}}\nworkload: {{kind: trace, format: lengths, "
+                                     f"path: t.csv, arrival: {arrival}}}\n")
+    out = tmp_path / "out"
+    assert invoke("run", path, "--out", out).exit_code == 0
+    requests = pd.read_csv(out / "len" / "base" / "requests.csv")
+    assert list(zip(requests.prompt_len, requests.output_len, strict=True)) == [
+        (74, 918), (290, 905), (1200, 7), (5, 3)] * 5
+    assert requests.arrival_time.iloc[0] == 0 and requests.arrival_time.is_monotonic_increasing
+    if "fixed" in arrival:
+        assert list(requests.arrival_time) == [0.5 * i for i in range(20)]
+    first = (out / "len" / "base" / "requests.csv").read_bytes()
+    assert invoke("run", path, "--out", out).exit_code == 0
+    assert (out / "len" / "base" / "requests.csv").read_bytes() == first
+
+
+@pytest.mark.parametrize(("workload", "expected"), [
+    ("{kind: trace, format: lengths, path: t.csv}", "needs an arrival process"),
+    ("{kind: trace, format: kvsched, path: t.csv, arrival: {kind: poisson, rate: 1}}",
+     "arrival is for length-only traces"),
+    ("{kind: trace, columns: {prompt_len: a, output_len: b}, path: t.csv}",
+     "needs an arrival process"),
+])
+def test_lengths_trace_errors(tmp_path, workload, expected):
+    """A length-only trace without arrivals, or arrivals for a timed trace: one line."""
+    write(tmp_path, "t.csv", LENGTHS)
+    path = write(tmp_path, "s.yaml", f"name: len\nworkload: {workload}\n")
+    assert expected in one_error(invoke("validate", path))
+
+
+def test_lengths_trace_by_columns(tmp_path):
+    """columns without arrival_time also make a length-only trace."""
+    write(tmp_path, "t.csv", "a,b\n10,2\n20,3\n")
+    path = write(tmp_path, "s.yaml", "name: len\nworkload: {kind: trace, path: t.csv, columns: "
+                                     "{prompt_len: a, output_len: b}, arrival: "
+                                     "{kind: all_at_once}}\n")
+    out = tmp_path / "out"
+    assert invoke("run", path, "--out", out).exit_code == 0
+    requests = pd.read_csv(out / "len" / "base" / "requests.csv")
+    assert list(requests.prompt_len) == [10, 20] and list(requests.arrival_time) == [0, 0]
