@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import shutil
 import signal
 import sys
 from collections.abc import Callable
@@ -127,6 +129,8 @@ def run(
     record_batches: Annotated[bool, typer.Option(
         "--record-batches", help="Also write batches.csv: what ran in each step.")] = False,
     plot: Annotated[bool, typer.Option("--plot", help="Also draw the run's pictures.")] = False,
+    wide: Annotated[bool, typer.Option(
+        "--wide", help="Every column, however wide the terminal.")] = False,
 ) -> None:
     """Run every variant of each scenario, write records to OUT/<scenario>/, compare them."""
     sets = [Assignment.parse(text) for text in set_]
@@ -154,7 +158,7 @@ def run(
             payload += [{"scenario": scenario.name, "variant": r.name, **r.summary}
                         for r in result.runs]
         else:
-            typer.echo(render_run(result, folder))
+            typer.echo(render_run(result, folder, table_width(wide)))
     if as_json:
         typer.echo(json.dumps(payload, indent=2))
     if check and failed:
@@ -183,7 +187,15 @@ def headline(scenario: Scenario) -> str:
     return scenario.description.strip().split(". ")[0].rstrip(".")
 
 
-def render_run(result: ScenarioRun, folder: Path) -> str:
+def table_width(wide: bool) -> int | None:
+    """How wide tables may be: the terminal's width (or $COLUMNS), unlimited with --wide or
+    when the output goes to a file or a pipe."""
+    if wide or not (sys.stdout.isatty() or os.environ.get("COLUMNS")):
+        return None
+    return max(40, shutil.get_terminal_size().columns)
+
+
+def render_run(result: ScenarioRun, folder: Path, width: int | None = None) -> str:
     scenario = result.scenario
     title = f"== {scenario.name}" + (f": {headline(scenario)}" if scenario.description else "")
     if scenario.assignments:  # the description was written for the file's own values
@@ -193,7 +205,9 @@ def render_run(result: ScenarioRun, folder: Path) -> str:
     lines = [one_line(title)]
     summaries = [(r.name, r.summary) for r in result.runs]
     lines.append(comparison_table(summaries, result.time_unit,
-                                  extra=[("incidents", incident_kinds)]))
+                                  extra=[("incidents", incident_kinds)], width=width,
+                                  admission=any(r.variant.spec.admission is not None
+                                                for r in result.runs)))
     lines.append("")
     lines.append("diagnosis:" + ("" if any(s["incidents"] for _, s in summaries)
                                  else " no incident"))
@@ -246,6 +260,8 @@ def sweep(
     name: Annotated[str | None, typer.Option(
         metavar="NAME", help="Results go to OUT/sweep-NAME/.")] = None,
     plot: Annotated[bool, typer.Option("--plot", help="Also draw sweep.png.")] = False,
+    wide: Annotated[bool, typer.Option(
+        "--wide", help="Every column, however wide the terminal.")] = False,
 ) -> None:
     """Run the grid of all values given; A..B doubles, A..B:+S steps, A..B:xF multiplies."""
     if jobs < 1:
@@ -278,7 +294,7 @@ def sweep(
     if existed:
         typer.echo(one_line(f"replaced: {folder}/ (the previous sweep named "
                             f"'{name or loaded.name}'; give --name to keep both)"), err=True)
-    typer.echo(sweep_table(frame, [axis.path for axis in axes]))
+    typer.echo(sweep_table(frame, [axis.path for axis in axes], table_width(wide)))
     if plot:
         from kvsched.plots import plot_sweep_folder
 

@@ -624,3 +624,55 @@ def test_lengths_trace_by_columns(tmp_path):
     assert invoke("run", path, "--out", out).exit_code == 0
     requests = pd.read_csv(out / "len" / "base" / "requests.csv")
     assert list(requests.prompt_len) == [10, 20] and list(requests.arrival_time) == [0, 0]
+
+
+# -- tables that fit -----------------------------------------------------------------------------
+
+
+def table_lines(stdout: str) -> list[str]:
+    """The comparison table's lines: from its header to the blank line after it."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("variant"))
+    end = next(i for i in range(start, len(lines)) if not lines[i].strip())
+    return lines[start:end]
+
+
+def test_table_fits_the_terminal_and_wide_shows_all(small, tmp_path):
+    """With a 100-column terminal the table drops its minor columns and says so; --wide (or
+    output to a pipe) keeps every column, with the time unit in the headers."""
+    out = tmp_path / "out"
+    narrow = CliRunner(env={"COLUMNS": "100"}).invoke(app, ["run", str(small), "--out", str(out)])
+    assert narrow.exit_code == 0, narrow.output
+    lines = table_lines(narrow.stdout)
+    assert all(len(line) <= 100 for line in lines), lines
+    assert "--wide shows them" in lines[-1]
+    assert "TTFT p50 (steps)" in lines[0] and "incidents" in lines[0]
+    assert "peak blocks" not in lines[0]
+    for args in (["--wide"], []):
+        env = {"COLUMNS": "100"} if args else {}
+        wide = CliRunner(env=env).invoke(app, ["run", str(small), "--out", str(out), *args])
+        header = table_lines(wide.stdout)[0]
+        for title in ("TTFT mean (steps)", "p95 (steps)", "e2e p99 (steps)", "peak blocks",
+                      "recomputed (tokens)", "tokens/step"):
+            assert title in header, header
+        assert "rejected" not in header and "goodput" not in header
+
+
+def test_table_shows_rejected_and_goodput_with_admission(small, tmp_path):
+    """Where admission or an SLO is set, the table has rejected and goodput columns."""
+    small.write_text(SMALL + "slo: {ttft: 5}\nadmission: {ttft_slo: 5}\n")
+    result = invoke("run", small, "--out", tmp_path / "out", "--wide")
+    assert result.exit_code == 0, result.output
+    header = table_lines(result.stdout)[0]
+    assert "rejected" in header and "goodput (req/step)" in header
+
+
+def test_sweep_table_fits_too(small, tmp_path):
+    """The sweep's table also fits the terminal; its TTFT headers carry the unit."""
+    result = CliRunner(env={"COLUMNS": "100"}).invoke(app, [
+        "sweep", str(small), "--blocks", "30,60", "--variant", "big", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "TTFT p50 (steps)" in lines[0]
+    table = [line for line in lines if not line.startswith("records:")]
+    assert all(len(line) <= 100 for line in table), lines
