@@ -7,6 +7,10 @@ from __future__ import annotations
 import errno
 import os
 import re
+import shutil
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from kvsched.errors import KvschedError, excerpt
@@ -62,3 +66,34 @@ def write_error(folder: Path, exc: OSError) -> KvschedError:
     if exc.errno == errno.ENOSPC:
         reason += " (disk full)"
     return KvschedError(f"cannot write results to {folder}/: {reason}; nothing was written")
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM while results are renamed into place: a signal between moving
+    the old folder aside and moving the new one in would lose both. It arrives just after."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def replace_dir(staging: Path, final: Path) -> None:
+    """Put the finished `staging` folder in the place of `final` (which may not exist), the
+    previous `final` removed only once the new one is in place."""
+    if not final.exists():
+        os.replace(staging, final)
+        return
+    old = final.with_name(f".{final.name}.old-{os.getpid()}")
+    try:
+        with signals_held():
+            os.replace(final, old)
+            try:
+                os.replace(staging, final)
+            except OSError:
+                os.replace(old, final)  # put the previous results back
+                raise
+    finally:  # also when a held signal is delivered on leaving the block
+        shutil.rmtree(old, ignore_errors=True)

@@ -20,7 +20,7 @@ from kvsched.admission import Estimator, Slo, SloAdmission
 from kvsched.backpressure import Action, Backpressure
 from kvsched.diagnosis import Incident, Thresholds, diagnose, incident_flags
 from kvsched.errors import ScenarioError
-from kvsched.paths import write_error
+from kvsched.paths import replace_dir, write_error
 from kvsched.policies import Policy, make_policy
 from kvsched.records import RunResult
 from kvsched.report import (
@@ -386,10 +386,4 @@ def run_record(variant: Variant, result: RunResult) -> dict[str, Any]:
 
 
 def _replace_dir(staging: Path, final: Path) -> None:
-    if final.exists():
-        old = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.replace(final, old)
-        os.replace(staging, final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(staging, final)
+    replace_dir(staging, final)

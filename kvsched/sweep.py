@@ -26,7 +26,7 @@ import yaml
 
 from kvsched.diagnosis import diagnose, incident_flags
 from kvsched.errors import KvschedError, ScenarioError, excerpt
-from kvsched.paths import write_error
+from kvsched.paths import replace_dir, write_error
 from kvsched.report import write_csv, write_json
 from kvsched.runner import policy_of, run_variant, select, slo_of, thresholds_of
 from kvsched.scenario import Assignment, Scenario, load_scenario_text
@@ -280,13 +280,7 @@ def write_sweep(folder: Path, frame: pd.DataFrame, axes: Sequence[Axis],
         staging.chmod(0o777 & ~umask)
         write_csv(frame, staging / "summary.csv")
         write_json(grid_spec, staging / "sweep.json")
-        if folder.exists():
-            old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
-            os.replace(folder, old)
-            os.replace(staging, folder)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(staging, folder)
+        replace_dir(staging, folder)
     except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
         if isinstance(exc, OSError):

@@ -676,3 +676,34 @@ def test_sweep_table_fits_too(small, tmp_path):
     assert "TTFT p50 (steps)" in lines[0]
     table = [line for line in lines if not line.startswith("records:")]
     assert all(len(line) <= 100 for line in table), lines
+
+
+def test_signals_are_held_while_results_are_renamed(small, tmp_path, monkeypatch):
+    """A SIGTERM that arrives while the old results are moved aside cannot lose them: it is
+    held until the new folder is in place, then ends the run."""
+    import kvsched.paths
+
+    out = tmp_path / "out"
+    assert invoke("run", small, "--out", out).exit_code == 0
+    real = os.replace
+    delivered = []
+
+    def replace_and_signal(source, target):
+        real(source, target)
+        if not delivered and ".old-" in str(target):  # between the two renames
+            delivered.append(True)
+            signal.raise_signal(signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(SystemExit(143)))
+    monkeypatch.setattr(kvsched.paths.os, "replace", replace_and_signal)
+    try:
+        with pytest.raises(SystemExit):
+            from kvsched.cli import run
+
+            run([small], out=out, variant=["big"])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert delivered
+    assert sorted(p.name for p in out.iterdir()) == ["lab"]
+    assert (out / "lab" / "big" / "requests.csv").is_file()
+    assert (out / "lab" / "small" / "requests.csv").is_file()
