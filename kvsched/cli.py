@@ -144,8 +144,16 @@ def run(
     workloads = [prepare(scenario, variant) for scenario in loaded]  # all valid before any run
     payload: list[dict[str, Any]] = []
     failed = False
+    console = Console(stderr=True)
     for scenario, requests in zip(loaded, workloads, strict=True):
-        result = run_scenario(scenario, variant, record_batches, workloads=requests)
+        # A long run is not silent on a terminal: variants done, time spent (stderr only).
+        with Progress(TextColumn(f"run {scenario.name}"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("variants"), TimeElapsedColumn(), console=console,
+                      transient=True, disable=not console.is_terminal) as progress:
+            advance = functools.partial(_advance, progress, progress.add_task(
+                "run", total=len(requests)))
+            result = run_scenario(scenario, variant, record_batches, workloads=requests,
+                                  on_done=advance)
         replaced, kept = replaced_by(result, out)
         folder = write_scenario(result, out, _plot_files if plot else None)
         if replaced:
@@ -163,6 +171,10 @@ def run(
         typer.echo(json.dumps(payload, indent=2))
     if check and failed:
         raise typer.Exit(1)
+
+
+def _advance(progress: Progress, task: Any, _: object) -> None:
+    progress.advance(task)
 
 
 def check_out(out: Path) -> None:
