@@ -189,7 +189,8 @@ def load_scenario_text(text: str, source: str, base_dir: Path,
         problem = exc.problem or exc.context or "invalid YAML"
         raise ScenarioError(source, f"YAML syntax error: {problem}", line=line) from None
     except yaml.YAMLError as exc:
-        raise ScenarioError(source, f"YAML syntax error: {exc}") from None
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid YAML"
+        raise ScenarioError(source, f"YAML syntax error: {excerpt(first, 120)}") from None
     if not isinstance(raw, dict):
         kind = "an empty file" if raw is None else _kind(raw)
         raise ScenarioError(source, f"expected a mapping of scenario fields, got {kind}", line=1)

@@ -347,7 +347,7 @@ def _read_table(path: Path, where: tuple, locate: Locate) -> pd.DataFrame:
         return pd.read_csv(path)
     except (ValueError, pd.errors.ParserError, OSError, UnicodeDecodeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise locate(where, f"cannot parse '{path}': {first}") from None
+        raise locate(where, f"cannot parse '{path}': {excerpt(first, 120)}") from None
 
 
 def _row(path: Path, index: int | np.integer) -> str:
@@ -357,9 +357,11 @@ def _row(path: Path, index: int | np.integer) -> str:
 
 
 def _missing_column(column: str, path: Path, table: pd.DataFrame) -> str:
-    names = ", ".join(map(str, table.columns[:20])) or "no columns"
-    more = f" (+{len(table.columns) - 20} more)" if len(table.columns) > 20 else ""
-    return f"{path} has no column '{column}'; it has: {excerpt(names, 200)}{more}"
+    # Column names only, each cut short: a file that is not a table (/proc/self/environ)
+    # would otherwise have its contents echoed.
+    names = ", ".join(f"'{excerpt(name, 24)}'" for name in map(str, table.columns[:10]))
+    more = f" (+{len(table.columns) - 10} more)" if len(table.columns) > 10 else ""
+    return f"{path} has no column '{column}'; it has: {names or 'no columns'}{more}"
 
 
 def _resolve(base_dir: Path, path: str) -> Path:

@@ -494,6 +494,12 @@ def test_file_contents_are_never_echoed_at_length(tmp_path):
                                      "{arrival_time: a, prompt_len: b, output_len: b}}\n")
     line = one_error(invoke("validate", path))
     assert "y" * 100 not in line
+    environ = "\0".join(f"SECRET_{i}=value{i}" for i in range(50))  # like /proc/self/environ
+    write(tmp_path, "env.csv", environ)
+    path = write(tmp_path, "e.yaml", "name: x\nworkload: {kind: trace, format: kvsched, "
+                                     "path: env.csv}\n")
+    line = one_error(invoke("validate", path))
+    assert "SECRET_3" not in line and "\\x00" in line
 
 
 def test_a_newline_in_a_value_never_splits_the_error_line(tmp_path):
