@@ -35,7 +35,6 @@ from collections import deque
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED_TRACE = ROOT.parent / "shared/traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv"
 SHIPPED_TRACE = ROOT / "scenarios/traces/AzureLLMInferenceTrace_conv.csv"
 WORKLOADS = ("azure", "busy", "synthetic-100k")
 LIBRARY_CASES = tuple(f"{w}{suffix}" for w in WORKLOADS for suffix in ("", "-plain"))
@@ -60,7 +59,7 @@ SYNTHETIC = """
 
 def command_scenario(case: str) -> Path:
     """The scenario file of a whole-command case, written under results/bench-scratch/."""
-    trace = SHARED_TRACE if SHARED_TRACE.is_file() else SHIPPED_TRACE
+    trace = SHIPPED_TRACE
     azure = f"{{kind: trace, format: azure, path: {trace}}}"
     blocks, step, workload = 26_312, 0.0039, azure
     if case == "cmd-azure25-full":
@@ -121,7 +120,7 @@ def azure_requests():
     from kvsched.schema import TraceWorkload
     from kvsched.workload import build_requests
 
-    path = SHARED_TRACE if SHARED_TRACE.is_file() else SHIPPED_TRACE
+    path = SHIPPED_TRACE
     spec = TraceWorkload(kind="trace", format="azure", path=str(path))
     return build_requests(spec)
 

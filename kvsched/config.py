@@ -1,7 +1,7 @@
 """The engine's knobs: budgets, KV pool, and the rules where real schedulers differ.
 
 Each rule is one orthogonal switch, so that vLLM V0, vLLM V1 and SGLang are combinations of
-them (see `../shared/reference/schedulers.md`, section 6, and the table in README.md).
+them (see the table in README.md, section "The engine").
 """
 
 from __future__ import annotations

@@ -27,13 +27,13 @@ FLOAT_FORMAT = "%.10g"
 _STEP_FLOATS = frozenset({"time", "duration", "thrash_ratio"})
 
 
-def cell(value: Any) -> Any:
-    """One value as the CSV cell the writers produce."""
+def cell_text(value: Any) -> str:
+    """One value as the text of the CSV cell the writers produce."""
     if value is None:
         return ""
     if type(value) is float:
         return FLOAT_FORMAT % value
-    return value
+    return str(value)
 
 
 def write_rows(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:

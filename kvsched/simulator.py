@@ -16,7 +16,7 @@ from kvsched.records import RequestRecord, RunResult
 from kvsched.request import Request, Status
 from kvsched.scheduler import Scheduler
 from kvsched.sequence import Seq, SeqState
-from kvsched.steplog import StepLog
+from kvsched.steplog import StepLog, Timeline
 from kvsched.timing import StepClock, TimeModel
 
 
@@ -65,6 +65,8 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
 
     sched.on_done = done
     log = step_log if step_log is not None else StepLog(config.num_blocks)
+    if seqs.times:
+        log.stats.timeline = Timeline(seqs.times[0], seqs.times[-1])
     events = EventStream(engine.events, event_sink)
     step, now, stopped_early = run_loop(engine, seqs, log, config.max_steps,
                                         clock.whole_steps, events, progress)

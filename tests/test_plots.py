@@ -291,3 +291,67 @@ def test_wide_range_means_more_than_two_decades():
     """A log axis is wanted once positive values span more than a factor of 100."""
     assert wide_range([1, 101]) and wide_range([0.01, np.nan, 5])
     assert not wide_range([1, 100]) and not wide_range([0, 1000]) and not wide_range([])
+
+
+# -- pictures that show the incident ----------------------------------------------------------
+
+
+def test_lifecycle_series_counts_to_the_end_of_the_run(starve_run):
+    """Requests over the run's clock: everyone arrives, the starved are counted by arrival,
+    and arrived = finished + waiting-or-running at every time."""
+    from kvsched.plots import lifecycle_series
+
+    requests = pd.read_csv(starve_run / "narrow" / "requests.csv")
+    series = lifecycle_series(requests)
+    last = series.iloc[-1]
+    assert last["arrived"] == len(requests)
+    assert last["starved"] == (requests["status"] == "starved").sum() > 0
+    assert last["finished"] == (requests["status"] == "finished").sum()
+    assert series["time"].iloc[-1] >= requests["arrival_time"].max()
+    assert (series["waiting"] >= series["starved"]).all()
+    assert (series["arrived"] >= series["finished"] + series["waiting"]).all()
+
+
+def test_timeline_reaches_the_end_of_the_run_and_scales_the_pool(starve_run):
+    """narrow starves requests long after its last step: the timeline's bottom panel runs to
+    the last arrival, and the KV panel is scaled to what was used (pool far above)."""
+    from kvsched.plots import draw_timeline, read_variant
+
+    records = read_variant(starve_run / "narrow")
+    fig = draw_timeline(records)
+    tokens_ax, blocks_ax, queue_ax = fig.subfigs[0].axes[:3]
+    lifecycle_ax = fig.subfigs[1].axes[0]
+    last_step_end = records.steps["step"].iloc[-1] + 1
+    assert queue_ax.get_xlim()[1] == last_step_end
+    assert lifecycle_ax.get_xlim()[1] >= records.requests["arrival_time"].max() > last_step_end
+    labels = lifecycle_ax.get_legend_handles_labels()[1]
+    starved = (records.requests["status"] == "starved").sum()
+    assert f"starved ({starved:,} at the end)" in labels
+    peak = records.steps["blocks_used"].max()
+    assert peak < records.num_blocks / 2
+    assert blocks_ax.get_ylim()[1] < records.num_blocks
+    assert any("above: peak use" in label for label in blocks_ax.get_legend_handles_labels()[1])
+
+
+def test_swap_thrash_and_slo_are_drawn(tmp_path):
+    """Under swap, the blocks moved and the thrash ratio are drawn; an SLO is a line in
+    ttft.png and latency.png; identical variants get different line styles."""
+    from kvsched.plots import draw_timeline, draw_ttft, read_run
+
+    text = (SCENARIOS / "pool60.yaml").read_text() + "slo: {ttft: 5}\n"
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    assert invoke("run", path, "--out", tmp_path, "--variant", "pool60",
+                  "--variant", "pool60_swap", "--set", "name=p").exit_code == 0
+    variants = read_run(tmp_path / "p")
+    swap = next(v for v in variants if v.name == "pool60_swap")
+    assert swap.ttft_slo == 5
+    labels = draw_timeline(swap).subfigs[0].axes[1].get_legend_handles_labels()[1]
+    assert any(label.startswith("swapped out + in") for label in labels)
+    assert any(label.startswith("thrash ratio") for label in labels)
+    ttft = draw_ttft(variants)
+    ax = ttft.axes[0]
+    assert any(label.startswith("TTFT SLO 5") for label in ax.get_legend_handles_labels()[1])
+    styles = {line.get_linestyle() for line in ax.get_lines() if line.get_label().startswith(
+        ("pool60:", "pool60_swap:"))}
+    assert len(styles) == 2
