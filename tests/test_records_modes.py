@@ -116,3 +116,22 @@ def test_progress_is_reported_with_arrivals_and_time():
              progress=lambda arrived, now: calls.append((arrived, now)))
     assert len(calls) >= 2
     assert calls == sorted(calls) and calls[-1][0] <= 3000 and calls[-1][1] > 0
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(long_workloads())
+def test_the_timeline_buckets_every_step_of_the_arrival_span(requests):
+    """Busy time and queue sums per bucket equal those of the steps that start in it."""
+    result = simulate(requests, ENGINE, time_model=ConstantStep(0.01))
+    timeline = result.step_log.stats.timeline
+    if timeline is None or not timeline.width:
+        return
+    busy = [0.0] * len(timeline.busy)
+    waiting = [0] * len(timeline.busy)
+    for row in result.steps:
+        if timeline.start <= row[1] < timeline.end:
+            k = min(len(busy) - 1, int((row[1] - timeline.start) / timeline.width))
+            busy[k] += row[2]
+            waiting[k] += row[4]
+    assert waiting == timeline.waiting
+    assert all(abs(a - b) < 1e-9 for a, b in zip(busy, timeline.busy, strict=True))
