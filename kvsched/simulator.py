@@ -46,11 +46,12 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
     clock = time_model or StepClock()
     if slo is None and admission is not None:
         slo = Slo(ttft=admission.ttft_slo)
-    ids = [r.request_id for r in requests]
-    if len(set(ids)) != len(ids):
-        seen: set[str] = set()
-        duplicate = next(i for i in ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
-        raise ValueError(f"duplicate request_id '{duplicate}'")
+    seen: set[str] = set()
+    for request in requests:
+        if request.request_id in seen:
+            raise ValueError(f"duplicate request_id '{request.request_id}'")
+        seen.add(request.request_id)
+    del seen
 
     engine = Engine(config, policy, clock, admission, backpressure, record_batches,
                     stretches=stretches)
