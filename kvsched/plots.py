@@ -569,24 +569,29 @@ def _draw_cdf(ax: Axes, cdf: pd.DataFrame, num_requests: int, name: str, color: 
 
 
 def draw_latency(variants: list[VariantRecords]) -> Figure:
-    """Per request TTFT against prompt length, one panel per variant; requests without a
-    first token in a strip above, by status."""
+    """Per request TTFT (and, when recorded, end-to-end latency) against prompt length, one
+    panel per variant; requests without a first token in a strip above, by status."""
     count = len(variants)
     fig = Figure(figsize=(1 + 4.6 * count, 5.6), dpi=DPI, layout="constrained")
     axes = fig.subplots(2, count, sharex=True, sharey="row", height_ratios=(1, 6),
                         squeeze=False)
     unit = _units(v.time_unit for v in variants)
-    fig.suptitle(f"{variants[0].scenario}: time to first token against prompt length, "
-                 "per request",
-                 fontsize="medium")
+    fig.suptitle(f"{variants[0].scenario}: time to first token and end-to-end latency "
+                 "against prompt length, per request", fontsize="medium")
     prompts = pd.concat([v.requests["prompt_len"] for v in variants])
-    ttfts = pd.concat([v.requests["ttft"] for v in variants])
+    ttfts = pd.concat([v.requests["ttft"] for v in variants] + [
+        v.requests["e2e_latency"] for v in variants if "e2e_latency" in v.requests.columns])
     for i, records in enumerate(variants):
         strip, main = axes[0][i], axes[1][i]
         points = latency_points(records.requests)
         main.scatter(points.served["prompt_len"], points.served["ttft"], s=9, alpha=0.55,
                      color=_color(i), linewidths=0,
-                     label=f"first token ({len(points.served):,})")
+                     label=f"TTFT ({len(points.served):,})")
+        if "e2e_latency" in records.requests.columns:
+            done = records.requests.dropna(subset=["e2e_latency"])
+            main.scatter(done["prompt_len"], done["e2e_latency"], s=10, alpha=0.35,
+                         marker="o", facecolors="none", edgecolors=_color(i), linewidths=0.6,
+                         label=f"end-to-end ({len(done):,} finished)")
         _draw_apart(strip, points.apart, _color(i))
         _draw_slo(main, [records], vertical=False)
         strip.set_title(records.name, color=_color(i))
@@ -597,7 +602,7 @@ def draw_latency(variants: list[VariantRecords]) -> Figure:
         main.legend(served_handles + apart_handles, served_labels + apart_labels,
                     loc="best", fontsize="small", framealpha=0.8)
     axes[0][0].set_ylabel("no first\ntoken", fontsize="small")
-    axes[1][0].set_ylabel(f"TTFT ({unit})")
+    axes[1][0].set_ylabel(f"TTFT, end-to-end ({unit})")
     if wide_range(prompts):
         axes[1][0].set_xscale("log")
     if wide_range(ttfts):
