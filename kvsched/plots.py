@@ -643,8 +643,8 @@ def draw_sweep(axes: list[SweepAxis], frame: pd.DataFrame, title: str) -> Figure
         "num_preemptions": (grid[1][1], "preemptions (count)"),
     }
     others = [f"{axis.path} ({axis.option})" for axis in axes if axis is not x_axis]
-    lines_by = f"; one line per value of {', '.join(others)}" if others else ""
-    fig.suptitle(f"{title}, swept over {x_axis.path} ({x_axis.option}) along x{lines_by}",
+    lines_by = f"\none line per value of {', '.join(others)}" if others else ""
+    fig.suptitle(f"{title}\nswept over {x_axis.path} ({x_axis.option}) along x{lines_by}",
                  fontsize="medium")
     numeric = _numeric(x_axis.values)
     for metric, (ax, label) in panels.items():
