@@ -556,10 +556,11 @@ def main() -> None:
     except ImportError:  # pragma: no cover - later typer vendors it
         from typer._click import exceptions as click_errors
 
+    no_args: Any = getattr(click_errors, "NoArgsIsHelpError", ())  # click < 8.2 has none
     signal.signal(signal.SIGTERM, _terminate)
     try:
         code = app(prog_name="kvsched", standalone_mode=False)
-    except click_errors.NoArgsIsHelpError as exc:
+    except no_args as exc:
         exc.show()
         code = exc.exit_code
     except click_errors.UsageError as exc:

@@ -346,16 +346,16 @@ def draw_timeline(records: VariantRecords, max_points: int = MAX_POINTS) -> Figu
     base = np.zeros(len(series))
     for column in ("decode", "prefill", "recomputed"):
         upper = base + series[f"{column}_tokens"].to_numpy() / per_step
-        tokens_ax.stairs(upper, edges, baseline=base, fill=True, color=COLORS[column],
+        _stairs(tokens_ax, upper, edges, baseline=base, fill=True, color=COLORS[column],
                          label=f"{column} ({int(series[f'{column}_tokens'].sum()):,})")
         base = upper
     recomputed = series["recomputed_tokens"].to_numpy() / per_step
     if recomputed.any():  # a thin band on top of the stack: also drawn at its own height
-        tokens_ax.stairs(np.where(recomputed > 0, recomputed, np.nan), edges,
+        _stairs(tokens_ax, np.where(recomputed > 0, recomputed, np.nan), edges,
                          color=COLORS["recomputed"], linewidth=1.2, zorder=3,
                          label="recomputed, at its own height")
     if width > 1:
-        tokens_ax.stairs(series["peak_tokens"], edges, color=COLORS["peak"], linewidth=0.5,
+        _stairs(tokens_ax, series["peak_tokens"], edges, color=COLORS["peak"], linewidth=0.5,
                          zorder=0.5, label="peak step")
     tokens_ax.axhline(records.max_num_batched_tokens, color=COLORS["limit"], linestyle="--",
                       linewidth=1, label=f"budget ({records.max_num_batched_tokens:,})")
@@ -369,7 +369,7 @@ def draw_timeline(records: VariantRecords, max_points: int = MAX_POINTS) -> Figu
         tokens_ax.set_ylim(0, ceiling * 1.05)
         tokens_ax.set_ylabel("tokens per step")
 
-    blocks_ax.stairs(series["blocks_used"], edges, fill=True, color=COLORS["blocks"],
+    _stairs(blocks_ax, series["blocks_used"], edges, fill=True, color=COLORS["blocks"],
                      label="blocks used" + (" (peak)" if width > 1 else ""))
     peak = int(series["blocks_used"].max())
     # Scaled to what was used: 40 of 2,000 blocks must not be a flat line at the bottom.
@@ -380,12 +380,12 @@ def draw_timeline(records: VariantRecords, max_points: int = MAX_POINTS) -> Figu
     if "swapped_out_blocks" in series.columns and (
             series["swapped_out_blocks"].any() or series["swapped_in_blocks"].any()):
         moved = (series["swapped_out_blocks"] + series["swapped_in_blocks"]).to_numpy()
-        blocks_ax.stairs(moved / per_step, edges, color=COLORS["swap"], linewidth=1.2,
+        _stairs(blocks_ax, moved / per_step, edges, color=COLORS["swap"], linewidth=1.2,
                          label=f"swapped out + in per step ({int(moved.sum()):,} blocks)")
     twin = "thrash_ratio" in series.columns and series["thrash_ratio"].max() > 0
     if twin:
         ratio_ax = blocks_ax.twinx()
-        ratio_ax.stairs(series["thrash_ratio"], edges, color=COLORS["thrash"], linewidth=0.9,
+        _stairs(ratio_ax, series["thrash_ratio"], edges, color=COLORS["thrash"], linewidth=0.9,
                         alpha=0.8)
         ratio_ax.set_ylabel("thrash ratio", color=COLORS["thrash"])
         ratio_ax.set_ylim(bottom=0)
@@ -405,7 +405,7 @@ def draw_timeline(records: VariantRecords, max_points: int = MAX_POINTS) -> Figu
                        else max(records.num_blocks, peak) * 1.1)
 
     for column in ("waiting", "running"):
-        queue_ax.stairs(series[f"num_{column}"], edges, color=COLORS[column], linewidth=1.2,
+        _stairs(queue_ax, series[f"num_{column}"], edges, color=COLORS[column], linewidth=1.2,
                         label=column + (" (peak)" if width > 1 else ""))
     queue_ax.set_ylabel("requests")
     queue_ax.set_ylim(bottom=0)
@@ -476,6 +476,18 @@ def _draw_lifecycle(ax: Axes, records: VariantRecords) -> None:
     ax.set_title("requests over the run (from requests.csv)", fontsize="medium")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)
+
+
+def _stairs(ax: Axes, values: Any, edges: np.ndarray, baseline: Any = None,
+            fill: bool = False, **style: Any) -> None:
+    """`ax.stairs` drawn as a step line or a step-filled area: the same picture, but
+    matplotlib's patch limits walk every segment of a StepPatch (half of a timeline's time)."""
+    heights = np.append(np.asarray(values, dtype=float), np.nan)
+    if fill:
+        low = np.zeros(len(edges)) if baseline is None else np.append(baseline, np.nan)
+        ax.fill_between(edges, low, heights, step="post", linewidth=0, **style)
+    else:
+        ax.step(edges, heights, where="post", **style)
 
 
 def _time_axis(ax: Axes, steps_frame: pd.DataFrame, time_unit: str) -> None:
@@ -557,24 +569,29 @@ def _draw_cdf(ax: Axes, cdf: pd.DataFrame, num_requests: int, name: str, color: 
 
 
 def draw_latency(variants: list[VariantRecords]) -> Figure:
-    """Per request TTFT against prompt length, one panel per variant; requests without a
-    first token in a strip above, by status."""
+    """Per request TTFT (and, when recorded, end-to-end latency) against prompt length, one
+    panel per variant; requests without a first token in a strip above, by status."""
     count = len(variants)
     fig = Figure(figsize=(1 + 4.6 * count, 5.6), dpi=DPI, layout="constrained")
     axes = fig.subplots(2, count, sharex=True, sharey="row", height_ratios=(1, 6),
                         squeeze=False)
     unit = _units(v.time_unit for v in variants)
-    fig.suptitle(f"{variants[0].scenario}: time to first token against prompt length, "
-                 "per request",
-                 fontsize="medium")
+    fig.suptitle(f"{variants[0].scenario}: time to first token and end-to-end latency "
+                 "against prompt length, per request", fontsize="medium")
     prompts = pd.concat([v.requests["prompt_len"] for v in variants])
-    ttfts = pd.concat([v.requests["ttft"] for v in variants])
+    ttfts = pd.concat([v.requests["ttft"] for v in variants] + [
+        v.requests["e2e_latency"] for v in variants if "e2e_latency" in v.requests.columns])
     for i, records in enumerate(variants):
         strip, main = axes[0][i], axes[1][i]
         points = latency_points(records.requests)
         main.scatter(points.served["prompt_len"], points.served["ttft"], s=9, alpha=0.55,
                      color=_color(i), linewidths=0,
-                     label=f"first token ({len(points.served):,})")
+                     label=f"TTFT ({len(points.served):,})")
+        if "e2e_latency" in records.requests.columns:
+            done = records.requests.dropna(subset=["e2e_latency"])
+            main.scatter(done["prompt_len"], done["e2e_latency"], s=10, alpha=0.35,
+                         marker="o", facecolors="none", edgecolors=_color(i), linewidths=0.6,
+                         label=f"end-to-end ({len(done):,} finished)")
         _draw_apart(strip, points.apart, _color(i))
         _draw_slo(main, [records], vertical=False)
         strip.set_title(records.name, color=_color(i))
@@ -585,7 +602,7 @@ def draw_latency(variants: list[VariantRecords]) -> Figure:
         main.legend(served_handles + apart_handles, served_labels + apart_labels,
                     loc="best", fontsize="small", framealpha=0.8)
     axes[0][0].set_ylabel("no first\ntoken", fontsize="small")
-    axes[1][0].set_ylabel(f"TTFT ({unit})")
+    axes[1][0].set_ylabel(f"TTFT, end-to-end ({unit})")
     if wide_range(prompts):
         axes[1][0].set_xscale("log")
     if wide_range(ttfts):
@@ -626,8 +643,8 @@ def draw_sweep(axes: list[SweepAxis], frame: pd.DataFrame, title: str) -> Figure
         "num_preemptions": (grid[1][1], "preemptions (count)"),
     }
     others = [f"{axis.path} ({axis.option})" for axis in axes if axis is not x_axis]
-    lines_by = f"; one line per value of {', '.join(others)}" if others else ""
-    fig.suptitle(f"{title}, swept over {x_axis.path} ({x_axis.option}) along x{lines_by}",
+    lines_by = f"\none line per value of {', '.join(others)}" if others else ""
+    fig.suptitle(f"{title}\nswept over {x_axis.path} ({x_axis.option}) along x{lines_by}",
                  fontsize="medium")
     numeric = _numeric(x_axis.values)
     for metric, (ax, label) in panels.items():

@@ -349,17 +349,19 @@ def _wait_for(condition, limit: float = 60.0) -> bool:
     return condition()
 
 
-def test_sigterm_to_a_sweep_ends_its_workers(small, tmp_path):
-    """SIGTERM to the sweep's process: its worker processes end too, nothing is written."""
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_sigterm_to_a_sweep_ends_its_workers(small, tmp_path, signum):
+    """SIGTERM (or SIGKILL, which cannot be handled) to the sweep's process: its worker
+    processes end too, nothing is written."""
     parent = subprocess.Popen([sys.executable, "-c", PATCHED_SWEEP, str(small), str(tmp_path)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert _wait_for(lambda: len(list(tmp_path.glob("worker-*"))) == 2), \
             parent.stderr.read() if parent.poll() is not None else "workers never started"
         workers = [int(p.name.split("-")[1]) for p in tmp_path.glob("worker-*")]
-        parent.send_signal(signal.SIGTERM)
+        parent.send_signal(signum)
         parent.wait(timeout=60)
-        assert parent.returncode == 128 + signal.SIGTERM
+        assert parent.returncode == (128 + signum if signum == signal.SIGTERM else -signum)
         assert _wait_for(lambda: not any(_alive(pid) for pid in workers))
         assert not (tmp_path / "out").exists() or files_under(tmp_path / "out") == []
     finally:

@@ -355,3 +355,13 @@ def test_swap_thrash_and_slo_are_drawn(tmp_path):
     styles = {line.get_linestyle() for line in ax.get_lines() if line.get_label().startswith(
         ("pool60:", "pool60_swap:"))}
     assert len(styles) == 2
+
+
+def test_sweep_title_names_every_swept_axis(sweep_folder):
+    """The sweep picture's title names the axis along x and the ones that make the lines."""
+    from kvsched.plots import draw_sweep
+
+    info, axes, frame = read_sweep(sweep_folder)
+    title = draw_sweep(axes, frame, "t").get_suptitle()
+    assert "engine.max_num_batched_tokens (--budget) along x" in title
+    assert "one line per value of policy (--policy)" in title
