@@ -84,7 +84,7 @@ class VariantRecords:
     max_num_batched_tokens: int
     num_blocks: int
     watermark_blocks: int
-    steps: pd.DataFrame
+    steps: pd.DataFrame | None  # None: the run wrote no steps.csv (--records summary)
     requests: pd.DataFrame
     ttft_slo: float | None = None  # the variant's slo.ttft, drawn as a reference line
     duration: float | None = None  # the run's end in its clock (summary `duration`)
@@ -145,9 +145,34 @@ def read_variant(folder: Path) -> VariantRecords:
         value = read_json(folder / "summary.json").get("duration")
         duration = float(value) if isinstance(value, int | float) else None
     # the folder may be a staging copy (`run --plot`): the scenario's name is in run.json
+    steps = (None if run.get("records") == "summary"  # the run wrote no steps.csv
+             else expand_compact(read_csv(folder / "steps.csv", STEP_COLUMNS)))
     return VariantRecords(str(run.get("scenario", folder.parent.name)), folder.name, time_unit,
-                          *limits, read_csv(folder / "steps.csv", STEP_COLUMNS), requests,
-                          ttft_slo, duration)
+                          *limits, steps, requests, ttft_slo, duration)
+
+
+SPREAD = ("prefill_tokens", "decode_tokens", "recomputed_tokens", "budget_used",
+          "num_preempted", "num_admitted", "num_finished", "swapped_out_blocks",
+          "swapped_in_blocks")
+"""Columns a compact stretch row sums over its steps: spread evenly when it is expanded."""
+
+
+def expand_compact(steps: pd.DataFrame) -> pd.DataFrame:
+    """`--records compact` rows (a `num_steps` column) as one row per step, for drawing:
+    a stretch's steps share its values, its sums spread evenly, its time split evenly."""
+    if "num_steps" not in steps.columns:
+        return steps
+    counts = steps["num_steps"].to_numpy(dtype=np.int64)
+    rows = steps.loc[steps.index.repeat(counts)].reset_index(drop=True)
+    offset = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+    per = np.repeat(counts, counts).astype(float)
+    rows["step"] = rows["step"] + offset
+    rows["duration"] = rows["duration"] / per
+    rows["time"] = rows["time"] + offset * rows["duration"]
+    for name in SPREAD:
+        if name in rows.columns:
+            rows[name] = rows[name] / per
+    return rows.drop(columns="num_steps")
 
 
 def read_run(folder: Path) -> list[VariantRecords]:
@@ -321,13 +346,17 @@ def draw_timeline(records: VariantRecords, max_points: int = MAX_POINTS) -> Figu
     """Per step: stacked tokens vs the budget, KV blocks vs the pool (with swap traffic and
     the thrash ratio), the two queues; below, the requests over the run's whole clock (to
     its end, idle stretches and starved requests included)."""
-    series = timeline_series(records.steps, max_points)
+    steps = records.steps
+    if steps is None:
+        raise KvschedError(f"{records.scenario}/{records.name}: no steps.csv to draw a "
+                           "timeline from (the run used --records summary)")
+    series = timeline_series(steps, max_points)
     fig = Figure(figsize=(12, 11), dpi=DPI, layout="constrained")
     top, bottom = cast(Any, fig.subfigures(2, 1, height_ratios=(7, 2.6)))
     tokens_ax, blocks_ax, queue_ax = top.subplots(3, 1, sharex=True, height_ratios=(3, 2, 2))
     _draw_lifecycle(bottom.subplots(), records)
     width = int(series["num_steps"].max()) if len(series) else 1
-    detail = (f"{len(records.steps):,} steps, budget {records.max_num_batched_tokens:,} tokens, "
+    detail = (f"{len(steps):,} steps, budget {records.max_num_batched_tokens:,} tokens, "
               f"pool {records.num_blocks:,} blocks")
     if width > 1:
         detail += f"; each point = {width:,} steps (tokens: mean per step, line: peak step)"
@@ -425,7 +454,7 @@ def draw_timeline(records: VariantRecords, max_points: int = MAX_POINTS) -> Figu
         ax.legend(loc="upper left", bbox_to_anchor=(right, 1.0), fontsize="small",
                   frameon=False)
     if not np.array_equal(series["time"], series["step"]):
-        _time_axis(tokens_ax, records.steps, records.time_unit)
+        _time_axis(tokens_ax, steps, records.time_unit)
     return fig
 
 
@@ -708,7 +737,7 @@ def plot_run_folder(folder: Path) -> list[Path]:
     """Write timeline-<variant>.png per variant, ttft.png and latency.png into a run folder."""
     variants = read_run(folder)
     written = [save_png(draw_timeline(records), folder / f"timeline-{records.name}.png")
-               for records in variants]
+               for records in variants if records.steps is not None]  # not --records summary
     written.append(save_png(draw_ttft(variants), folder / "ttft.png"))
     written.append(save_png(draw_latency(variants), folder / "latency.png"))
     return written

@@ -432,7 +432,8 @@ def _write_variant(folder: Path, run: VariantRun) -> None:
         write_rows(folder / "batches.csv", BATCH_COLUMNS, result.batches)
     write_json({"variant": run.name, "time_unit": result.time_unit, **run.summary},
                folder / "summary.json")
-    write_json(run_record(run.variant, result), folder / "run.json")
+    write_json({**run_record(run.variant, result), "records": run.records.value},
+               folder / "run.json")
 
 
 def write_steps(path: Path, result: RunResult, records: RecordMode = RecordMode.FULL) -> None:

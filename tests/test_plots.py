@@ -365,3 +365,31 @@ def test_sweep_title_names_every_swept_axis(sweep_folder):
     title = draw_sweep(axes, frame, "t").get_suptitle()
     assert "engine.max_num_batched_tokens (--budget) along x" in title
     assert "one line per value of policy (--policy)" in title
+
+
+def test_compact_and_summary_records_still_draw(tmp_path):
+    """--records compact expands its stretches for the timeline; --records summary draws
+    what needs no steps (ttft.png, latency.png)."""
+    from typer.testing import CliRunner
+
+    from kvsched.cli import app
+    from kvsched.plots import expand_compact, read_csv
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "name: s\nengine: {num_blocks: 64}\ntime: {kind: constant, step_time: 0.01}\n"
+        "workload: {kind: inline, requests: [{arrival: 0, prompt_len: 30, output_len: 90},"
+        " {arrival: 0.2, prompt_len: 20, output_len: 60}]}\n")
+    runner = CliRunner()
+    for mode, pictures in (("full", 3), ("compact", 3), ("summary", 2)):
+        out = tmp_path / mode
+        result = runner.invoke(app, ["run", str(scenario), "--out", str(out), "--records",
+                                     mode, "--plot"])
+        assert result.exit_code == 0, result.output
+        assert "plots not drawn" not in result.output
+        assert len(list((out / "s").glob("*.png"))) == pictures
+    full = read_csv(tmp_path / "full" / "s" / "base" / "steps.csv")
+    expanded = expand_compact(read_csv(tmp_path / "compact" / "s" / "base" / "steps.csv"))
+    assert list(expanded["step"]) == list(full["step"])
+    assert list(expanded["blocks_used"])[-1] == list(full["blocks_used"])[-1]
+    assert abs(expanded["decode_tokens"].sum() - full["decode_tokens"].sum()) < 1e-9
