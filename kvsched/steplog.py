@@ -9,6 +9,7 @@ what the caller asked for.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
@@ -77,8 +78,25 @@ class Timeline:
             self.waiting[first] += stretch.num_waiting * len(starts)
             self.count[first] += len(starts)
             return
-        self.add_rows(tuple(starts), tuple(stretch.durations),
-                      (stretch.num_waiting,) * len(starts))
+        # Several buckets: cut the stretch where its start times change bucket.
+        size = len(self.busy)
+
+        def key(time: float) -> int:  # monotone: -1 before the span, size after it
+            k = self._bucket(time)
+            return k if k is not None else (-1 if time < self.start else size)
+
+        durations, waiting = stretch.durations, stretch.num_waiting
+        lo = 0
+        while lo < len(starts):
+            k = key(starts[lo])
+            if k == size:
+                break
+            hi = bisect_right(starts, k, lo, key=key)
+            if k >= 0:
+                self.busy[k] += sum(durations[lo:hi])
+                self.waiting[k] += waiting * (hi - lo)
+                self.count[k] += hi - lo
+            lo = hi
 
     def bucket_starts(self) -> list[float]:
         return [self.start + k * self.width for k in range(len(self.busy))]
