@@ -24,7 +24,7 @@ from kvsched.steplog import COMPACT_COLUMNS, RecordMode, Segment, compact_row, s
 
 FLOAT_FORMAT = "%.10g"
 
-_STEP_FLOATS = frozenset({"time", "duration", "thrash_ratio"})
+_STEP_FLOATS = frozenset({"time", "duration", "thrash_ratio", "mfu", "mbu"})
 
 
 def cell_text(value: Any) -> str:
@@ -64,6 +64,8 @@ class RowCsv:
 
 def _formatted(values: list[float], cache: dict[float, str] | None = None) -> list[str]:
     fmt = FLOAT_FORMAT
+    if values and values[0] is None:  # mfu, mbu without a hardware time model: all None
+        return [""] * len(values)
     if cache is None:
         return [fmt % v for v in values]
     out = []
@@ -140,6 +142,8 @@ class StepCsv:
                 cols[14].extend(repeat(0, steps - 1))
                 cols[14].append(stretch.num_finished)
                 cols[17].extend(repeat(0.0, steps))
+                cols[19].extend(stretch.mfu or repeat(None, steps))
+                cols[20].extend(stretch.mbu or repeat(None, steps))
         return cols
 
     def _compact_columns(self, chunk: list[Segment]) -> list[list[Any]]:

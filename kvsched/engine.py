@@ -12,6 +12,7 @@ from kvsched.admission import AdmissionController, SloAdmission
 from kvsched.backpressure import Action, Backpressure, ThrashMonitor
 from kvsched.config import EngineConfig
 from kvsched.policies.base import Policy
+from kvsched.roofline import BatchShape
 from kvsched.scheduler import Scheduler, StepPlan, Stretch
 from kvsched.sequence import Seq
 from kvsched.timing import TimeModel
@@ -30,6 +31,13 @@ class Engine:
         self.config = config
         self.stretches = stretches  # False: every step on its own (the exact path, for checks)
         self.clock = clock
+        # Time models that price a step from its real batch (each prefill chunk with its
+        # cached context) take a BatchShape; the others keep the four-integer `duration`.
+        self._duration_shape = getattr(clock, "duration_shape", None)
+        # Hardware models also give each step's MFU and memory-bandwidth utilisation.
+        has_utilisation = self._duration_shape is not None and hasattr(
+            clock, "stretch_utilisation")
+        self._utilisation = getattr(clock, "utilisation", None) if has_utilisation else None
         self.sched = Scheduler(config, policy, events, record_batches)
         self.events = self.sched.events
         self.monitor = ThrashMonitor(backpressure or Backpressure())
@@ -70,7 +78,15 @@ class Engine:
         num_decodes = plan.num_decodes + len(plan.swap_ins)
         computed = plan.prefill_tokens + plan.recomputed_tokens
         swapped = plan.swapped_out_blocks + plan.swapped_in_blocks
-        duration = self.clock.duration(computed, num_decodes, plan.kv_read_tokens, swapped)
+        mfu = mbu = None
+        if self._duration_shape is None:
+            duration = self.clock.duration(computed, num_decodes, plan.kv_read_tokens, swapped)
+        else:
+            shape = BatchShape(tuple(plan.prefill_chunks), num_decodes, plan.kv_read_tokens,
+                               swapped)
+            duration = self._duration_shape(shape)
+            if self._utilisation is not None:
+                mfu, mbu = self._utilisation(shape, duration)
         # Queues and blocks as the batch runs, before postprocess frees the finished.
         num_running = len(sched.running) + len(sched.prefilling)
         num_waiting = len(sched.waiting)
@@ -94,7 +110,7 @@ class Engine:
                 plan.prefill_tokens, num_decodes, plan.recomputed_tokens, computed + num_decodes,
                 pool.num_blocks - blocks_free, blocks_free, len(plan.preempted),
                 plan.num_admitted, plan.num_finished, plan.swapped_out_blocks,
-                plan.swapped_in_blocks, ratio, int(monitor.signal))
+                plan.swapped_in_blocks, ratio, int(monitor.signal), mfu, mbu)
 
     def stretch(self, step: int, now: float, next_arrival: float,
                 max_steps: int) -> Stretch | None:
@@ -106,6 +122,11 @@ class Engine:
                                             max_steps)
         if stretch is None:
             return None
+        if self._utilisation is not None:
+            n, k = stretch.num_decodes, stretch.num_steps
+            first = (stretch.kv_read_tokens - n * k * (k - 1) // 2) // k  # KV read by step 0
+            stretch.mfu, stretch.mbu = self.clock.stretch_utilisation(  # type: ignore[attr-defined]
+                n, first, stretch.durations)
         self.monitor.skip(stretch.num_steps, stretch.num_decodes)
         if self.gate is not None:
             self.gate.observe_quiet(stretch.starts, stretch.durations)

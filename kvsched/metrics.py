@@ -7,6 +7,17 @@ prefill and recomputed tokens the steps computed; `busy_fraction` = time spent i
 Percentiles interpolate linearly (numpy's default) over the requests that have the value:
 TTFT over requests with a first token, e2e over finished ones, token gap over requests with
 at least two tokens. A figure with no data is None.
+
+vLLM's benchmark figures (`vllm bench serve`), in the run's time unit rather than ms:
+`tpot_*` over finished requests of at least two tokens (requests.csv's `tpot`); `itl_*`
+over every inter-token gap of every request (`GapHistogram`: percentiles exact up to 4096
+distinct gap values, then within 0.5% relative; mean exact); `ttft_p90`, `e2e_p90`,
+`e2e_p95` complete the TTFT and e2e sets. `request_throughput` = finished requests /
+`duration` (as `requests_per_time`); `output_throughput` = output tokens of finished
+requests / `duration` (vLLM counts completed requests only; `throughput` counts every
+generated token); `total_token_throughput` adds their prompt tokens; `request_goodput` =
+`goodput` under vLLM's name. With a hardware time model, `mfu_mean` and `mbu_mean` are
+the means over steps of steps.csv's `mfu` and `mbu` (None otherwise).
 """
 
 from __future__ import annotations
@@ -17,8 +28,19 @@ from typing import Any
 import numpy as np
 
 from kvsched.admission import Slo
+from kvsched.histogram import GapHistogram
 from kvsched.records import RequestRecord
 from kvsched.steplog import StepStats
+
+LATE_KEYS = (
+    "ttft_p90", "tpot_mean", "tpot_p50", "tpot_p90", "tpot_p95", "tpot_p99",
+    "itl_mean", "itl_p50", "itl_p90", "itl_p95", "itl_p99", "e2e_p90", "e2e_p95",
+    "request_throughput", "output_throughput", "total_token_throughput", "request_goodput",
+    "mfu_mean", "mbu_mean",
+)
+"""Summary keys added after summary.csv's layout was in use: `summary_rows` writes them
+after every other column (per-class and incident keys included), so older columns keep
+their places."""
 
 SUMMARY_KEYS = (
     "num_requests", "num_finished", "num_starved", "num_unfinished", "num_rejected",
@@ -34,6 +56,7 @@ SUMMARY_KEYS = (
     "peak_blocks_used", "mean_blocks_used", "final_blocks_used",
     "thrash_ratio_max", "backpressure_steps",
     "num_slo_met", "slo_attainment", "goodput",
+    *LATE_KEYS,
 )
 """Every run's summary has these keys; runs whose requests carry classes add, per class C,
 `num_requests_C`, `num_starved_C`, `ttft_mean_C`, `ttft_p50_C`, `ttft_p99_C`."""
@@ -56,13 +79,33 @@ def _ratio(numerator: float, denominator: float) -> float | None:
     return numerator / denominator if denominator else None
 
 
+def _vllm_figures(requests: list[RequestRecord], duration: float,
+                  itl: GapHistogram | None) -> dict[str, Any]:
+    """The keys vLLM's benchmark reports that the older keys do not already hold."""
+    out = _stats((r.ttft for r in requests), "ttft", (90,), mean=False)
+    out |= _stats((r.tpot for r in requests), "tpot", (50, 90, 95, 99))
+    out["itl_mean"] = None if itl is None else itl.mean
+    for q in (50, 90, 95, 99):
+        out[f"itl_p{q}"] = None if itl is None else itl.percentile(q)
+    out |= _stats((r.e2e_latency for r in requests), "e2e", (90, 95), mean=False)
+    finished = [r for r in requests if r.status == "finished"]
+    output = sum(r.output_len for r in finished)
+    out["request_throughput"] = _ratio(len(finished), duration)
+    out["output_throughput"] = _ratio(output, duration)
+    out["total_token_throughput"] = _ratio(output + sum(r.prompt_len for r in finished),
+                                           duration)
+    return out
+
+
 def summarize(requests: list[RequestRecord], steps: StepStats | list[tuple],
-              slo: Slo | None = None, final_blocks_used: int = 0) -> dict[str, Any]:
+              slo: Slo | None = None, final_blocks_used: int = 0,
+              itl: GapHistogram | None = None) -> dict[str, Any]:
     """The summary keys (SUMMARY_KEYS, then per-class keys) of one run's records.
 
     `steps`: the run's step sums (`StepStats`), or its STEP_COLUMNS rows.
-    With an `slo`, goodput counts finished requests within its TTFT (and e2e) targets:
-    `num_slo_met`, `slo_attainment` (share of all requests), `goodput` (per time unit).
+    With an `slo`, goodput counts finished requests within all its TTFT, TPOT and e2e
+    targets: `num_slo_met`, `slo_attainment` (share of all requests), `goodput` (per time
+    unit). `itl`: the run's inter-token gaps (without it the `itl_*` keys are None).
     """
     if not isinstance(steps, StepStats):
         stats = StepStats()
@@ -114,6 +157,10 @@ def summarize(requests: list[RequestRecord], steps: StepStats | list[tuple],
     summary["num_slo_met"] = met
     summary["slo_attainment"] = None if met is None else _ratio(met, len(requests))
     summary["goodput"] = None if met is None else _ratio(met, duration)
+    summary |= _vllm_figures(requests, duration, itl)
+    summary["request_goodput"] = summary["goodput"]
+    for name, total in (("mfu", steps.mfu_sum), ("mbu", steps.mbu_sum)):
+        summary[f"{name}_mean"] = None if total is None or not num_steps else total / num_steps
 
     classes = sorted({r.class_name for r in requests if r.class_name is not None})
     for name in classes:

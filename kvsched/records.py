@@ -15,7 +15,7 @@ REQUEST_COLUMNS = (
     "request_id", "arrival_time", "prompt_len", "output_len", "priority", "class", "status",
     "first_scheduled_time", "first_token_time", "finish_time", "ttft", "ttft_steps",
     "e2e_latency", "queue_time", "num_preemptions", "num_recomputed_tokens",
-    "num_swapped_blocks", "max_token_gap", "generated_tokens", "reason",
+    "num_swapped_blocks", "max_token_gap", "generated_tokens", "reason", "tpot",
 )
 """Per request. `ttft` = first token time - arrival (a request admitted on its arrival step
 has ttft 1 on the step clock); `ttft_steps` = steps from the one it joined the queue in to
@@ -23,13 +23,15 @@ the one that produced its first token, inclusive; `queue_time` = first scheduled
 `num_recomputed_tokens` = tokens prefilled again after recompute preemptions;
 `num_swapped_blocks` = blocks moved to host and back (both directions);
 `max_token_gap` = longest time between two of its consecutive tokens; `reason` = why it
-starved or was rejected."""
+starved or was rejected; `tpot` = time per output token after the first, as vLLM's
+benchmark defines it: (e2e_latency - ttft) / (output_len - 1), for finished requests of
+at least two tokens (None otherwise)."""
 
 STEP_COLUMNS = (
     "step", "time", "duration", "num_running", "num_waiting", "num_prefill_requests",
     "prefill_tokens", "decode_tokens", "recomputed_tokens", "budget_used", "blocks_used",
     "blocks_free", "num_preempted", "num_admitted", "num_finished", "swapped_out_blocks",
-    "swapped_in_blocks", "thrash_ratio", "backpressure",
+    "swapped_in_blocks", "thrash_ratio", "backpressure", "mfu", "mbu",
 )
 """Per executed step. `time` = its start; queue lengths and blocks are as the batch runs
 (after admissions and preemptions, before finishes); `prefill_tokens` are first-time prefill
@@ -37,7 +39,9 @@ tokens, `recomputed_tokens` prefill tokens recomputed after preemption, `decode_
 per decoding request (swap-ins included); `budget_used` is their sum; `thrash_ratio` is
 (recomputed + swapped) / newly generated tokens over the backpressure window ending at this
 step (swapped: tokens of KV moved to host and back), and
-`backpressure` 1 while that signal is up."""
+`backpressure` 1 while that signal is up. With a hardware time model (roofline), `mfu` and
+`mbu` are the step's model-FLOPs and memory-bandwidth utilisation of one GPU (useful FLOPs,
+and weight + KV bytes, over the step's duration x the datasheet peaks); empty otherwise."""
 
 EVENT_COLUMNS = ("step", "time", "request_id", "event", "detail")
 """arrive, admit, preempt, swap_out, swap_in, finish, starve, reject, and backpressure
@@ -71,6 +75,7 @@ class RequestRecord:
     max_token_gap: float | None
     generated_tokens: int
     reason: str | None
+    tpot: float | None = None
 
     def as_row(self) -> tuple:
         return (self.request_id, self.arrival_time, self.prompt_len, self.output_len,
@@ -78,7 +83,7 @@ class RequestRecord:
                 self.first_token_time, self.finish_time, self.ttft, self.ttft_steps,
                 self.e2e_latency, self.queue_time, self.num_preemptions,
                 self.num_recomputed_tokens, self.num_swapped_blocks, self.max_token_gap,
-                self.generated_tokens, self.reason)
+                self.generated_tokens, self.reason, self.tpot)
 
 
 @dataclass(frozen=True, slots=True)

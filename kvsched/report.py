@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
 
+from kvsched.metrics import LATE_KEYS
 from kvsched.records import (
     BATCH_COLUMNS,
     EVENT_COLUMNS,
@@ -170,14 +171,16 @@ def incident_kinds(summary: dict[str, Any]) -> str:
 
 def summary_rows(rows: Sequence[tuple[str, dict[str, Any]]]) -> tuple[list[str], list[list]]:
     """summary.csv: one row per variant, every summary key a column (keys in order of first
-    appearance, so per-class keys come last), as a header and rows of cells."""
+    appearance, so per-class keys come after the others, then `metrics.LATE_KEYS`), as a
+    header and rows of cells."""
     header = ["variant"]
-    seen = set(header)
+    seen = {*header, *LATE_KEYS}
     for _, summary in rows:
         for key in summary:
             if key not in seen:
                 seen.add(key)
                 header.append(key)
+    header += [key for key in LATE_KEYS if any(key in summary for _, summary in rows)]
     body = [[name] + [_cell(summary.get(key)) for key in header[1:]] for name, summary in rows]
     return header, body
 

@@ -262,6 +262,29 @@ class RooflineStep:
         kv = model.layers * kv_heads * model.head_dim * 2 * kv_tokens
         return (weights + kv) * DTYPE_BYTES
 
+    def utilisation(self, shape: BatchShape, seconds: float) -> tuple[float, float]:
+        """(MFU, memory-bandwidth utilisation) of one GPU over a step of `seconds`: useful
+        FLOPs / (seconds x peak FLOPS) and bytes moved / (seconds x peak bandwidth), against
+        the datasheet peaks (not the calibrated achievable ones)."""
+        gpu = self.gpu
+        assert isinstance(gpu, Gpu)
+        return (self.flops(shape) / (seconds * gpu.peak_flops),
+                self.memory_bytes(shape) / (seconds * gpu.memory_bw))
+
+    def stretch_utilisation(self, num_decodes: int, kv_tokens_start: int,
+                            durations: list[float]) -> tuple[list[float], list[float]]:
+        """`utilisation` of each step of a decode stretch (step k reads
+        `kv_tokens_start + k * num_decodes` tokens of KV and lasts `durations[k]`), vectorised
+        through the very same formulas: element for element the floats `utilisation` gives."""
+        gpu = self.gpu
+        assert isinstance(gpu, Gpu)
+        kv = kv_tokens_start + np.arange(len(durations), dtype=np.int64) * num_decodes
+        shape = BatchShape((), num_decodes, kv)  # type: ignore[arg-type]  # an array of reads
+        seconds = np.asarray(durations, dtype=float)
+        mfu = self.flops(shape) / (seconds * gpu.peak_flops)
+        mbu = self.memory_bytes(shape) / (seconds * gpu.memory_bw)
+        return mfu.tolist(), mbu.tolist()
+
     def flops(self, shape: BatchShape) -> float:
         """Useful FLOPs of the step on one GPU (for MFU): dense layers, attention, LM head."""
         model = self.model

@@ -122,7 +122,7 @@ def count_of(variant: Variant) -> tuple[int, bool]:
 
 
 def slo_of(spec: RunSpec) -> Slo | None:
-    return Slo(spec.slo.ttft, spec.slo.e2e) if spec.slo is not None else None
+    return Slo(spec.slo.ttft, spec.slo.e2e, spec.slo.tpot) if spec.slo is not None else None
 
 
 def policy_of(variant: Variant) -> Policy:

@@ -25,6 +25,7 @@ from operator import sub
 
 from kvsched.blocks import BlockPool, blocks_for
 from kvsched.config import EngineConfig, PreemptionMode, Requeue, Unschedulable, Victim
+from kvsched.histogram import GapHistogram
 from kvsched.policies.base import Policy
 from kvsched.sequence import Seq, SeqState
 from kvsched.timing import TimeModel, stretch_durations
@@ -48,6 +49,8 @@ class StepPlan:
     num_decodes: int = 0  # running requests that decoded (swap-ins not included)
     decoded: list[Seq] | None = None  # who decoded, kept only when batches are recorded
     prefills: list[tuple[Seq, int]] = field(default_factory=list)  # seq, chunk tokens
+    # (chunk tokens, context tokens already in the cache), as the prefills: a BatchShape's
+    prefill_chunks: list[tuple[int, int]] = field(default_factory=list)
     swap_ins: list[Seq] = field(default_factory=list)
     produced: list[Seq] = field(default_factory=list)  # (re)prefills completed, swap-ins
     preempted: list[Seq] = field(default_factory=list)
@@ -87,6 +90,8 @@ class Stretch:
     blocks_used: list[int]
     kv_read_tokens: int  # summed over the stretch
     num_finished: int = 0
+    mfu: list[float] | None = None  # per step, with a hardware time model (set by the engine)
+    mbu: list[float] | None = None
 
     @property
     def end(self) -> float:
@@ -99,12 +104,17 @@ class GapTracker:
     A decode run's longest gap is the largest pass-to-pass gap since its first pass. Runs
     are always closed at the latest completed pass, so a stack of decreasing gaps answers
     "largest gap since pass a" by bisection, and only first-pass end times are remembered:
-    memory stays small however long the run."""
+    memory stays small however long the run.
 
-    __slots__ = ("last_end", "_ticks", "_gaps", "_wanted")
+    `itl` counts every inter-token gap: each pass adds its gap once per request it decoded,
+    and when a run closes, its first pass's gap is swapped for the real one (from the
+    request's previous token), so the Python work is per pass and per run, never per token."""
+
+    __slots__ = ("last_end", "itl", "_ticks", "_gaps", "_wanted")
 
     def __init__(self) -> None:
         self.last_end = 0.0  # end time of the latest completed pass (pass 0: time 0)
+        self.itl = GapHistogram()
         self._ticks: list[int] = []
         self._gaps: list[float] = []
         self._wanted: dict[int, list[Seq]] = {}
@@ -117,16 +127,19 @@ class GapTracker:
         else:
             bucket.append(seq)
 
-    def complete(self, tick: int, end: float) -> None:
+    def complete(self, tick: int, end: float, num_decodes: int = 0) -> None:
+        """Pass `tick` ended at `end`, giving `num_decodes` requests a token."""
         gap = end - self.last_end
         self.last_end = end
         self._push(tick, gap)
+        self.itl.add(gap, num_decodes)
         waiting = self._wanted.pop(tick, None)
         if waiting:
             for seq in waiting:
                 seq.run_first_end = end
+                seq.run_first_gap = gap
 
-    def complete_many(self, first: int, times: list[float]) -> None:
+    def complete_many(self, first: int, times: list[float], num_decodes: int = 0) -> None:
         """Passes `first`, `first + 1`, ... ended at `times[1:]` (`times[0]`: the start of
         the first, which is the end of the pass before it).
 
@@ -136,12 +149,15 @@ class GapTracker:
         gap = times[1] - self.last_end
         self.last_end = times[-1]
         self._push(first, gap)
+        self.itl.add(gap, num_decodes)
         if len(times) > 2:
             self._push(first + len(times) - 2, max(map(sub, times[2:], times[1:-1])))
+            self.itl.add_between(times[1:], num_decodes)
         waiting = self._wanted.pop(first, None)
         if waiting:
             for seq in waiting:
                 seq.run_first_end = times[1]
+                seq.run_first_gap = gap
 
     def _push(self, tick: int, gap: float) -> None:
         ticks, gaps = self._ticks, self._gaps
@@ -249,7 +265,7 @@ class Scheduler:
         """Apply `plan`'s tokens now that the step ended at `end_time`."""
         tick = plan.tick
         if tick:
-            self.gaps.complete(tick, end_time)
+            self.gaps.complete(tick, end_time, plan.num_decodes)
             due = self._finish_due.pop(tick, None)
             if due:
                 for seq, epoch in due:
@@ -263,8 +279,10 @@ class Scheduler:
             if last is None:
                 seq.first_token_time = end_time
                 seq.first_token_step = plan.step
-            elif seq.max_token_gap is None or end_time - last > seq.max_token_gap:
-                seq.max_token_gap = end_time - last
+            else:
+                self.gaps.itl.add(end_time - last)
+                if seq.max_token_gap is None or end_time - last > seq.max_token_gap:
+                    seq.max_token_gap = end_time - last
             seq.last_token_time = end_time
             if seq.generated >= seq.output_len:
                 self._finish(seq, plan.step, end_time)
@@ -372,7 +390,7 @@ class Scheduler:
         kv_read = k * kv + n * k * (k + 1) // 2
         del durations[k:]
         starts = ends[:k]
-        self.gaps.complete_many(first, ends[:k + 1])
+        self.gaps.complete_many(first, ends[:k + 1], n)
         stretch = Stretch(step, k, n, n + len(self.prefilling), len(self.waiting), starts,
                           durations, used, kv_read)
         if tick == finish:
@@ -648,6 +666,7 @@ class Scheduler:
         start = seq.prompt_len + seq.generated - seq.prefill_left  # context tokens done so far
         seq.prefill_left -= chunk
         plan.prefills.append((seq, chunk))
+        plan.prefill_chunks.append((chunk, start))
         recomputed = min(chunk, max(0, seq.recompute_upto - start))
         if recomputed:
             plan.recomputed_tokens += recomputed
@@ -722,6 +741,9 @@ class Scheduler:
         if last_tick < first or seq.last_token_time is None:
             return
         gap = seq.run_first_end - seq.last_token_time
+        itl = self.gaps.itl
+        itl.add(seq.run_first_gap, -1)  # its first pass counted the pass's gap: swap it
+        itl.add(gap)
         if last_tick > first:
             later = self.gaps.max_gap_since(first + 1)
             if later is not None and later > gap:

@@ -415,10 +415,12 @@ class Expectation(Strict):
 
 
 class SloSpec(Strict):
-    """`slo:` targets that goodput is measured against (in the run's time unit)."""
+    """`slo:` targets that goodput is measured against (in the run's time unit); a request
+    counts when it finishes within every target given."""
 
     ttft: PositiveFloat | None = None
     e2e: PositiveFloat | None = None
+    tpot: PositiveFloat | None = None
 
 
 class AdmissionSpec(Strict):

@@ -56,6 +56,7 @@ class Seq:
     last_token_time: float | None = None  # time of the token before the current decode run
     run_tick: int = 0  # first tick of the current decode run
     run_first_end: float = 0.0  # end time of that first tick, once it ran
+    run_first_gap: float = 0.0  # that tick's pass-to-pass gap (counted in the ITL for it)
     unschedulable: str | None = None  # why this request can never run, if it cannot
     end_reason: str | None = None  # why it was starved or rejected
 

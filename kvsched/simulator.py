@@ -84,7 +84,7 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
     done_records: list[RequestRecord] = records  # type: ignore[assignment]  # all filled
     pool = sched.pool
     summary = summarize(done_records, stats, slo,
-                        final_blocks_used=pool.num_blocks - pool.free)
+                        final_blocks_used=pool.num_blocks - pool.free, itl=sched.gaps.itl)
     return RunResult(config, clock.unit, done_records, log, events.kept, engine.batches,
                      summary)
 
@@ -245,6 +245,10 @@ def _record(seq: Seq, leftover: Status, sched: Scheduler) -> RequestRecord:
 
     ttft_steps = (None if seq.first_token_step is None
                   else seq.first_token_step - seq.join_step + 1)
+    ttft, e2e = since_arrival(seq.first_token_time), since_arrival(seq.finish_time)
+    tpot = None
+    if e2e is not None and ttft is not None and request.output_len > 1:
+        tpot = (e2e - ttft) / (request.output_len - 1)
     return RequestRecord(
         request_id=request.request_id,
         arrival_time=arrival,
@@ -256,9 +260,9 @@ def _record(seq: Seq, leftover: Status, sched: Scheduler) -> RequestRecord:
         first_scheduled_time=seq.first_scheduled_time,
         first_token_time=seq.first_token_time,
         finish_time=seq.finish_time,
-        ttft=since_arrival(seq.first_token_time),
+        ttft=ttft,
         ttft_steps=ttft_steps,
-        e2e_latency=since_arrival(seq.finish_time),
+        e2e_latency=e2e,
         queue_time=since_arrival(seq.first_scheduled_time),
         num_preemptions=seq.num_preemptions,
         num_recomputed_tokens=seq.num_recomputed_tokens,
@@ -266,4 +270,5 @@ def _record(seq: Seq, leftover: Status, sched: Scheduler) -> RequestRecord:
         max_token_gap=seq.max_token_gap,
         generated_tokens=sched.generated(seq),
         reason=seq.end_reason,
+        tpot=tpot,
     )

@@ -13,7 +13,8 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from itertools import groupby
+from itertools import groupby, repeat
+from operator import mul
 
 from kvsched.records import STEP_COLUMNS
 from kvsched.scheduler import Stretch
@@ -25,7 +26,8 @@ COMPACT_COLUMNS = ("step", "num_steps", *STEP_COLUMNS[1:])
 """`steps.csv` under `--records compact`: one row per exact step (`num_steps` 1) or per
 decode stretch. A stretch row holds its first step and start `time`; `duration`, the token
 counts and `num_finished` are sums over the stretch; `blocks_used` and `blocks_free` are as
-its last batch ran (blocks only grow within a stretch: the last is the peak)."""
+its last batch ran (blocks only grow within a stretch: the last is the peak); `mfu` and
+`mbu` are means over its steps weighted by their durations."""
 
 
 class RecordMode(StrEnum):
@@ -118,6 +120,8 @@ class StepStats:
     thrash_ratio_max: float = 0.0
     backpressure_steps: int = 0
     timeline: Timeline | None = None
+    mfu_sum: float | None = None  # None: no step had a figure (no hardware time model)
+    mbu_sum: float | None = None
 
     def add_rows(self, rows: list[tuple]) -> None:
         columns = list(zip(*rows, strict=True))
@@ -134,6 +138,9 @@ class StepStats:
         self.swapped_blocks += sum(columns[15]) + sum(columns[16])
         self.thrash_ratio_max = max(self.thrash_ratio_max, max(columns[17]))
         self.backpressure_steps += sum(columns[18])
+        if columns[19][0] is not None:  # one time model per run: all steps or none
+            self.mfu_sum = sum(columns[19], self.mfu_sum or 0.0)
+            self.mbu_sum = sum(columns[20], self.mbu_sum or 0.0)
 
     def add_stretch(self, stretch: Stretch) -> None:
         if self.timeline is not None:
@@ -144,26 +151,36 @@ class StepStats:
         self.decode_tokens += stretch.num_decodes * stretch.num_steps
         self.blocks_used_sum += sum(stretch.blocks_used)
         self.peak_blocks_used = max(self.peak_blocks_used, stretch.blocks_used[-1])
+        if stretch.mfu is not None and stretch.mbu is not None:
+            self.mfu_sum = sum(stretch.mfu, self.mfu_sum or 0.0)
+            self.mbu_sum = sum(stretch.mbu, self.mbu_sum or 0.0)
 
 
 def stretch_rows(stretch: Stretch, num_blocks: int) -> Iterator[tuple]:
     """A stretch as the STEP_COLUMNS rows the step-by-step engine would have made."""
     n, last = stretch.num_decodes, stretch.num_steps - 1
     running, waiting = stretch.num_running, stretch.num_waiting
-    for k, (start, duration, used) in enumerate(zip(stretch.starts, stretch.durations,
-                                                    stretch.blocks_used, strict=True)):
+    mfu = stretch.mfu or repeat(None, stretch.num_steps)
+    mbu = stretch.mbu or repeat(None, stretch.num_steps)
+    for k, (start, duration, used, step_mfu, step_mbu) in enumerate(zip(
+            stretch.starts, stretch.durations, stretch.blocks_used, mfu, mbu, strict=True)):
         yield (stretch.step + k, start, duration, running, waiting, 0, 0, n, 0, n, used,
                num_blocks - used, 0, 0, stretch.num_finished if k == last else 0, 0, 0,
-               0.0, 0)
+               0.0, 0, step_mfu, step_mbu)
 
 
 def compact_row(stretch: Stretch, num_blocks: int) -> tuple:
     """A stretch as one COMPACT_COLUMNS row."""
     n, steps = stretch.num_decodes, stretch.num_steps
     used = stretch.blocks_used[-1]
-    return (stretch.step, steps, stretch.starts[0], sum(stretch.durations),
+    duration = sum(stretch.durations)
+    mfu = mbu = None
+    if stretch.mfu is not None and stretch.mbu is not None:
+        mfu = sum(map(mul, stretch.mfu, stretch.durations)) / duration
+        mbu = sum(map(mul, stretch.mbu, stretch.durations)) / duration
+    return (stretch.step, steps, stretch.starts[0], duration,
             stretch.num_running, stretch.num_waiting, 0, 0, n * steps, 0, n * steps, used,
-            num_blocks - used, 0, 0, stretch.num_finished, 0, 0, 0.0, 0)
+            num_blocks - used, 0, 0, stretch.num_finished, 0, 0, 0.0, 0, mfu, mbu)
 
 
 def segment_runs(segments: list[Segment]) -> Iterator[tuple[bool, list[Segment]]]:

@@ -40,6 +40,7 @@ class R:
         self.recomputed = 0
         self.swapped = 0
         self.max_gap = None
+        self.gaps: list[float] = []  # every inter-token gap, one per token after the first
         self.last_tok = None
         self.unsched = None
         self.enq_time = 0.0
@@ -303,6 +304,7 @@ def reference_simulate(requests, cfg: EngineConfig, policy, clock):
                 r.first_tok_step = step
             else:
                 gap = end - r.last_tok
+                r.gaps.append(gap)
                 if r.max_gap is None or gap > r.max_gap:
                     r.max_gap = gap
             r.last_tok = end
@@ -343,5 +345,6 @@ def reference_simulate(requests, cfg: EngineConfig, policy, clock):
             num_swapped_blocks=r.swapped,
             max_token_gap=r.max_gap,
             generated_tokens=r.gen,
+            gaps=r.gaps,
         )
     return out, steps

@@ -109,3 +109,19 @@ def test_gap_tracker_answers_the_largest_gap_since_a_pass():
             want = max(b - a for a, b in zip(ends[since - 1:], ends[since:], strict=False))
             assert tracker.max_gap_since(since) == want
     assert tracker.max_gap_since(99) is None
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(long_workloads(), configs(), policies,
+       st.sampled_from([("meta-llama/Llama-3.1-8B", "h100-sxm", 1),
+                        ("meta-llama/Llama-2-70b-hf", "a100-80gb", 4)]))
+def test_stretches_equal_the_exact_path_on_the_roofline(requests, config, policy, hardware):
+    """The roofline prices a stretch's steps exactly as it prices them one by one."""
+    from kvsched.roofline import RooflineStep
+
+    clock = RooflineStep(*hardware)
+    seconds = [Request(r.request_id, r.arrival_time / 50, r.prompt_len, r.output_len,
+                       r.priority) for r in requests]
+    fast = simulate(seconds, config, policy, clock)
+    exact = simulate(seconds, config, policy, clock, stretches=False)
+    assert outcome(fast) == outcome(exact)

@@ -1,0 +1,159 @@
+"""A histogram of inter-token gaps whose memory does not grow with the tokens it counts.
+
+Every token after a request's first adds one gap (ITL, as vLLM's benchmark names it), so a
+run adds hundreds of millions; most arrive in bulk (a decode step gives every running request
+the same gap). The histogram counts per gap value: exactly, while it has seen at most
+`max_exact` distinct values, then in logarithmic buckets of relative width `accuracy`
+(DDSketch's scheme), which bounds memory by the range of the gaps, not their number.
+
+Accuracy: `count` and `mean` are exact (the sum is a float sum over value x count in the
+order the gaps came, so the mean may differ from a plain sum in the last bits, but never
+between a run with and without decode stretches). `percentile(p)` is
+numpy's default (linear interpolation between the two order statistics around rank
+p/100 x (count - 1)): exact while exact, and once bucketed within a relative error of
+`accuracy` (0.5% by default) of that exact value, since each order statistic is replaced by
+its bucket's representative, which is within `accuracy` of it, and the interpolation is a
+convex combination of the two.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from itertools import accumulate
+
+import numpy as np
+
+MAX_EXACT = 4096  # distinct values kept exactly before switching to buckets
+ACCURACY = 0.005  # relative error of a bucketed percentile
+SHORT = 64  # stretches of at most this many steps are counted without numpy
+
+
+class GapHistogram:
+    """Counts of positive gaps (times in the run's unit); see the module docstring."""
+
+    __slots__ = ("count", "total", "_exact", "_buckets", "_max_exact",
+                 "_accuracy", "_gamma", "_inv_log_gamma")
+
+    def __init__(self, max_exact: int = MAX_EXACT, accuracy: float = ACCURACY) -> None:
+        if not 0 < accuracy < 1:
+            raise ValueError(f"accuracy must be in (0, 1), got {accuracy}")
+        self.count = 0
+        self.total = 0.0
+        self._exact: dict[float, int] | None = {}
+        self._buckets: dict[int, int] = {}
+        self._max_exact = max_exact
+        self._accuracy = accuracy
+        self._gamma = (1 + accuracy) / (1 - accuracy)
+        self._inv_log_gamma = 1.0 / math.log(self._gamma)
+
+    @property
+    def is_exact(self) -> bool:
+        """Whether percentiles are still exact (no bucketing yet)."""
+        return self._exact is not None
+
+    def add(self, value: float, count: int = 1) -> None:
+        """`count` gaps of `value`; a negative count takes back gaps added before."""
+        if not count:
+            return
+        self.count += count
+        self.total += value * count
+        exact = self._exact
+        if exact is not None:
+            left = exact.get(value, 0) + count
+            if left:
+                exact[value] = left
+                if len(exact) > self._max_exact:
+                    self._to_buckets()
+            else:
+                del exact[value]
+            return
+        key = self._bucket(value)
+        left = self._buckets.get(key, 0) + count
+        if left:
+            self._buckets[key] = left
+        else:
+            del self._buckets[key]
+
+    def add_between(self, ends: list[float], count: int) -> None:
+        """`count` gaps between each two consecutive `ends` (the end times of decode steps that
+        each gave `count` requests a token), vectorised: the Python work is per distinct
+        value (or bucket), never per gap."""
+        if len(ends) < 2 or not count:
+            return
+        if len(ends) <= SHORT:  # numpy's call overhead would dominate
+            add = self.add
+            for start, end in zip(ends, ends[1:], strict=False):
+                add(end - start, count)
+            return
+        values = np.diff(np.asarray(ends, dtype=float))
+        self.count += count * len(values)
+        # A sequential sum (add.accumulate never pairs), value x count at a time: the same
+        # float as adding the gaps step by step, so stretches leave the mean unchanged.
+        products = values * count
+        self.total = float(np.add.accumulate(np.concatenate(([self.total], products)))[-1])
+        if self._exact is not None:
+            unique, counts = np.unique(values, return_counts=True)
+            exact = self._exact
+            for value, n in zip(unique.tolist(), counts.tolist(), strict=True):
+                exact[value] = exact.get(value, 0) + n * count
+            if len(exact) > self._max_exact:
+                self._to_buckets()
+            return
+        keys, counts = np.unique(self._buckets_of(values), return_counts=True)
+        buckets = self._buckets
+        for key, n in zip(keys.tolist(), counts.tolist(), strict=True):
+            buckets[key] = buckets.get(key, 0) + n * count
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+    def percentile(self, p: float) -> float | None:
+        """numpy.percentile(every gap, p) (linear), exact or within `accuracy`; None if empty."""
+        if self.count <= 0:
+            return None
+        if self._exact is not None:
+            values = sorted(self._exact)
+            counts = [self._exact[v] for v in values]
+        else:
+            keys = sorted(self._buckets)
+            values = [self._representative(k) for k in keys]
+            counts = [self._buckets[k] for k in keys]
+        cumulative = list(accumulate(counts))
+        position = (self.count - 1) * (p / 100)
+        below = math.floor(position)
+        fraction = position - below
+        low = values[bisect_right(cumulative, below)]
+        high = values[bisect_right(cumulative, min(below + 1, self.count - 1))]
+        if fraction >= 0.5:  # numpy's lerp: the same rounding on either side
+            value = high - (high - low) * (1 - fraction)
+        else:
+            value = low + (high - low) * fraction
+        return value
+
+    # -- buckets -------------------------------------------------------------------------
+
+    def _bucket(self, value: float) -> int:
+        if value <= 0:
+            return -(1 << 62)  # zero gaps (never made by a time model): their own bucket
+        return math.ceil(math.log(value) * self._inv_log_gamma)
+
+    def _buckets_of(self, values: np.ndarray) -> np.ndarray:
+        safe = np.where(values > 0, values, 1.0)
+        keys = np.ceil(np.log(safe) * self._inv_log_gamma).astype(np.int64)
+        return np.where(values > 0, keys, -(1 << 62))
+
+    def _representative(self, key: int) -> float:
+        if key == -(1 << 62):
+            return 0.0
+        return 2 * self._gamma ** key / (self._gamma + 1)
+
+    def _to_buckets(self) -> None:
+        exact = self._exact
+        assert exact is not None
+        self._exact = None
+        buckets = self._buckets
+        for value, n in exact.items():
+            key = self._bucket(value)
+            buckets[key] = buckets.get(key, 0) + n
