@@ -273,6 +273,7 @@ class InlineRequest(Strict):
     output_len: PositiveInt
     priority: int = 0
     class_: str | None = Field(default=None, alias="class")
+    session: str | int | None = None
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True,
                               allow_inf_nan=False)
@@ -322,6 +323,7 @@ class TraceColumns(Strict):
     priority: str | None = None
     class_: str | None = Field(default=None, alias="class")
     request_id: str | None = None
+    session: str | None = None
     arrival_unit: Literal["s", "ms", "us", "datetime"] = "s"
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True,
