@@ -14,7 +14,12 @@ Five detectors read a run's records (and, for comparisons, the baseline variant'
 - tail_blowup: p99/p50 TTFT more than `tail_ratio` times the baseline's, with a worse p99;
   or one class's p99 more than `class_tail_ratio` times every other class's, and worse
   than the same class in the baseline;
-- slo_violation: more than `slo_miss_share` of the admitted requests miss their SLO.
+- slo_violation: more than `slo_miss_share` of the admitted requests miss their SLO;
+- imbalance (cluster runs only): one replica's p99 TTFT above `imbalance_ttft_ratio` (3)
+  times the median of the other replicas' p99s and above it by more than the median
+  end-to-end latency, or, at some arrival, one replica with at
+  least `imbalance_queue` (8) requests queued while another had nothing queued or running
+  (the thresholds live in `cluster:`).
 A healthy run reports nothing.
 """
 
@@ -32,6 +37,7 @@ from kvsched.records import RequestRecord, RunResult
 KINDS = ("starvation", "head_of_line", "thrashing", "tail_blowup", "slo_violation")
 INCIDENT_KEYS = ("num_incidents", *(f"incident_{kind}" for kind in KINDS))
 """Summary keys the diagnosis adds: a count, and a 0/1 flag per kind (for `expect`)."""
+CLUSTER_KINDS = ("imbalance",)  # kinds only a cluster run can have (and flags only it carries)
 
 _MOST_OVERTAKEN_CHECKED = 200  # longest waits examined for overtaking (bounds the cost)
 
@@ -70,13 +76,17 @@ def diagnose(result: RunResult, thresholds: Thresholds = Thresholds(),
         tail_blowup(result, thresholds, baseline),
         slo_violation(result, thresholds, slo),
     ]
+    if getattr(result, "replicas", ()):  # a kvsched.cluster.ClusterResult
+        found.append(imbalance(result))
     return [incident for incident in found if incident is not None]
 
 
-def incident_flags(incidents: list[Incident]) -> dict[str, int]:
+def incident_flags(incidents: list[Incident], cluster: bool = False) -> dict[str, int]:
+    """`num_incidents` and a 0/1 flag per kind (cluster runs: the cluster kinds too)."""
     kinds = {incident.kind for incident in incidents}
+    known = KINDS + CLUSTER_KINDS if cluster else KINDS
     return {"num_incidents": len(incidents),
-            **{f"incident_{kind}": int(kind in kinds) for kind in KINDS}}
+            **{f"incident_{kind}": int(kind in kinds) for kind in known}}
 
 
 # -- detectors --------------------------------------------------------------------------
@@ -281,3 +291,35 @@ def slo_violation(result: RunResult, thresholds: Thresholds, slo: Slo | None) ->
         f"slo_violation: {len(missed)} of {len(admitted)} admitted requests "
         f"({100 * share:.0f}%) missed {targets}{worst}; {rejected} rejected at arrival"), {
         "num_missed": len(missed), "miss_share": share, "num_rejected": rejected})
+
+
+def imbalance(result: Any) -> Incident | None:
+    """A cluster whose load is uneven (see the module docstring); `result` is a
+    `kvsched.cluster.ClusterResult`."""
+    unit = _unit(result)
+    parts = []
+    evidence: dict[str, Any] = {}
+    p99s = [(i, r.summary["ttft_p99"]) for i, r in enumerate(result.replicas)
+            if r.summary["ttft_p99"] is not None]
+    if len(p99s) >= 2:
+        worst, p99 = max(p99s, key=lambda item: (item[1], -item[0]))
+        typical = float(np.median([v for i, v in p99s if i != worst]))
+        ratio = result.imbalance_ttft_ratio
+        e2e = [r.e2e_latency for r in result.requests if r.e2e_latency is not None]
+        service = float(np.median(e2e)) if e2e else 0.0
+        # Far above: by the ratio, and by more than a typical request's whole service time
+        # (a few unlucky requests on a lightly loaded replica are not an imbalance).
+        if typical > 0 and p99 > ratio * typical and p99 - typical > service:
+            parts.append(f"replica {worst}'s p99 TTFT {p99:.4g} {unit} is {p99 / typical:.3g}x "
+                         f"the other replicas' median ({typical:.4g} {unit})")
+            evidence |= {"worst_replica": worst, "worst_ttft_p99": p99,
+                         "others_ttft_p99_median": typical}
+    witness = result.idle_witness
+    if witness is not None and witness[0] >= result.imbalance_queue:
+        queue, busy, time, idle = witness
+        parts.append(f"replica {busy} had {queue} requests queued at {time:.4g} {unit} while "
+                     f"replica {idle} had nothing to do")
+        evidence |= {"queued": queue, "queued_replica": busy, "at": time, "idle_replica": idle}
+    if not parts:
+        return None
+    return Incident("imbalance", "imbalance: " + "; ".join(parts), evidence)

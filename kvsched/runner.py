@@ -56,7 +56,8 @@ class VariantRun:
     @property
     def summary(self) -> dict[str, Any]:
         """The run's summary, the diagnosis flags, and `incidents` with their evidence."""
-        return {**self.result.summary, **incident_flags(list(self.incidents)),
+        return {**self.result.summary,
+                **incident_flags(list(self.incidents), self.variant.spec.cluster is not None),
                 "incidents": [incident.as_dict() for incident in self.incidents]}
 
 
@@ -134,6 +135,11 @@ def run_variant(variant: Variant, record_batches: bool = False,
     pressure = spec.backpressure
     if requests is None:
         requests = requests_of(variant)
+    if spec.cluster is not None:
+        from kvsched.cluster_run import run_cluster_variant
+
+        return run_cluster_variant(variant, requests,
+                                   keep_steps=step_log is None or step_log.kept is not None)
     return simulate(requests, spec.engine.to_config(), policy, time_model_of(spec),
                     admission=admission, slo=slo_of(spec),
                     backpressure=Backpressure(pressure.window, pressure.threshold,
@@ -206,7 +212,7 @@ def run_scenario(scenario: Scenario, variants: Iterable[str] = (), record_batche
         steps_file = writer = None
         if records is RecordMode.SUMMARY:
             log = StepLog(num_blocks, keep=False)
-        elif spool is not None:
+        elif spool is not None and variant.spec.cluster is None:  # clusters write at the end
             (spool / variant.name).mkdir()
             steps_file = spool / variant.name / "steps.csv"
             writer = StepCsv(steps_file, records, num_blocks)
@@ -319,6 +325,19 @@ def write_scenario(run: ScenarioRun, out_dir: Path,
 def _write_variant(folder: Path, run: VariantRun) -> None:
     folder.mkdir(exist_ok=run.steps_file is not None)
     result = run.result
+    if getattr(result, "replicas", ()):  # a cluster: records with a replica column
+        from kvsched.cluster_run import write_cluster_records
+
+        write_cluster_records(folder, result, run.records)  # type: ignore[arg-type]
+    else:
+        _write_records(folder, run)
+    write_json({"variant": run.name, "time_unit": result.time_unit, **run.summary},
+               folder / "summary.json")
+    write_json(run_record(run.variant, result), folder / "run.json")
+
+
+def _write_records(folder: Path, run: VariantRun) -> None:
+    result = run.result
     write_rows(folder / "requests.csv", REQUEST_COLUMNS,
                (r.as_row() for r in result.requests))
     if run.steps_file is None and run.records is not RecordMode.SUMMARY:
@@ -326,9 +345,6 @@ def _write_variant(folder: Path, run: VariantRun) -> None:
     write_rows(folder / "events.csv", EVENT_COLUMNS, result.events)
     if result.batches is not None:
         write_rows(folder / "batches.csv", BATCH_COLUMNS, result.batches)
-    write_json({"variant": run.name, "time_unit": result.time_unit, **run.summary},
-               folder / "summary.json")
-    write_json(run_record(run.variant, result), folder / "run.json")
 
 
 def write_steps(path: Path, result: RunResult, records: RecordMode = RecordMode.FULL) -> None:

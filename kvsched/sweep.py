@@ -166,7 +166,8 @@ def _run_point(job: tuple[SweepSource, dict[str, Any], str]) -> dict[str, Any]:
     result = run_variant(variant)
     spec = variant.spec
     incidents = diagnose(result, thresholds_of(spec), None, slo_of(spec))
-    return {"time_unit": result.time_unit, **result.summary, **incident_flags(incidents),
+    flags = incident_flags(incidents, spec.cluster is not None)
+    return {"time_unit": result.time_unit, **result.summary, **flags,
             "incidents": "; ".join(incident.kind for incident in incidents)}
 
 

@@ -1,0 +1,95 @@
+"""A cluster run's files: `replica` columns appended, per-replica summary, single runs untouched."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from kvsched.cli import app
+from kvsched.records import EVENT_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SCENARIO = """
+name: fleet
+seed: 1
+engine: {max_num_batched_tokens: 512, num_blocks: 200, block_size: 16}
+time: {kind: linear, base: 0.01, per_prefill_token: 0.0001, per_decode: 0.001}
+workload:
+  kind: synthetic
+  num_requests: 40
+  arrival: {kind: poisson, rate: 20}
+  prompt_len: {kind: uniform, low: 20, high: 200}
+  output_len: {kind: uniform, low: 5, high: 40}
+{cluster}
+variants:
+  - {name: a}
+"""
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def header(path: Path) -> list[str]:
+    with path.open() as handle:
+        return next(csv.reader(handle))
+
+
+def run(tmp_path: Path, cluster: str, *extra: str) -> Path:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(SCENARIO.replace("{cluster}", cluster))
+    result = invoke("run", path, "--out", tmp_path / "out", *extra)
+    assert result.exit_code == 0, result.output
+    return tmp_path / "out" / "fleet"
+
+
+def test_cluster_records_gain_a_replica_column(tmp_path):
+    folder = run(tmp_path, "cluster: {replicas: 3, router: least_outstanding}")
+    assert header(folder / "a" / "requests.csv") == [*REQUEST_COLUMNS, "replica"]
+    assert header(folder / "a" / "steps.csv") == [*STEP_COLUMNS, "replica"]
+    assert header(folder / "a" / "events.csv") == [*EVENT_COLUMNS, "replica"]
+    with (folder / "a" / "requests.csv").open() as handle:
+        replicas = [row["replica"] for row in csv.DictReader(handle)]
+    assert len(replicas) == 40 and set(replicas) == {"0", "1", "2"}
+    summary = json.loads((folder / "a" / "summary.json").read_text())
+    assert summary["num_replicas"] == 3 and len(summary["replicas"]) == 3
+    assert "incident_imbalance" in summary
+    columns = header(folder / "summary.csv")
+    assert "r2_ttft_p99" in columns and "replicas" not in columns
+
+
+def test_compact_and_summary_records_for_a_cluster(tmp_path):
+    folder = run(tmp_path, "cluster: {replicas: 2}", "--records", "compact")
+    assert header(folder / "a" / "steps.csv")[-1] == "replica"
+    assert header(folder / "a" / "steps.csv")[1] == "num_steps"
+    folder = run(tmp_path, "cluster: {replicas: 2}", "--records", "summary")
+    assert not (folder / "a" / "steps.csv").exists()
+
+
+def test_single_replica_records_have_no_replica_column(tmp_path):
+    folder = run(tmp_path, "")
+    assert header(folder / "a" / "requests.csv") == list(REQUEST_COLUMNS)
+    assert header(folder / "a" / "steps.csv") == list(STEP_COLUMNS)
+    summary = json.loads((folder / "a" / "summary.json").read_text())
+    assert "replicas" not in summary and "incident_imbalance" not in summary
+
+
+def test_bad_cluster_input_is_one_line_and_writes_nothing(tmp_path):
+    path = tmp_path / "fleet.yaml"
+    path.write_text(SCENARIO.replace("{cluster}", "cluster: {replicas: 2, router: least_kb}"))
+    result = invoke("run", path, "--out", tmp_path / "out")
+    assert result.exit_code == 2
+    line = result.output.strip()
+    assert "\n" not in line and "fleet.yaml:" in line and "cluster.router" in line
+    assert "did you mean 'least_kv'" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_routing_scenario_holds_its_checks(tmp_path):
+    result = invoke("run", ROOT / "scenarios" / "routing.yaml", "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "FAIL" not in result.output
