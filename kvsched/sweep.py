@@ -10,7 +10,6 @@ import itertools
 import os
 import re
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from kvsched.backends import Backend, run_jobs
 from kvsched.diagnosis import diagnose, incident_flags
 from kvsched.errors import KvschedError, ScenarioError
 from kvsched.report import write_csv, write_json
@@ -172,10 +172,12 @@ def _run_point(job: tuple[SweepSource, dict[str, Any], str]) -> dict[str, Any]:
 
 
 def run_sweep(source: SweepSource, axes: Sequence[Axis], variants: Sequence[str] = (),
-              jobs: int = 1, on_point: Callable[[], None] | None = None) -> pd.DataFrame:
+              jobs: int = 1, on_point: Callable[[], None] | None = None,
+              backend: Backend = Backend.LOCAL, address: str | None = None) -> pd.DataFrame:
     """One row per grid point and variant: the point's values, `variant`, the summary keys.
 
-    Every point is validated before anything runs; `jobs` > 1 runs points in processes.
+    Every point is validated before anything runs; `jobs` > 1 runs points in processes,
+    `backend` ray as Ray tasks (see `kvsched.backends`); the rows are the same either way.
     """
     points = grid(axes)
     source = replace(source, options=tuple((a.path, a.option.split()[0]) for a in axes))
@@ -183,19 +185,7 @@ def run_sweep(source: SweepSource, axes: Sequence[Axis], variants: Sequence[str]
     for point in points:
         source.load(point)  # refuse a bad value before spending time on the others
     work = [(source, point, name) for point in points for name in names]
-    if jobs > 1 and len(work) > 1:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            summaries = []
-            for summary in pool.map(_run_point, work, chunksize=1):
-                summaries.append(summary)
-                if on_point:
-                    on_point()
-    else:
-        summaries = []
-        for job in work:
-            summaries.append(_run_point(job))
-            if on_point:
-                on_point()
+    summaries = run_jobs(_run_point, work, backend, jobs, address, on_point)
     rows = [{**point, "variant": name, **summary}
             for (_, point, name), summary in zip(work, summaries, strict=True)]
     return pd.DataFrame.from_records(rows)

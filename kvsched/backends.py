@@ -1,0 +1,92 @@
+"""Where the independent jobs of a sweep or a capacity search run: here (one process, or
+`jobs` processes) or as Ray tasks (a local Ray by default, a cluster's with `address`).
+
+Every backend returns the results in the order of the jobs, whatever order they finish
+in, so a grid's records do not depend on where it ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from kvsched.errors import KvschedError
+
+J = TypeVar("J")
+R = TypeVar("R")
+
+RAY_MISSING = ("--backend ray needs Ray, which is not installed: pip install 'kvsched[ray]' "
+               "(or use --backend local)")
+
+
+class Backend(StrEnum):
+    LOCAL = "local"  # this machine: -j processes
+    RAY = "ray"  # Ray tasks
+
+
+def run_jobs(function: Callable[[J], R], jobs: Sequence[J], backend: Backend = Backend.LOCAL,
+             workers: int = 1, address: str | None = None,
+             on_done: Callable[[], None] | None = None) -> list[R]:
+    """`function` over `jobs` (picklable, module-level), results in job order; `on_done`
+    after each result (progress bars)."""
+    if backend is Backend.RAY:
+        return _run_ray(function, jobs, address, on_done)
+    if address is not None:
+        raise KvschedError("--address needs --backend ray")
+    results: list[R] = []
+    if workers > 1 and len(jobs) > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            for result in pool.map(function, jobs, chunksize=1):
+                results.append(result)
+                if on_done:
+                    on_done()
+        return results
+    for job in jobs:
+        results.append(function(job))
+        if on_done:
+            on_done()
+    return results
+
+
+def ray_available() -> bool:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _run_ray(function: Callable[[J], R], jobs: Sequence[J], address: str | None,
+             on_done: Callable[[], None] | None) -> list[R]:
+    try:
+        import ray
+    except ImportError:
+        raise KvschedError(RAY_MISSING) from None
+    started_here = not ray.is_initialized()
+    if started_here:
+        try:
+            # No dashboard, no usage report: nothing reaches the network but the cluster.
+            ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            where = address or "a local Ray"
+            raise KvschedError(f"--backend ray: cannot start or reach {where}: "
+                               f"{str(exc).splitlines()[0] if str(exc) else exc}") from None
+    try:
+        remote: Any = ray.remote(_call)
+        refs = [remote.remote(function, job) for job in jobs]
+        results: list[Any] = []
+        for ref in refs:  # in job order: the same records as -j 1
+            results.append(ray.get(ref))
+            if on_done:
+                on_done()
+        return results
+    finally:
+        if started_here and address is None:
+            ray.shutdown()
+
+
+def _call(function: Callable[[J], R], job: J) -> R:
+    return function(job)
