@@ -197,6 +197,12 @@ def sweep(
     seed: Seed = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, metavar="N",
                                       help="Parallel processes.")] = 1,
+    backend: Annotated[str, typer.Option(
+        metavar="local|ray", help="Run the points here (-j processes) or as Ray tasks.")
+    ] = "local",
+    address: Annotated[str | None, typer.Option(
+        metavar="ADDR", help="With --backend ray: an existing Ray cluster (default: a local "
+        "Ray).")] = None,
     out: Out = Path("results"),
     name: Annotated[str | None, typer.Option(
         metavar="NAME", help="Results go to OUT/sweep-NAME/.")] = None,
@@ -243,7 +249,8 @@ def sweep(
     with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task("sweep", total=points)
-        frame = run_sweep(source, axes, variant, jobs, lambda: progress.advance(task))
+        frame = run_sweep(source, axes, variant, jobs, lambda: progress.advance(task),
+                          _backend(backend), address)
     folder = out / f"sweep-{name or loaded.name}"
     write_sweep(folder, frame, axes, source)
     typer.echo(sweep_table(frame, [axis.path for axis in axes]))
@@ -252,6 +259,12 @@ def sweep(
 
         plot_sweep_folder(folder)
     typer.echo(f"records: {folder}/summary.csv")
+
+
+def _backend(name: str) -> Any:
+    from kvsched.cli_capacity import backend_of
+
+    return backend_of(name)
 
 
 # -- validate, policies, scenarios ------------------------------------------------------
@@ -439,6 +452,9 @@ def fit_linear_command(model: ModelOpt, gpu: GpuOpt, tp: TpOpt = 1) -> None:
                f"per_swapped_block: {linear.per_swapped_block:.6g}}}")
     typer.echo(f"# fitted on {fit.num_batches} batches: {fit.median_error:.1f}% median, "
                f"{fit.max_error:.1f}% max error against the roofline")
+
+
+from kvsched import cli_capacity  # noqa: E402, F401  (registers `capacity`)
 
 
 def main() -> None:
