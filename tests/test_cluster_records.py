@@ -93,3 +93,66 @@ def test_routing_scenario_holds_its_checks(tmp_path):
     result = invoke("run", ROOT / "scenarios" / "routing.yaml", "--out", tmp_path)
     assert result.exit_code == 0, result.output
     assert "FAIL" not in result.output
+
+
+def summary_of(folder: Path, variant: str = "a") -> dict:
+    return json.loads((folder / variant / "summary.json").read_text())
+
+
+def test_one_session_on_one_replica_is_named_an_imbalance(tmp_path):
+    """All requests share a session: the session router piles them on replica 0 while
+    replica 1 idles, and the diagnosis says so."""
+    requests = "\n".join(f"    - {{arrival: {i * 0.01:.2f}, prompt_len: 100, output_len: 50, "
+                         f"session: chat}}" for i in range(30))
+    path = tmp_path / "s.yaml"
+    path.write_text(f"""
+name: sticky
+engine: {{max_num_batched_tokens: 512, max_num_seqs: 4, num_blocks: 400}}
+time: {{kind: linear, base: 0.01, per_prefill_token: 0.0001, per_decode: 0.001}}
+workload:
+  kind: inline
+  requests:
+{requests}
+cluster: {{replicas: 2, router: session}}
+variants:
+  - {{name: a}}
+  - {{name: spread, cluster: {{router: least_outstanding}}}}
+expect:
+  - {{variant: a, metric: incident_imbalance, op: "==", value: 1}}
+  - {{variant: spread, metric: incident_imbalance, op: "==", value: 0}}
+  - {{variant: a, metric: replica_requests_max, op: "==", value: 30}}
+""")
+    result = invoke("run", path, "--out", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    assert "FAIL" not in result.output
+    assert "imbalance: replica 0 had" in result.output and "replica 1 had nothing" in result.output
+    summary = summary_of(tmp_path / "out" / "sticky")
+    assert summary["max_queue_while_idle"] >= 8
+
+
+def test_a_slow_replica_behind_round_robin_shows_in_its_p99(tmp_path):
+    """A mixed fleet: one replica 20x slower; round-robin feeds it a quarter of the traffic
+    anyway, and its p99 TTFT is named as far above the others'."""
+    folder = run(tmp_path, """cluster:
+  replicas:
+    - {count: 3}
+    - {time: {kind: linear, base: 0.2, per_prefill_token: 0.002, per_decode: 0.02}}
+  router: round_robin""")
+    summary = summary_of(folder)
+    slow, *fast = summary["replicas"][::-1]
+    assert slow["replica"] == 3 and all(slow["ttft_p99"] > 3 * f["ttft_p99"] for f in fast)
+    assert summary["incident_imbalance"] == 1
+    assert any(i["kind"] == "imbalance" and i["evidence"]["worst_replica"] == 3
+               for i in summary["incidents"])
+
+
+def test_a_mixed_fleet_takes_each_replicas_engine(tmp_path):
+    folder = run(tmp_path, """cluster:
+  replicas: [{engine: {num_blocks: 50}}, {count: 2, engine: {num_blocks: 300}}]""")
+    summary = summary_of(folder)
+    assert [r["num_blocks"] for r in summary["replicas"]] == [50, 300, 300]
+    with (folder / "a" / "steps.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:
+        total = {"0": 50, "1": 300, "2": 300}[row["replica"]]
+        assert int(row["blocks_used"]) + int(row["blocks_free"]) == total
