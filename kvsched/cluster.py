@@ -71,11 +71,11 @@ class ReplicaSetup:
 class ClusterResult(RunResult):
     """A cluster run: the cluster's records (every request, events of all replicas
     interleaved by time) and summary, plus each replica's own `RunResult` in `replicas`.
-    `replica_of[i]`: the replica request i (input order) was routed to, None if it never
-    arrived (the run stopped first); `event_replicas[k]`: the replica of `events[k]`."""
+    `replica_of[i]`: the replica request i (input order) was routed to;
+    `event_replicas[k]`: the replica of `events[k]`."""
 
     replicas: tuple[RunResult, ...] = ()
-    replica_of: tuple[int | None, ...] = ()
+    replica_of: tuple[int, ...] = ()
     event_replicas: tuple[int, ...] = ()
     imbalance_ttft_ratio: float = 3.0
     imbalance_queue: int = 8
@@ -86,7 +86,7 @@ class _Replica:
     """A replica's engine and its place on the cluster clock."""
 
     __slots__ = ("index", "engine", "log", "whole_steps", "max_steps", "step", "now",
-                 "executed", "pending", "idle", "snapshot", "history", "num_blocks")
+                 "executed", "pending", "idle", "stopped", "snapshot", "history", "num_blocks")
 
     def __init__(self, index: int, engine: Engine, log: StepLog, whole_steps: bool,
                  max_steps: int) -> None:
@@ -101,6 +101,7 @@ class _Replica:
         self.executed = 0
         self.pending: list[Seq] = []  # routed here, to be taken in by its next step
         self.idle = False  # no step scheduled: waits for an arrival
+        self.stopped = False  # reached max_steps: steps no more
         # (time, waiting, running, free blocks) as its current batch runs; pending not counted
         self.snapshot: tuple[float, int, int, int] = (0.0, 0, 0, self.num_blocks)
         self.history: list[tuple[float, int, int, int]] | None = None
@@ -132,10 +133,13 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
                 admissions: Sequence[SloAdmission | None] | None = None,
                 slo: Slo | None = None, backpressure: Backpressure | None = None,
                 keep_steps: bool = True, imbalance_ttft_ratio: float = 3.0,
-                imbalance_queue: int = 8) -> ClusterResult:
+                imbalance_queue: int = 8, stretches: bool = True) -> ClusterResult:
     """Run `requests` through the replicas built from `setups`, routed by `router`, until
-    nothing is left to do (or a replica reaches its `max_steps`: then the whole run stops,
-    as a single run does). Same inputs, same records."""
+    nothing is left to do. A replica that reaches its `max_steps` stops there (what it holds
+    or is sent later ends `unfinished`, as in a single run) while the others go on: a stop
+    that does not depend on how far another replica's stretch jumped. Same inputs, same
+    records. `stretches=False` runs every step on
+    its own (the exact path, for checking the stretch bound)."""
     ids = [r.request_id for r in requests]
     if len(set(ids)) != len(ids):
         seen: set[str] = set()
@@ -151,7 +155,8 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
     for index, setup in enumerate(setups):
         config = setup.config
         admission = admissions[index] if admissions else None
-        engine = Engine(config, policies[index], setup.clock, admission, backpressure)
+        engine = Engine(config, policies[index], setup.clock, admission, backpressure,
+                        stretches=stretches)
         log = StepLog(config.num_blocks, keep=keep_steps)
         replica = _Replica(index, engine, log, setup.clock.whole_steps, config.max_steps)
         if signal_delay > 0:
@@ -160,30 +165,26 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
         seqs_of.append([])
     # Blocks of a request depend on the block size of the replica it lands on: a Seq is
     # made when the router has chosen.
-    routed: list[int | None] = [None] * len(requests)
+    routed: list[int | None] = [None] * len(requests)  # all set by the loop
     seqs: list[Seq | None] = [None] * len(requests)
     loop = _Loop(replicas, router, signal_delay, [requests[i] for i in order])
-    stopped = loop.run()
+    loop.run()
     for k, i in enumerate(order):
         routed[i] = loop.routed[k]
         seqs[i] = loop.seqs[k]
 
-    leftover = Status.UNFINISHED if stopped else Status.STARVED
     replica_results = []
     records: list[RequestRecord] = [None] * len(requests)  # type: ignore[list-item]
     for replica in replicas:
         sched = replica.engine.sched
-        if stopped:
+        if replica.stopped:
             sched.close_all_runs()
         else:
             _explain_starvation(sched, replica.step, replica.now)
-    for i, request in enumerate(requests):
-        seq = seqs[i]
-        if seq is None:  # never arrived: the run stopped first
-            seq = Seq.of(request, -1, setups[0].config.block_size)
-            records[i] = _record(seq, leftover, replicas[0].engine.sched)
-        else:
-            records[i] = _record(seq, leftover, replicas[routed[i]].engine.sched)  # type: ignore[index]
+    for i in range(len(requests)):
+        replica = replicas[routed[i]]  # type: ignore[index]
+        leftover = Status.UNFINISHED if replica.stopped else Status.STARVED
+        records[i] = _record(seqs[i], leftover, replica.engine.sched)  # type: ignore[arg-type]
     for replica in replicas:
         stats = replica.log.close()
         mine = [records[i] for i in range(len(requests)) if routed[i] == replica.index]
@@ -196,7 +197,8 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
     summary = _cluster_summary(records, replicas, replica_results, slo, loop.idle_witness)
     return ClusterResult(setups[0].config, setups[0].clock.unit, records,
                          ClusterSteps(replica_results), events, None, summary,
-                         tuple(replica_results), tuple(routed), tuple(event_replicas),
+                         tuple(replica_results), tuple(k for k in routed if k is not None),
+                         tuple(event_replicas),
                          imbalance_ttft_ratio, imbalance_queue, loop.idle_witness)
 
 
@@ -211,8 +213,8 @@ class _Loop:
     idle_witness: tuple[int, int, float, int] | None = None
     _routed_at: list[list[float]] = field(default_factory=list)
 
-    def run(self) -> bool:
-        """Run to the end; True when a replica's `max_steps` stopped the run."""
+    def run(self) -> None:
+        """Run until every arrival is routed and no replica has a step left."""
         replicas, arrivals = self.replicas, self.arrivals
         n = len(arrivals)
         self.routed = [None] * n
@@ -236,13 +238,13 @@ class _Loop:
                     nxt += 1
                     continue
             elif not heap:
-                return False
+                return
             _, _, index, _ = heapq.heappop(heap)
             replica = replicas[index]
             upcoming = times[nxt] if nxt < n else math.inf
             if self._advance(replica, upcoming):
-                return True
-            if not replica.idle:
+                replica.stopped = True
+            elif not replica.idle:
                 heapq.heappush(heap, (replica.now, STEP, index, replica.executed))
 
     def _route(self, k: int, now: float, heap: list[tuple[float, int, int, int]]) -> None:
@@ -264,7 +266,7 @@ class _Loop:
         replica.pending.append(seq)
         if self.delay > 0:
             self._routed_at[replica.index].append(now)
-        if replica.idle:  # wake it: its next step starts now (at the next whole step)
+        if replica.idle and not replica.stopped:  # wake it: its next step starts now
             replica.idle = False
             if replica.whole_steps:
                 replica.step = max(replica.step, math.ceil(now))

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from test_invariants import check_invariants, clocks, configs, workloads
 
 from kvsched import EngineConfig, Request
+from kvsched.admission import SloAdmission
 from kvsched.cluster import ReplicaSetup, run_cluster
 from kvsched.policies import make_policy
 from kvsched.routers import make_router
@@ -46,14 +47,8 @@ def test_one_replica_behind_any_router_is_simulate(requests, config, policy, clo
     result = cluster(requests, config, policy, clock, 1, name)
     assert result.requests == single.requests
     assert {k: result.summary[k] for k in single.summary} == single.summary
-    replica = result.replicas[0]
-    assert replica.steps == single.steps
-    assert replica.events == single.events == result.events
-    if None in result.replica_of:  # max_steps stopped the run before these arrived
-        assert all(r.status == "unfinished" for r, k in
-                   zip(result.requests, result.replica_of, strict=True) if k is None)
-    else:
-        same_records(single, replica)
+    assert result.events == single.events
+    same_records(single, result.replicas[0])
 
 
 @settings(**SETTINGS)
@@ -63,18 +58,14 @@ def test_invariants_hold_on_every_replica(requests, config, policy, clock, name,
     result = cluster(requests, config, policy, clock, n, name, signal_delay=delay)
     # Every request routed once, to a real replica, and recorded once, in input order.
     assert [r.request_id for r in result.requests] == [r.request_id for r in requests]
-    stopped = any(r.status == "unfinished" for r in result.requests)
-    if not stopped:
-        assert all(0 <= k < n for k in result.replica_of)
+    assert all(0 <= k < n for k in result.replica_of)
     ids = [r.request_id for rep in result.replicas for r in rep.requests]
-    assert sorted(ids) == sorted(r.request_id for r, k in zip(requests, result.replica_of,
-                                                               strict=True) if k is not None)
+    assert sorted(ids) == sorted(r.request_id for r in requests)
     for index, rep in enumerate(result.replicas):
         mine = [r for r, k in zip(requests, result.replica_of, strict=True) if k == index]
         check_invariants(mine, config, rep)  # blocks conserved on each replica
     assert result.summary["num_requests"] == len(requests)
-    assert sum(r["num_requests"] for r in result.summary["replicas"]) == sum(
-        k is not None for k in result.replica_of)
+    assert sum(r["num_requests"] for r in result.summary["replicas"]) == len(requests)
 
 
 @settings(**SETTINGS)
@@ -97,6 +88,27 @@ def test_round_robin_over_n_copies_gives_each_replica_the_single_run(requests, c
         assert rep.steps == single.steps
         keys = ("ttft_p50", "ttft_p99", "e2e_p99", "num_preemptions", "num_finished")
         assert {k: rep.summary[k] for k in keys} == {k: single.summary[k] for k in keys}
+
+
+@settings(**SETTINGS)
+@given(workloads(max_requests=14), configs(), st.sampled_from(["fcfs", "spf", "priority"]),
+       clocks, st.sampled_from(ROUTERS), st.integers(2, 4), st.sampled_from([0.0, 0.3]),
+       st.booleans())
+def test_stretches_give_the_exact_per_step_records_on_every_replica(requests, config, policy,
+                                                                    clock, name, n, delay,
+                                                                    admit):
+    """The stretch bound (the next arrival anywhere) loses nothing: jumping over steady
+    decode steps gives the records of running every step, routing included."""
+    admissions = [SloAdmission(2.0)] * n if admit else None
+    fast = cluster(requests, config, policy, clock, n, name, signal_delay=delay,
+                   admissions=admissions)
+    exact = cluster(requests, config, policy, clock, n, name, signal_delay=delay,
+                    admissions=admissions, stretches=False)
+    assert fast.replica_of == exact.replica_of
+    assert fast.requests == exact.requests
+    assert fast.events == exact.events
+    for a, b in zip(fast.replicas, exact.replicas, strict=True):
+        assert a.steps == b.steps
 
 
 def test_the_replica_whose_step_starts_first_runs_first():
