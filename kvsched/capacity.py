@@ -23,6 +23,7 @@ from kvsched.errors import KvschedError, ScenarioError
 from kvsched.runner import run_variant, select
 from kvsched.scenario import Scenario, Variant, is_known_metric, known_classes, unknown_value
 from kvsched.schema import Fixed, SyntheticWorkload, TraceWorkload
+from kvsched.steplog import StepLog
 from kvsched.sweep import Axis, SweepSource, grid
 
 MAX_FACTOR = 1024.0  # the search looks no further than 1024x (or 1/1024x) the given rate
@@ -160,7 +161,9 @@ def search(variant: Variant, targets: Sequence[SloTarget], tolerance: float,
     def probe(k: int) -> bool:
         if k not in probes:
             scale = math.exp(k * step)
-            summary = run_variant(scaled(variant, scale)).summary
+            run = scaled(variant, scale)
+            log = StepLog(run.spec.engine.to_config().num_blocks, keep=False)  # sums only
+            summary = run_variant(run, step_log=log).summary
             ok, values = holds(summary, targets)
             probes[k] = Probe(scale, rate * scale, values, ok)
         return probes[k].holds
