@@ -17,7 +17,7 @@ from kvsched.errors import KvschedError
 from kvsched.policies import make_policy
 from kvsched.records import EVENT_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS
 from kvsched.request import Request
-from kvsched.routers import make_router
+from kvsched.routers import load_router, make_router
 from kvsched.scenario import Variant
 from kvsched.schema import ClusterSpec, EngineSpec, RunSpec
 from kvsched.steplog import COMPACT_COLUMNS, RecordMode, compact_row
@@ -38,6 +38,16 @@ def replica_specs(spec: RunSpec) -> list[RunSpec]:
         time = entry.time if entry.time is not None else spec.time
         out.extend([spec.model_copy(update={"engine": engine, "time": time})] * entry.count)
     return out
+
+
+def check_router_loads(variant: Variant) -> None:
+    """Import the variant's router class (a user's module) now, or raise its error."""
+    cluster = variant.spec.cluster
+    assert cluster is not None
+    try:
+        load_router(cluster.router.name)
+    except ValueError as exc:
+        raise variant.error(("cluster", "router"), str(exc)) from None
 
 
 def run_cluster_variant(variant: Variant, requests: list[Request],

@@ -191,7 +191,13 @@ def select(scenario: Scenario, names: Iterable[str]) -> list[Variant]:
 
 def prepare(scenario: Scenario, variants: Iterable[str] = ()) -> dict[str, list[Request]]:
     """Build every selected variant's workload now, so that bad input (a trace with a bad
-    column) is refused before anything runs or is written."""
+    column, a user's router that does not import) is refused before anything runs or is
+    written."""
+    for variant in select(scenario, variants):
+        if variant.spec.cluster is not None:
+            from kvsched.cluster_run import check_router_loads
+
+            check_router_loads(variant)
     return {variant.name: requests_of(variant) for variant in select(scenario, variants)}
 
 

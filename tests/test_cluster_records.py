@@ -156,3 +156,15 @@ def test_a_mixed_fleet_takes_each_replicas_engine(tmp_path):
     for row in rows:
         total = {"0": 50, "1": 300, "2": 300}[row["replica"]]
         assert int(row["blocks_used"]) + int(row["blocks_free"]) == total
+
+
+def test_validate_never_imports_a_user_router_and_run_names_it(tmp_path):
+    path = tmp_path / "fleet.yaml"
+    path.write_text(SCENARIO.replace("{cluster}",
+                                     "cluster: {replicas: 2, router: no_such_pkg.routers:Mine}"))
+    assert invoke("validate", path).exit_code == 0
+    result = invoke("run", path, "--out", tmp_path / "out")
+    assert result.exit_code == 2
+    assert "cannot import router module 'no_such_pkg.routers'" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()

@@ -35,7 +35,7 @@ BUILTIN: dict[str, type] = {
 _USER = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 __all__ = ["BUILTIN", "EngineView", "RouteRequest", "Router", "RouterBase", "check_router",
-           "make_router"]
+           "load_router", "make_router"]
 
 
 def check_router(name: str, params: dict[str, Any]) -> None:
@@ -57,6 +57,12 @@ def make_router(name: str, params: dict[str, Any], num_replicas: int,
     if callable(bind):
         bind(num_replicas, rng)
     return router
+
+
+def load_router(name: str) -> type:
+    """The class `name` stands for (a user's module imported), checked to be a class with a
+    `route` method; nothing of it is called. For refusing a bad router before a run."""
+    return _user_class(name) if ":" in name else _builtin(name)
 
 
 def _builtin(name: str) -> type:
