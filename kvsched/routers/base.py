@@ -9,7 +9,7 @@ as of the arrival (or `signal_delay` seconds earlier), never the future.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -27,8 +27,9 @@ class RouteRequest:
     session: str | None
 
 
+@dataclass(frozen=True, slots=True)
 class EngineView:
-    """One replica as a router sees it (read-only).
+    """One replica as a router sees it (read-only: a snapshot, changing it is an error).
 
     `num_waiting` counts requests queued on the replica, those routed there but not yet
     taken in by its next step included; `num_running` the requests in its batch (decoding
@@ -36,17 +37,12 @@ class EngineView:
     current batch runs: a batch's finishes show once it ends.
     """
 
-    __slots__ = ("index", "num_blocks", "num_waiting", "num_running", "num_free_blocks",
-                 "_prefix")
-
-    def __init__(self, index: int, num_blocks: int, num_waiting: int, num_running: int,
-                 num_free_blocks: int, prefix: PrefixLookup | None = None) -> None:
-        self.index = index
-        self.num_blocks = num_blocks
-        self.num_waiting = num_waiting
-        self.num_running = num_running
-        self.num_free_blocks = num_free_blocks
-        self._prefix = prefix
+    index: int
+    num_blocks: int
+    num_waiting: int
+    num_running: int
+    num_free_blocks: int
+    prefix: PrefixLookup | None = field(default=None, repr=False, compare=False)
 
     @property
     def num_outstanding(self) -> int:
@@ -58,11 +54,7 @@ class EngineView:
 
         kvsched has no prefix cache yet, so this is 0 for every replica today; routers that
         use it (`prefix_aware`) then fall back to their load rule."""
-        return 0 if self._prefix is None else self._prefix(request)
-
-    def __repr__(self) -> str:
-        return (f"EngineView({self.index}: waiting={self.num_waiting}, "
-                f"running={self.num_running}, free={self.num_free_blocks})")
+        return 0 if self.prefix is None else self.prefix(request)
 
 
 class PrefixLookup(Protocol):
