@@ -168,3 +168,11 @@ def test_validate_never_imports_a_user_router_and_run_names_it(tmp_path):
     assert "cannot import router module 'no_such_pkg.routers'" in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_plot_draws_a_timeline_per_replica(tmp_path):
+    folder = run(tmp_path, "cluster: {replicas: [{engine: {num_blocks: 80}}, {count: 1}]}",
+                 "--plot")
+    assert (folder / "timeline-a-r0.png").exists() and (folder / "timeline-a-r1.png").exists()
+    assert not (folder / "timeline-a.png").exists()
+    assert (folder / "ttft.png").exists()
