@@ -283,6 +283,12 @@ def sweep(
     seed: Seed = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", metavar="N",
                                       help="Parallel processes (>= 1).")] = 1,
+    backend: Annotated[str, typer.Option(
+        metavar="local|ray", help="Run the points here (-j processes) or as Ray tasks.")
+    ] = "local",
+    address: Annotated[str | None, typer.Option(
+        metavar="ADDR", help="With --backend ray: an existing Ray cluster (default: a local "
+        "Ray).")] = None,
     out: Out = Path("results"),
     name: Annotated[str | None, typer.Option(
         metavar="NAME", help="Results go to OUT/sweep-NAME/.")] = None,
@@ -335,7 +341,8 @@ def sweep(
     with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task("sweep", total=points)
-        frame = run_sweep(source, axes, variant, jobs, lambda: progress.advance(task))
+        frame = run_sweep(source, axes, variant, jobs, lambda: progress.advance(task),
+                          _backend(backend), address)
     folder = out / f"sweep-{name or loaded.name}"
     existed = folder.exists()
     write_sweep(folder, frame, axes, source)
@@ -348,6 +355,12 @@ def sweep(
 
         plot_sweep_folder(folder)
     typer.echo(f"records: {folder}/summary.csv")
+
+
+def _backend(name: str) -> Any:
+    from kvsched.cli_capacity import backend_of
+
+    return backend_of(name)
 
 
 # -- validate, policies, scenarios ------------------------------------------------------
@@ -549,12 +562,15 @@ def _terminate(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+from kvsched import cli_capacity  # noqa: E402, F401  (registers `capacity`)
+
+
 def main() -> None:
     """The console script: every failure, usage errors included, is one line on stderr."""
-    try:
-        from click import exceptions as click_errors  # typer before 0.26 depends on click
-    except ImportError:  # pragma: no cover - later typer vendors it
+    try:  # typer 0.26 and later vendor click (and ignore an installed click)
         from typer._click import exceptions as click_errors
+    except ImportError:  # pragma: no cover - earlier typer depends on click
+        from click import exceptions as click_errors  # type: ignore[no-redef]
 
     no_args: Any = getattr(click_errors, "NoArgsIsHelpError", ())  # click < 8.2 has none
     signal.signal(signal.SIGTERM, _terminate)

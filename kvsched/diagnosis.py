@@ -22,6 +22,11 @@ The detectors read a run's records (and, for comparisons, the baseline variant's
 - all_rejected: every request was turned away at arrival (admission, or a pool or budget no
   request fits), so nothing was served;
 - none_finished: no request finished (starved, unfinished at `max_steps`, rejected).
+- imbalance (cluster runs only): one replica's p99 TTFT above `imbalance_ttft_ratio` (3)
+  times the median of the other replicas' p99s and above it by more than the median
+  end-to-end latency, or, at some arrival, one replica with at
+  least `imbalance_queue` (8) requests queued while another had nothing queued or running
+  (the thresholds live in `cluster:`).
 A healthy run reports nothing.
 """
 
@@ -40,6 +45,7 @@ KINDS = ("starvation", "head_of_line", "thrashing", "tail_blowup", "slo_violatio
          "overload", "all_rejected", "none_finished")
 INCIDENT_KEYS = ("num_incidents", *(f"incident_{kind}" for kind in KINDS))
 """Summary keys the diagnosis adds: a count, and a 0/1 flag per kind (for `expect`)."""
+CLUSTER_KINDS = ("imbalance",)  # kinds only a cluster run can have (and flags only it carries)
 
 _MOST_OVERTAKEN_CHECKED = 200  # longest waits examined for overtaking (bounds the cost)
 _OVERLOAD_BUSY_SHARE = 0.5  # an engine idle most of the arrival span is stuck, not overloaded
@@ -84,13 +90,17 @@ def diagnose(result: RunResult, thresholds: Thresholds = Thresholds(),
         all_rejected(result),
         none_finished(result),
     ]
+    if getattr(result, "replicas", ()):  # a kvsched.cluster.ClusterResult
+        found.append(imbalance(result))
     return [incident for incident in found if incident is not None]
 
 
-def incident_flags(incidents: list[Incident]) -> dict[str, int]:
+def incident_flags(incidents: list[Incident], cluster: bool = False) -> dict[str, int]:
+    """`num_incidents` and a 0/1 flag per kind (cluster runs: the cluster kinds too)."""
     kinds = {incident.kind for incident in incidents}
+    known = KINDS + CLUSTER_KINDS if cluster else KINDS
     return {"num_incidents": len(incidents),
-            **{f"incident_{kind}": int(kind in kinds) for kind in KINDS}}
+            **{f"incident_{kind}": int(kind in kinds) for kind in known}}
 
 
 # -- detectors --------------------------------------------------------------------------
@@ -301,7 +311,8 @@ def overload(result: RunResult, thresholds: Thresholds) -> Incident | None:
     """Arrivals faster than the engine served while it was busy, and a queue that grows."""
     # Requests turned away at arrival were shed: the engine owed them nothing.
     arrivals = sorted(r.arrival_time for r in result.requests if r.status != "rejected")
-    timeline = result.step_log.stats.timeline
+    log = getattr(result, "step_log", None)  # a cluster's result has one per replica
+    timeline = getattr(getattr(log, "stats", None), "timeline", None)
     if len(arrivals) < 2 or arrivals[-1] <= arrivals[0] or not result.summary["num_steps"] \
             or timeline is None:
         return None  # all at once: a queue that drains, not a rate
@@ -377,3 +388,35 @@ def none_finished(result: RunResult) -> Incident | None:
     return Incident("none_finished", (
         f"none_finished: none of the {len(requests):,} requests finished ({parts})"),
         {"statuses": dict(statuses)})
+
+
+def imbalance(result: Any) -> Incident | None:
+    """A cluster whose load is uneven (see the module docstring); `result` is a
+    `kvsched.cluster.ClusterResult`."""
+    unit = _unit(result)
+    parts = []
+    evidence: dict[str, Any] = {}
+    p99s = [(i, r.summary["ttft_p99"]) for i, r in enumerate(result.replicas)
+            if r.summary["ttft_p99"] is not None]
+    if len(p99s) >= 2:
+        worst, p99 = max(p99s, key=lambda item: (item[1], -item[0]))
+        typical = float(np.median([v for i, v in p99s if i != worst]))
+        ratio = result.imbalance_ttft_ratio
+        e2e = [r.e2e_latency for r in result.requests if r.e2e_latency is not None]
+        service = float(np.median(e2e)) if e2e else 0.0
+        # Far above: by the ratio, and by more than a typical request's whole service time
+        # (a few unlucky requests on a lightly loaded replica are not an imbalance).
+        if typical > 0 and p99 > ratio * typical and p99 - typical > service:
+            parts.append(f"replica {worst}'s p99 TTFT {p99:.4g} {unit} is {p99 / typical:.3g}x "
+                         f"the other replicas' median ({typical:.4g} {unit})")
+            evidence |= {"worst_replica": worst, "worst_ttft_p99": p99,
+                         "others_ttft_p99_median": typical}
+    witness = result.idle_witness
+    if witness is not None and witness[0] >= result.imbalance_queue:
+        queue, busy, time, idle = witness
+        parts.append(f"replica {busy} had {queue} requests queued at {time:.4g} {unit} while "
+                     f"replica {idle} had nothing to do")
+        evidence |= {"queued": queue, "queued_replica": busy, "at": time, "idle_replica": idle}
+    if not parts:
+        return None
+    return Incident("imbalance", "imbalance: " + "; ".join(parts), evidence)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -733,11 +733,30 @@ def save_png(fig: Figure, path: Path) -> Path:
     return path
 
 
+def replica_records(records: VariantRecords, folder: Path) -> list[VariantRecords]:
+    """A cluster run's variant as one VariantRecords per replica (its steps, its requests,
+    its pool from summary.json); a single-replica run as itself."""
+    if records.steps is None or "replica" not in records.steps.columns:
+        return [records]
+    summary = read_json(folder / "summary.json")
+    pools = {int(r["replica"]): int(r["num_blocks"]) for r in summary.get("replicas", ())}
+    out = []
+    for replica in sorted(pools):
+        steps = records.steps[records.steps["replica"] == replica].reset_index(drop=True)
+        requests = records.requests[records.requests["replica"] == replica]
+        out.append(replace(records, name=f"{records.name}-r{replica}", steps=steps,
+                           requests=requests.reset_index(drop=True),
+                           num_blocks=pools[replica]))
+    return out
+
+
 def plot_run_folder(folder: Path) -> list[Path]:
-    """Write timeline-<variant>.png per variant, ttft.png and latency.png into a run folder."""
+    """Write timeline-<variant>.png per variant (per replica of a cluster run:
+    timeline-<variant>-r<i>.png), ttft.png and latency.png into a run folder."""
     variants = read_run(folder)
-    written = [save_png(draw_timeline(records), folder / f"timeline-{records.name}.png")
-               for records in variants if records.steps is not None]  # not --records summary
+    written = [save_png(draw_timeline(part), folder / f"timeline-{part.name}.png")
+               for records in variants if records.steps is not None  # not --records summary
+               for part in replica_records(records, folder / records.name)]
     written.append(save_png(draw_ttft(variants), folder / "ttft.png"))
     written.append(save_png(draw_latency(variants), folder / "latency.png"))
     return written

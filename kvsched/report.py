@@ -173,6 +173,7 @@ def summary_rows(rows: Sequence[tuple[str, dict[str, Any]]]) -> tuple[list[str],
     """summary.csv: one row per variant, every summary key a column (keys in order of first
     appearance, so per-class keys come after the others, then `metrics.LATE_KEYS`), as a
     header and rows of cells."""
+    rows = [(name, _flat_replicas(summary)) for name, summary in rows]
     header = ["variant"]
     seen = {*header, *LATE_KEYS}
     for _, summary in rows:
@@ -185,10 +186,23 @@ def summary_rows(rows: Sequence[tuple[str, dict[str, Any]]]) -> tuple[list[str],
     return header, body
 
 
+def _flat_replicas(summary: dict[str, Any]) -> dict[str, Any]:
+    """A cluster run's `replicas` list as `r<i>_<key>` columns (other summaries unchanged)."""
+    replicas = summary.get("replicas")
+    if not isinstance(replicas, list):
+        return summary
+    flat = {key: value for key, value in summary.items() if key != "replicas"}
+    for entry in replicas:
+        flat |= {f"r{entry['replica']}_{key}": value for key, value in entry.items()
+                 if key != "replica"}
+    return flat
+
+
 def summary_frame(rows: Sequence[tuple[str, dict[str, Any]]]) -> pd.DataFrame:
     """summary.csv's table as a DataFrame."""
     import pandas as pd
 
+    rows = [(name, _flat_replicas(summary)) for name, summary in rows]
     records = [{"variant": name, **{key: _cell(value) for key, value in summary.items()}}
                for name, summary in rows]
     return pd.DataFrame.from_records(records)

@@ -59,7 +59,8 @@ class VariantRun:
     @property
     def summary(self) -> dict[str, Any]:
         """The run's summary, the diagnosis flags, and `incidents` with their evidence."""
-        return {**self.result.summary, **incident_flags(list(self.incidents)),
+        return {**self.result.summary,
+                **incident_flags(list(self.incidents), self.variant.spec.cluster is not None),
                 "incidents": [incident.as_dict() for incident in self.incidents]}
 
 
@@ -156,6 +157,11 @@ def run_variant(variant: Variant, record_batches: bool = False,
     pressure = spec.backpressure
     if requests is None:
         requests = requests_of(variant)
+    if spec.cluster is not None:
+        from kvsched.cluster_run import run_cluster_variant
+
+        return run_cluster_variant(variant, requests,
+                                   keep_steps=step_log is None or step_log.kept is not None)
     return simulate(requests, spec.engine.to_config(), policy, time_model_of(spec),
                     admission=admission, slo=slo_of(spec),
                     backpressure=Backpressure(pressure.window, pressure.threshold,
@@ -208,10 +214,15 @@ def select(scenario: Scenario, names: Iterable[str]) -> list[Variant]:
 
 def prepare(scenario: Scenario, variants: Iterable[str] = ()) -> dict[str, list[Request]]:
     """Build every selected variant's workload now, so that bad input (a trace with a bad
-    column) is refused before anything runs or is written."""
+    column, a user's policy class or router that does not load) is refused before anything
+    runs or is written."""
     workloads = {}
     for variant in select(scenario, variants):
         policy_of(variant)  # a user's policy class that does not load is refused now
+        if variant.spec.cluster is not None:
+            from kvsched.cluster_run import check_router_loads
+
+            check_router_loads(variant)
         workloads[variant.name] = requests_of(variant)
     return workloads
 
@@ -233,12 +244,15 @@ def run_scenario(scenario: Scenario, variants: Iterable[str] = (), record_batche
         requests = workloads.get(variant.name) if workloads else None
         num_blocks = variant.spec.engine.to_config().num_blocks
         steps_file = writer = event_writer = None
-        if spool is not None:
+        stream = spool is not None and variant.spec.cluster is None  # clusters write at the end
+        if stream:
+            assert spool is not None
             (spool / variant.name).mkdir()
             event_writer = RowCsv(spool / variant.name / "events.csv", EVENT_COLUMNS)
         if records is RecordMode.SUMMARY:
             log = StepLog(num_blocks, keep=False)
-        elif spool is not None:
+        elif stream:
+            assert spool is not None
             steps_file = spool / variant.name / "steps.csv"
             writer = StepCsv(steps_file, records, num_blocks)
             log = StepLog(num_blocks, keep=False, sink=writer)
@@ -255,7 +269,7 @@ def run_scenario(scenario: Scenario, variants: Iterable[str] = (), record_batche
                 if open_file is not None:
                     open_file.close()
         run = VariantRun(variant.name, variant, result, records=records, steps_file=steps_file,
-                         streamed=spool is not None)
+                         streamed=stream)
         runs.append(run)
         if on_done:
             on_done(run)
@@ -422,6 +436,20 @@ def _link_or_copy(source: str | Path, target: str | Path) -> None:
 def _write_variant(folder: Path, run: VariantRun) -> None:
     folder.mkdir(exist_ok=run.streamed)
     result = run.result
+    if getattr(result, "replicas", ()):  # a cluster: records with a replica column
+        from kvsched.cluster_run import write_cluster_records
+
+        write_cluster_records(folder, result, run.records)  # type: ignore[arg-type]
+    else:
+        _write_records(folder, run)
+    write_json({"variant": run.name, "time_unit": result.time_unit, **run.summary},
+               folder / "summary.json")
+    write_json({**run_record(run.variant, result), "records": run.records.value},
+               folder / "run.json")
+
+
+def _write_records(folder: Path, run: VariantRun) -> None:
+    result = run.result
     write_rows(folder / "requests.csv", REQUEST_COLUMNS,
                (r.as_row() for r in result.requests))
     if run.steps_file is None and run.records is not RecordMode.SUMMARY:
@@ -430,10 +458,6 @@ def _write_variant(folder: Path, run: VariantRun) -> None:
         write_rows(folder / "events.csv", EVENT_COLUMNS, result.events)
     if result.batches is not None:
         write_rows(folder / "batches.csv", BATCH_COLUMNS, result.batches)
-    write_json({"variant": run.name, "time_unit": result.time_unit, **run.summary},
-               folder / "summary.json")
-    write_json({**run_record(run.variant, result), "records": run.records.value},
-               folder / "run.json")
 
 
 def write_steps(path: Path, result: RunResult, records: RecordMode = RecordMode.FULL) -> None:

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from kvsched.cluster import CLUSTER_KEYS
 from kvsched.diagnosis import INCIDENT_KEYS
 from kvsched.errors import ScenarioError, excerpt
 from kvsched.metrics import CLASS_KEYS, SUMMARY_KEYS
@@ -267,7 +268,7 @@ def _check_expectations(scenario: Scenario) -> None:
         for key in ("metric", "per"):
             metric = getattr(expectation, key)
             if metric is not None and not is_known_metric(metric, classes):
-                expected = [*SUMMARY_KEYS, *INCIDENT_KEYS,
+                expected = [*SUMMARY_KEYS, *INCIDENT_KEYS, *CLUSTER_KEYS,
                             *(f"{k}_{c}" for c in sorted(classes or ()) for k in CLASS_KEYS)]
                 raise scenario.error_at(("expect", i, key), None,
                                         unknown_value("metric", metric, expected))
@@ -290,7 +291,7 @@ def known_classes(scenario: Scenario) -> set[str] | None:
 def is_known_metric(metric: str, classes: set[str] | None = None) -> bool:
     """A summary key, or a per-class key such as `ttft_p99_long` (of a class in `classes`,
     when the classes are known)."""
-    if metric in SUMMARY_KEYS or metric in INCIDENT_KEYS:
+    if metric in SUMMARY_KEYS or metric in INCIDENT_KEYS or metric in CLUSTER_KEYS:
         return True
     return any(metric.startswith(f"{key}_") and len(metric) > len(key) + 1
                and (classes is None or metric[len(key) + 1:] in classes)

@@ -302,6 +302,7 @@ class InlineRequest(Strict):
     output_len: TokenLen
     priority: Priority = 0
     class_: str | None = Field(default=None, alias="class")
+    session: str | int | None = None
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True,
                               allow_inf_nan=False)
@@ -353,6 +354,7 @@ class TraceColumns(Strict):
     priority: str | None = None
     class_: str | None = Field(default=None, alias="class")
     request_id: str | None = None
+    session: str | None = None
     arrival_unit: Literal["s", "ms", "us", "datetime"] = "s"
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True,
@@ -464,6 +466,68 @@ class DiagnosisSpec(Strict):
     overload_queue: NonNegativeInt = 10
 
 
+class RouterSpec(BaseModel):
+    """`cluster.router:` a name, or `{name, <params>}`; see `kvsched.routers`."""
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True, allow_inf_nan=False)
+    name: str
+
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+    @model_validator(mode="after")
+    def _known_router(self) -> RouterSpec:
+        from kvsched.routers import check_router
+
+        check_router(self.name, self.params())  # never imports a user's module
+        return self
+
+
+class ReplicaSpec(Strict):
+    """One entry of `cluster.replicas:` when it is a list: `count` replicas whose engine is
+    the variant's with the `engine` keys given here replaced, and whose time model is `time`
+    (default: the variant's)."""
+
+    count: PositiveInt = 1
+    engine: EngineSpec | None = None
+    time: TimeSpec | None = None
+
+
+class ClusterSpec(Strict):
+    """`cluster:` N replicas behind a router (see `kvsched.cluster`). `replicas`: a count of
+    replicas like the variant's engine, or a list of overrides (a mixed fleet).
+    `signal_delay`: the router sees each replica as it was this long ago (time units).
+    `imbalance_ttft_ratio` and `imbalance_queue`: the imbalance detector's thresholds (see
+    `kvsched.diagnosis.imbalance`)."""
+
+    replicas: Annotated[list[ReplicaSpec], Field(min_length=1)] = [ReplicaSpec()]
+    router: RouterSpec = RouterSpec(name="round_robin")
+    signal_delay: NonNegativeFloat = 0.0
+    imbalance_ttft_ratio: Annotated[float, Field(gt=1)] = 3.0
+    imbalance_queue: PositiveInt = 8
+
+    @field_validator("router", mode="before")
+    @classmethod
+    def expand_router(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @field_validator("replicas", mode="before")
+    @classmethod
+    def expand_replicas(cls, value: Any) -> Any:
+        """`replicas: N` means `[{count: N}]`: N replicas like the variant's engine."""
+        if isinstance(value, bool) or not isinstance(value, int | list):
+            raise ValueError("expected a number of replicas or a list of replica overrides")
+        if isinstance(value, int):
+            if value < 1:
+                raise ValueError(f"expected a number of replicas >= 1, got {value}")
+            return [{"count": value}]
+        return value
+
+    @property
+    def num_replicas(self) -> int:
+        return sum(entry.count for entry in self.replicas)
+
+
 def _expand_policy(value: Any) -> Any:
     return {"name": value} if isinstance(value, str) else value
 
@@ -481,6 +545,7 @@ class RunSpec(Strict):
     admission: AdmissionSpec | None = None
     backpressure: BackpressureSpec = BackpressureSpec()
     diagnosis: DiagnosisSpec = DiagnosisSpec()
+    cluster: ClusterSpec | None = None  # None: one replica, today's records
 
     @model_validator(mode="before")
     @classmethod
@@ -537,4 +602,4 @@ class ScenarioSpec(RunSpec):
 
 
 OVERRIDABLE = ("description", "seed", "engine", "policy", "time", "workload", "slo", "admission",
-               "backpressure", "diagnosis")
+               "backpressure", "diagnosis", "cluster")

@@ -6,17 +6,13 @@ Values: `A..B` doubles from A up to B (128..8192: 128, 256, ..., 8192), `A..B:+S
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import itertools
 import math
 import os
 import re
 import shutil
-import signal
 import tempfile
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -24,6 +20,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from kvsched.backends import Backend, run_jobs
 from kvsched.diagnosis import diagnose, incident_flags
 from kvsched.errors import KvschedError, ScenarioError, excerpt
 from kvsched.paths import replace_dir, write_error
@@ -43,7 +40,6 @@ OPTION_PATHS = {
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _RANGE = re.compile(rf"^({_NUMBER})\.\.({_NUMBER})(?::([+x*])({_NUMBER}))?$")
 MAX_POINTS = 100_000  # runs in one sweep: grid points x variants
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -197,40 +193,18 @@ def _run_point(job: tuple[SweepSource, dict[str, Any], str]) -> dict[str, Any]:
     result = run_variant(variant, step_log=StepLog(num_blocks, keep=False))
     spec = variant.spec
     incidents = diagnose(result, thresholds_of(spec), None, slo_of(spec))
-    return {"time_unit": result.time_unit, **result.summary, **incident_flags(incidents),
+    flags = incident_flags(incidents, spec.cluster is not None)
+    return {"time_unit": result.time_unit, **result.summary, **flags,
             "incidents": "; ".join(incident.kind for incident in incidents)}
 
 
-def _die_with_parent() -> None:
-    """In a worker: receive SIGTERM when the parent process dies, however it dies (Linux)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):  # not Linux: the parent's _stop still ends them
-        return
-    if os.getppid() == 1:  # the parent died before prctl took effect
-        os._exit(1)
-
-
-def _stop(pool: ProcessPoolExecutor) -> None:
-    """End the workers now (an error, Ctrl-C or SIGTERM in the parent), not after their
-    current points."""
-    processes = list(getattr(pool, "_processes", {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        if process.is_alive():
-            process.terminate()
-    for process in processes:
-        process.join(timeout=5)
-
-
 def run_sweep(source: SweepSource, axes: Sequence[Axis], variants: Sequence[str] = (),
-              jobs: int = 1, on_point: Callable[[], None] | None = None) -> pd.DataFrame:
+              jobs: int = 1, on_point: Callable[[], None] | None = None,
+              backend: Backend = Backend.LOCAL, address: str | None = None) -> pd.DataFrame:
     """One row per grid point and variant: the point's values, `variant`, the summary keys.
 
-    Every point is validated before anything runs; `jobs` > 1 runs points in processes.
+    Every point is validated before anything runs; `jobs` > 1 runs points in processes,
+    `backend` ray as Ray tasks (see `kvsched.backends`); the rows are the same either way.
     """
     source = replace(source, options=tuple((a.path, a.option.split()[0]) for a in axes))
     names = [v.name for v in select(source.load({}), variants)]
@@ -240,25 +214,7 @@ def run_sweep(source: SweepSource, axes: Sequence[Axis], variants: Sequence[str]
         for variant in select(source.load(point), names):
             policy_of(variant)
     work = [(source, point, name) for point in points for name in names]
-    if jobs > 1 and len(work) > 1:
-        pool = ProcessPoolExecutor(max_workers=min(jobs, len(work)),
-                                   initializer=_die_with_parent)
-        try:
-            summaries = []
-            for summary in pool.map(_run_point, work, chunksize=1):
-                summaries.append(summary)
-                if on_point:
-                    on_point()
-        except BaseException:
-            _stop(pool)
-            raise
-        pool.shutdown()
-    else:
-        summaries = []
-        for job in work:
-            summaries.append(_run_point(job))
-            if on_point:
-                on_point()
+    summaries = run_jobs(_run_point, work, backend, jobs, address, on_point)
     rows = [{**point, "variant": name, **summary}
             for (_, point, name), summary in zip(work, summaries, strict=True)]
     return pd.DataFrame.from_records(rows)

@@ -100,7 +100,8 @@ def _inline(spec: InlineWorkload, locate: Locate) -> list[Request]:
                          f"duplicate request id '{request_id}'")
         seen.add(request_id)
         requests.append(Request(request_id, item.arrival, item.prompt_len, item.output_len,
-                                item.priority, item.class_))
+                                item.priority, item.class_,
+                                None if item.session is None else str(item.session)))
     return requests
 
 
@@ -210,11 +211,12 @@ class TraceLayout:
     request_id: str | None = None
     arrival_unit: str = "s"  # s, ms, us or datetime (seconds since the first row)
     optional_extras: bool = False  # extra columns used only when present
+    session: str | None = None  # a conversation id (optional in every format)
 
 
 FORMATS = {
     "kvsched": TraceLayout("arrival_time", "prompt_len", "output_len", "priority", "class",
-                           "request_id", optional_extras=True),
+                           "request_id", optional_extras=True, session="session"),
     "azure": TraceLayout("TIMESTAMP", "ContextTokens", "GeneratedTokens",
                          arrival_unit="datetime"),
     "mooncake": TraceLayout("timestamp", "input_length", "output_length", arrival_unit="ms"),
@@ -233,7 +235,7 @@ def _layout(spec: TraceWorkload) -> TraceLayout:
     assert columns is not None
     return TraceLayout(columns.arrival_time, columns.prompt_len, columns.output_len,
                        columns.priority, columns.class_, columns.request_id,
-                       columns.arrival_unit)
+                       columns.arrival_unit, session=columns.session)
 
 
 def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
@@ -273,6 +275,9 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
         ids = [str(v) for v in table[layout.request_id]]
     else:
         ids = [f"r{i}" for i in range(n)]
+    sessions: list[str | None] = [None] * n
+    if layout.session is not None and layout.session in table.columns:
+        sessions = [None if pd.isna(v) else str(v) for v in table[layout.session]]
 
     keep = arrivals >= spec.start
     if spec.duration is not None:
@@ -288,7 +293,7 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
         seen.add(ids[i])
         requests.append(Request(ids[i], float((arrivals[i] - spec.start) * spec.time_scale),
                                 int(prompts[i]), int(outputs[i]), int(priorities[i]),
-                                labels[i]))
+                                labels[i], sessions[i]))
     return requests
 
 
