@@ -51,7 +51,7 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
     seqs = [Seq.of(requests[i], k, config.block_size) for k, i in enumerate(order)]
     engine = Engine(config, policy, clock, admission, backpressure, record_batches,
                     stretches=stretches)
-    log = step_log if step_log is not None else StepLog(config.num_blocks)
+    log = step_log if step_log is not None else StepLog(config.usable_blocks)
     step, now, stopped_early = run_loop(engine, seqs, log, config.max_steps,
                                         clock.whole_steps)
     stats = log.close()
