@@ -1,0 +1,120 @@
+"""Engine presets: data resolved under the keys written beside them, listed by `kvsched presets`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvsched import EngineConfig, Request, simulate
+from kvsched.cli import app
+from kvsched.config import StepOrder
+from kvsched.presets import PRESETS, engine_config, expand
+from kvsched.schema import EngineSpec
+
+SCENARIO = """\
+name: tiny
+engine: {preset: vllm_v1, num_blocks: 40, block_size: 4, max_num_batched_tokens: 64}
+workload:
+  kind: inline
+  requests:
+    - {id: a, prompt_len: 30, output_len: 5}
+    - {id: b, prompt_len: 300, output_len: 5, arrival: 1}
+    - {id: c, prompt_len: 20, output_len: 50, arrival: 2}
+"""
+
+
+def test_lesson_is_the_default_and_sets_nothing():
+    """No preset and `preset: lesson` give today's EngineConfig exactly."""
+    assert PRESETS["lesson"].settings == {}
+    assert EngineSpec().to_config() == EngineConfig()
+    assert engine_config("lesson") == EngineConfig()
+
+
+def test_keys_beside_the_preset_override_it():
+    """The preset fills in what is not written; what is written wins."""
+    config = engine_config("vllm_v1", max_num_seqs=7, watermark=0.05)
+    assert (config.max_num_seqs, config.watermark) == (7, 0.05)
+    assert config.step_order is StepOrder.RUNNING_LOOP and config.null_block
+    assert config.max_num_batched_tokens == 2048
+    assert expand({"preset": "vllm_v0", "watermark": 0.2})["watermark"] == 0.2
+
+
+def test_vllm_flag_names_are_accepted():
+    """enable_chunked_prefill / preemption_mode mean chunked_prefill / preemption."""
+    spec = EngineSpec.model_validate({"enable_chunked_prefill": True,
+                                      "preemption_mode": "swap"})
+    assert spec.chunked_prefill and spec.preemption == "swap"
+    with pytest.raises(ValueError, match="same key and disagree"):
+        EngineSpec.model_validate({"enable_chunked_prefill": True, "chunked_prefill": False})
+
+
+def test_every_preset_builds_and_runs():
+    """Each preset is a valid engine that finishes a small workload."""
+    requests = [Request(f"r{i}", i, 20 + 7 * i, 10) for i in range(6)]
+    for name in PRESETS:
+        result = simulate(requests, engine_config(name, num_blocks=60))
+        assert result.summary["num_finished"] == 6, name
+
+
+def test_running_loop_has_no_swap():
+    """vLLM V1 preempts by recompute only: swap under running_loop is refused."""
+    with pytest.raises(ValueError, match="no swap"):
+        engine_config("vllm_v1", preemption="swap")
+
+
+def test_max_model_len_rejects_with_vllms_message():
+    """A prompt of max_model_len tokens or more is rejected at arrival; outputs are capped."""
+    requests = [Request("long", 0, 100, 4), Request("edge", 0, 64, 4), Request("ok", 0, 60, 10)]
+    result = simulate(requests, engine_config("vllm_v1", max_model_len=64, num_blocks=100))
+    by_id = {r.request_id: r for r in result.requests}
+    assert by_id["long"].status == "rejected"
+    assert by_id["long"].reason.startswith("The decoder prompt (length 100) is longer than")
+    assert "plus the number of requested output tokens" in by_id["edge"].reason
+    assert by_id["ok"].status == "finished" and by_id["ok"].generated_tokens == 4
+
+
+def test_null_block_leaves_one_block_unusable():
+    """num_blocks=6 under vllm_v1: 5 usable blocks, the step records count 5."""
+    result = simulate([Request("a", 0, 16, 2)], engine_config("vllm_v1", num_blocks=6))
+    assert {row[10] + row[11] for row in result.steps} == {5}  # blocks used + free
+
+
+def test_presets_command_lists_every_preset_and_setting():
+    """`kvsched presets`: each preset, its engine version and every key it sets."""
+    out = CliRunner().invoke(app, ["presets"])
+    assert out.exit_code == 0
+    for preset in PRESETS.values():
+        assert f"{preset.name}: {preset.engine}" in out.stdout
+        for key in preset.settings:
+            assert key in out.stdout
+    assert "vLLM 0.33.0" in out.stdout and "SGLang 0.5.23" in out.stdout
+
+
+def test_sweep_over_presets_and_run_json_records_them(tmp_path: Path):
+    """--set engine.preset=a,b sweeps presets; run.json holds the resolved knobs."""
+    path = tmp_path / "tiny.yaml"
+    path.write_text(SCENARIO)
+    out = CliRunner().invoke(app, ["sweep", str(path), "--set",
+                                   "engine.preset=vllm_v0,vllm_v1,sglang", "-o",
+                                   str(tmp_path / "out")])
+    assert out.exit_code == 0, out.stdout
+    assert all(name in out.stdout for name in ("vllm_v0", "vllm_v1", "sglang"))
+    out = CliRunner().invoke(app, ["run", str(path), "-o", str(tmp_path / "run")])
+    assert out.exit_code == 0, out.stdout
+    engine = json.loads((tmp_path / "run" / "tiny" / "base" / "run.json").read_text())[
+        "resolved"]["engine"]
+    assert engine["preset"] == "vllm_v1" and engine["step_order"] == "running_loop"
+    assert engine["num_blocks"] == 40 and engine["null_block"] is True
+
+
+def test_an_unknown_preset_is_one_line_and_exit_2(tmp_path: Path):
+    """A bad preset name: one line naming the known ones, exit code 2."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(SCENARIO.replace("preset: vllm_v1", "preset: vllm_v2"))
+    out = CliRunner().invoke(app, ["run", str(path), "-o", str(tmp_path / "out")])
+    assert out.exit_code == 2
+    assert len(out.output.strip().splitlines()) == 1
+    assert "vllm_v1" in out.output
