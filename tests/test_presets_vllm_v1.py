@@ -1,0 +1,193 @@
+"""The vllm_v1 preset decides as the real vLLM 0.33.0 V1 scheduler, step by step."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from conformance.compare import compare, load, record_paths
+from kvsched import Request, StepClock, make_policy, simulate
+from kvsched.conformance import vllm_v1_decisions
+from kvsched.presets import engine_config
+
+FIXTURES = Path(__file__).parent / "fixtures" / "vllm_v1"
+RECORDS = record_paths([FIXTURES])
+
+
+@pytest.mark.parametrize("path", RECORDS, ids=[p.stem for p in RECORDS])
+def test_every_recorded_vllm_run_agrees(path: Path) -> None:
+    """Every committed real-vLLM record: every step and every request agree."""
+    report = compare(load(path), vllm_v1_decisions, strict_order=False, name=path.stem)
+    assert report.agrees, report.summary()
+
+
+def test_fixtures_cover_the_rules() -> None:
+    """The fixtures hold preemptions under both policies, chunking off and rejections."""
+    records = [load(p) for p in RECORDS]
+    assert len(records) == 31
+    policies = {r["config"]["policy"] for r in records if r["summary"]["num_preemptions"]}
+    assert policies == {"fcfs", "priority"}
+    assert any(not r["config"]["enable_chunked_prefill"] for r in records)
+    assert any(r["summary"]["num_rejected"] for r in records)
+
+
+# -- vLLM's own scheduler tests (tests/v1/core/test_scheduler.py), through the public API --
+
+
+@dataclass
+class Run:
+    steps: dict[int, dict[str, int]] = field(default_factory=lambda: defaultdict(dict))
+    preempted: dict[int, list[str]] = field(default_factory=lambda: defaultdict(list))
+    admitted: list[str] = field(default_factory=list)
+    first: dict[str, int | None] = field(default_factory=dict)
+    finish: dict[str, int | None] = field(default_factory=dict)
+    preemptions: dict[str, int] = field(default_factory=dict)
+
+
+def run_v1(requests: list[Request], policy: str = "fcfs", **engine: object) -> Run:
+    """`requests` under the vllm_v1 preset on the step clock (vLLM's tests' engine)."""
+    config = engine_config("vllm_v1", **{"num_blocks": 10000, "max_num_seqs": 16,
+                                         "max_num_batched_tokens": 8192, **engine})
+    result = simulate(requests, config, make_policy(policy), StepClock(), record_batches=True)
+    run = Run()
+    for step, _t, rid, _kind, tokens in result.batches or ():
+        run.steps[step][rid] = tokens
+    for step, _t, rid, event, _detail in result.events:
+        if event == "preempt":
+            run.preempted[step].append(rid)
+        elif event == "admit":
+            run.admitted.append(rid)
+    for r in result.requests:
+        run.first[r.request_id] = None if r.first_token_time is None else int(r.first_token_time) - 1
+        run.finish[r.request_id] = None if r.finish_time is None else int(r.finish_time) - 1
+        run.preemptions[r.request_id] = r.num_preemptions
+    return run
+
+
+def reqs(*specs: tuple, output_len: int = 16) -> list[Request]:
+    """(id, prompt_len[, priority[, arrival_step]]) in vLLM's arrival_time order."""
+    out = []
+    for spec in specs:
+        rid, prompt, priority, arrival = (*spec, 0, 0)[:4]
+        out.append(Request(rid, arrival, prompt, output_len, priority))
+    return out
+
+
+def test_schedule() -> None:
+    """10 requests of 10 tokens all run their prompt in the first step."""
+    run = run_v1(reqs(*[(str(i), 10) for i in range(10)]))
+    assert run.steps[0] == {str(i): 10 for i in range(10)}
+    assert run.steps[1] == {str(i): 1 for i in range(10)}
+
+
+@pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "not_chunked"])
+def test_schedule_order(chunked: bool) -> None:
+    """Admissions in queue order; with chunking off the queue stops at a prompt that does
+    not fit the budget left (224 of 1024 after the first 800)."""
+    run = run_v1(reqs(("1", 800), ("2", 800), ("3", 10), ("4", 10)), max_num_seqs=3,
+                 max_num_batched_tokens=1024, max_model_len=1024,
+                 enable_chunked_prefill=chunked)
+    assert run.steps[0] == ({"1": 800, "2": 224} if chunked else {"1": 800})
+    assert run.steps[1] == ({"1": 1, "2": 576, "3": 10} if chunked
+                            else {"1": 1, "2": 800, "3": 10})
+    assert run.first["4"] == 16  # a slot frees when 1 finishes at step 15
+
+
+def test_schedule_concurrent_partial_requests() -> None:
+    """long_prefill_token_threshold=400 caps every chunk; running chunks come first."""
+    run = run_v1(reqs(("0", 800), ("1", 800), ("2", 800)), max_num_batched_tokens=1024,
+                 max_model_len=1024, long_prefill_token_threshold=400)
+    assert run.steps[0] == {"0": 400, "1": 400, "2": 224}
+    assert run.steps[1] == {"0": 400, "1": 400, "2": 224}
+    assert run.steps[2] == {"0": 1, "1": 1, "2": 352}
+
+
+def test_priority_scheduling_basic_ordering() -> None:
+    """Admitted by priority, lower value first."""
+    run = run_v1(reqs(("0", 10, 2), ("1", 10, 0), ("2", 10, 1)), policy="priority")
+    assert run.admitted == ["1", "2", "0"]
+
+
+def test_priority_scheduling_mixed_priority_and_arrival() -> None:
+    """Priority first, then arrival."""
+    run = run_v1(reqs(("0", 10, 2), ("2", 10, 1), ("1", 10, 1), ("3", 10, 0)),
+                 policy="priority")
+    assert run.admitted == ["3", "2", "1", "0"]
+
+
+def test_priority_scheduling_fcfs_fallback() -> None:
+    """Equal priorities are served in arrival order."""
+    run = run_v1(reqs(("1", 10, 1), ("3", 10, 1), ("2", 10, 1), ("0", 10, 1)),
+                 policy="priority")
+    assert run.admitted == ["1", "3", "2", "0"]
+
+
+@pytest.mark.parametrize("name, specs, order", [
+    ("waiting_queue_order", [("0", 10, 3), ("1", 10, 1), ("2", 10, 2), ("3", 10, 0)],
+     ["3", "1", "2", "0"]),
+    ("preemption_victim_selection", [("0", 10, 3), ("1", 10, 2), ("2", 10, 0)],
+     ["2", "1", "0"]),
+    ("equal_priority_preemption", [("1", 10, 2), ("2", 10, 2), ("0", 10, 2)],
+     ["1", "2", "0"]),
+])
+def test_priority_scheduling_one_slot(name: str, specs: list[tuple], order: list[str]) -> None:
+    """max_num_seqs=1: one at a time in (priority, arrival) order, 16 steps each, and a
+    waiting request of higher priority never preempts for a slot (vLLM's
+    test_priority_scheduling_waiting_queue_order, _preemption_victim_selection,
+    _equal_priority_preemption)."""
+    run = run_v1(reqs(*specs), policy="priority", max_num_seqs=1)
+    assert run.admitted == order
+    assert [run.first[rid] for rid in order] == [16 * k for k in range(len(order))]
+    assert not any(run.preemptions.values())
+
+
+def test_priority_scheduling_heap_property() -> None:
+    """Eight single-token requests leave the heap in priority order, one per step."""
+    priorities = [5, 1, 8, 3, 2, 7, 4, 6]
+    run = run_v1([Request(str(i), 0, 10, 1, p) for i, p in enumerate(priorities)],
+                 policy="priority", max_num_seqs=1)
+    by_priority = sorted(range(8), key=lambda i: priorities[i])
+    assert [run.finish[str(i)] for i in by_priority] == list(range(8))
+
+
+def test_priority_scheduling_with_limited_slots() -> None:
+    """max_num_seqs=2: the two best priorities run first, the others when they finish."""
+    run = run_v1(reqs(("0", 10, 3), ("1", 10, 1), ("2", 10, 2), ("3", 10, 0)),
+                 policy="priority", max_num_seqs=2, max_num_batched_tokens=1000,
+                 max_model_len=1000)
+    assert run.steps[0] == {"3": 10, "1": 10}
+    assert run.first == {"0": 16, "1": 0, "2": 16, "3": 0}
+
+
+def test_priority_scheduling_no_preemption_when_space_available() -> None:
+    """A high-priority arrival with blocks to spare runs beside the low ones."""
+    run = run_v1(reqs(("lo1", 30, 5), ("lo2", 30, 5), ("hi1", 30, 0, 1)), policy="priority",
+                 max_num_seqs=3, max_num_batched_tokens=200, max_model_len=200)
+    assert run.steps[1] == {"lo1": 1, "lo2": 1, "hi1": 30}
+    assert not run.preempted
+
+
+def test_priority_scheduling_preemption() -> None:
+    """num_blocks=6 (5 usable: block 0 is the null block). hi1 needs a 3rd block at step 2:
+    the victim is lo1, already scheduled in that step, whose token is given back."""
+    run = run_v1(reqs(("lo1", 32, 5), ("hi1", 32, 0, 1), output_len=40), policy="priority",
+                 num_blocks=6, max_num_seqs=3, max_num_batched_tokens=200, max_model_len=200)
+    assert run.steps[1] == {"lo1": 1, "hi1": 32}
+    assert run.steps[2] == {"hi1": 1}
+    assert run.preempted == {2: ["lo1"]}
+    assert run.finish["hi1"] == 40 and run.preemptions == {"lo1": 1, "hi1": 0}
+
+
+def test_priority_scheduling_preemption_and_resumption_when_out_of_kv() -> None:
+    """The preempted request resumes with prompt + outputs (30 + 2 = 32 tokens) once the
+    high-priority one finishes."""
+    requests = [Request("0", 0, 30, 16, 1), Request("1", 1, 32, 2, 0)]
+    run = run_v1(requests, policy="priority", num_blocks=5, max_num_seqs=2,
+                 max_num_batched_tokens=200, max_model_len=200)
+    assert run.steps[2] == {"1": 1}
+    assert run.preempted == {2: ["0"]}
+    assert run.steps[3] == {"0": 32}
+    assert run.finish == {"0": 16, "1": 2}
