@@ -80,6 +80,8 @@ class EngineConfig:
       `num_blocks` is what vLLM logs); the watermark still counts from `num_blocks`.
     - `scheduler_reserve_full_isl`: under `running_loop`, admit only if the whole prompt
       (plus outputs, when resumed) would fit the free blocks now (vLLM's flag, on there).
+    - `preemption_warning`: log vLLM V0's preemption warning as a `warning` event on the
+      1st, 51st, 101st ... preemption (`num_cumulative_preemption % 50 == 0`).
     """
 
     max_num_batched_tokens: int = 2048
@@ -100,6 +102,7 @@ class EngineConfig:
     max_model_len: int | None = None
     null_block: bool = False
     scheduler_reserve_full_isl: bool = True
+    preemption_warning: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_blocks",

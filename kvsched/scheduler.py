@@ -187,6 +187,7 @@ class Scheduler:
         self._finish_due: dict[int, list[tuple[Seq, int]]] = {}
         self._finish_ticks: list[int] = []  # heap of the keys of _finish_due
         self._admissions = 0
+        self._num_cumulative_preemption = 0  # vLLM V0's counter, for its warning
         self._hol_head: Seq | None = None  # the head currently blocking a request that fits
         self._stopped_at: tuple[Seq, str, int] | None = None  # head the last admission stopped at
         self._block_size = config.block_size
@@ -540,6 +541,14 @@ class Scheduler:
         victim.epoch += 1
         victim.num_preemptions += 1
         plan.preempted.append(victim)
+        if self.config.preemption_warning and self._num_cumulative_preemption % 50 == 0:
+            mode = "SWAP" if (self.config.preemption is PreemptionMode.SWAP
+                              and was_decoding) else "RECOMPUTE"
+            self.events.append((plan.step, plan.time, request.request_id, "warning",
+                                V0_PREEMPTION_WARNING.format(
+                                    request.request_id, mode,
+                                    self._num_cumulative_preemption + 1)))
+        self._num_cumulative_preemption += 1
         swap = self.config.preemption is PreemptionMode.SWAP and was_decoding
         mode = "swap" if swap else "recompute"
         self.events.append((plan.step, plan.time, request.request_id, "preempt",
@@ -896,6 +905,14 @@ class Scheduler:
         if seq.max_token_gap is None or gap > seq.max_token_gap:
             seq.max_token_gap = gap
         seq.last_token_time = self.gaps.last_end
+
+
+# vLLM 0.8.5 core/scheduler.py::Scheduler._preempt, verbatim.
+V0_PREEMPTION_WARNING = (
+    "Sequence group {} is preempted by PreemptionMode.{} mode because there is not enough KV "
+    "cache space. This can affect the end-to-end performance. Increase "
+    "gpu_memory_utilization or tensor_parallel_size to provide more KV cache memory. "
+    "total_num_cumulative_preemption={}")
 
 
 def model_len_rejection(prompt_len: int, max_model_len: int) -> str | None:

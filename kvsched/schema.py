@@ -76,6 +76,7 @@ class EngineSpec(Strict):
     max_model_len: Annotated[int, Field(ge=2)] | None = None
     null_block: bool = _ENGINE.null_block
     scheduler_reserve_full_isl: bool = _ENGINE.scheduler_reserve_full_isl
+    preemption_warning: bool = _ENGINE.preemption_warning
 
     @model_validator(mode="before")
     @classmethod

@@ -118,3 +118,77 @@ def test_an_unknown_preset_is_one_line_and_exit_2(tmp_path: Path):
     assert out.exit_code == 2
     assert len(out.output.strip().splitlines()) == 1
     assert "vllm_v1" in out.output
+
+
+def test_shipped_engines_scenario_holds_its_claims():
+    """scenarios/engines.yaml: the four presets differ where the expectations say."""
+    from kvsched.runner import run_scenario
+    from kvsched.scenario import load_scenario
+
+    path = Path(__file__).resolve().parent.parent / "scenarios" / "engines.yaml"
+    scenario_run = run_scenario(load_scenario(path))
+    assert len(scenario_run.checks) == 6
+    assert all(check.passed for check in scenario_run.checks)
+    assert {run.name for run in scenario_run.runs} == {"lesson", "vllm_v0", "vllm_v1", "sglang"}
+
+
+# -- vllm_v0's rules, hand-checked -------------------------------------------------------
+
+
+def thrash(n: int = 12) -> list[Request]:
+    return [Request(f"r{i:02d}", i // 3, 8 + (i * 5) % 17, 40 + (i * 7) % 30) for i in range(n)]
+
+
+def test_v0_warns_on_the_1st_and_every_50th_preemption():
+    """vLLM V0 logs its warning when num_cumulative_preemption % 50 == 0 (1st, 51st, ...),
+    printing the count after the increment."""
+    config = engine_config("vllm_v0", num_blocks=30, block_size=4, watermark=0.0)
+    result = simulate(thrash(60), config)
+    preempts = [e for e in result.events if e[3] == "preempt"]
+    warnings = [e for e in result.events if e[3] == "warning"]
+    assert len(preempts) > 100
+    assert len(warnings) == (len(preempts) + 49) // 50
+    assert [w[4].rsplit("=", 1)[1] for w in warnings] == [
+        str(50 * k + 1) for k in range(len(warnings))]
+    first = warnings[0]
+    assert (first[0], first[2]) == (preempts[0][0], preempts[0][2])
+    assert first[4].startswith(f"Sequence group {first[2]} is preempted by "
+                               "PreemptionMode.RECOMPUTE mode because there is not enough")
+    assert not [e for e in simulate(thrash(60), engine_config(
+        "lesson", num_blocks=30, block_size=4)).events if e[3] == "warning"]
+
+
+def test_v0_recompute_victims_reenter_the_head_in_admission_order():
+    """Two victims in one step (d, then c, from the tail) come back c first, then d: V0's
+    extendleft of [d, c] keeps their original order."""
+    requests = [Request(rid, 0, 1, 3) for rid in "abcd"]
+    config = engine_config("vllm_v0", num_blocks=4, block_size=1, watermark=0.0)
+    result = simulate(requests, config)
+    preempts = [(e[0], e[2]) for e in result.events if e[3] == "preempt"]
+    assert preempts[:2] == [(1, "d"), (1, "c")]
+    readmitted = [e[2] for e in result.events if e[3] == "admit" and e[0] > 1]
+    assert readmitted.index("c") < readmitted.index("d")  # b, preempted at step 2, is ahead
+
+
+def test_v0_admits_no_prompt_while_a_swapped_request_waits():
+    """preemption_mode swap under vllm_v0: no prompt is admitted while a swapped-out request
+    waits, and no step both swaps out and in (admit_after_preempt: false; with kvsched's
+    newest-first swapped order the victim at the head never fits in its own step anyway)."""
+    config = engine_config("vllm_v0", num_blocks=30, block_size=4, watermark=0.0,
+                           preemption_mode="swap")
+    result = simulate(thrash(30), config)
+    by_step: dict[int, set[str]] = {}
+    for step, _t, _rid, event, _d in result.events:
+        by_step.setdefault(step, set()).add(event)
+    assert any("swap_out" in kinds for kinds in by_step.values())
+    assert not [s for s, kinds in by_step.items() if {"swap_out", "swap_in"} <= kinds]
+    swapped: set[str] = set()
+    for step in sorted(by_step):
+        events = [e for e in result.events if e[0] == step]
+        if any(e[3] == "admit" for e in events):
+            assert not swapped, (step, swapped)
+        for _s, _t, rid, event, _d in events:
+            if event == "swap_out":
+                swapped.add(rid)
+            elif event == "swap_in":
+                swapped.discard(rid)

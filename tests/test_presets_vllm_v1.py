@@ -60,9 +60,10 @@ def run_v1(requests: list[Request], policy: str = "fcfs", **engine: object) -> R
             run.preempted[step].append(rid)
         elif event == "admit":
             run.admitted.append(rid)
-    for r in result.requests:
-        run.first[r.request_id] = None if r.first_token_time is None else int(r.first_token_time) - 1
-        run.finish[r.request_id] = None if r.finish_time is None else int(r.finish_time) - 1
+    for r in result.requests:  # a step s ends at time s + 1
+        first, finish = r.first_token_time, r.finish_time
+        run.first[r.request_id] = None if first is None else int(first) - 1
+        run.finish[r.request_id] = None if finish is None else int(finish) - 1
         run.preemptions[r.request_id] = r.num_preemptions
     return run
 
