@@ -82,6 +82,8 @@ class EngineConfig:
       (plus outputs, when resumed) would fit the free blocks now (vLLM's flag, on there).
     - `preemption_warning`: log vLLM V0's preemption warning as a `warning` event on the
       1st, 51st, 101st ... preemption (`num_cumulative_preemption % 50 == 0`).
+    - `max_queued_requests` (None = no limit): an arrival that finds this many requests
+      waiting is rejected (SGLang's flag; preempted requests waiting count too).
     """
 
     max_num_batched_tokens: int = 2048
@@ -103,6 +105,7 @@ class EngineConfig:
     null_block: bool = False
     scheduler_reserve_full_isl: bool = True
     preemption_warning: bool = False
+    max_queued_requests: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_blocks",
@@ -115,6 +118,8 @@ class EngineConfig:
             raise ValueError("long_prefill_token_threshold must be >= 0")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
+        if self.max_queued_requests is not None and self.max_queued_requests < 1:
+            raise ValueError(f"max_queued_requests must be >= 1, got {self.max_queued_requests}")
         if self.null_block and self.num_blocks < 2:
             raise ValueError("num_blocks must be >= 2 with a null block")
         # Accept the enums' string values from library callers too.

@@ -78,7 +78,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
              "max_num_batched_tokens": 8192, "max_num_seqs": 256},
             missing=("new_token_ratio admission reserving future decode tokens",
                      "one chunked request at a time", "max_prefill_tokens",
-                     "max_queued_requests", "the lof and random policies", "radix cache")),
+                     "schedule_conservativeness", "the random policy", "radix cache")),
 )})
 
 

@@ -237,6 +237,11 @@ class Scheduler:
         """A request arrives: queue it, or reject it if it can never run and the engine says so."""
         request = seq.request
         seq.join_step = step
+        max_queued = self.config.max_queued_requests
+        if max_queued is not None and len(self.waiting) >= max_queued:
+            self.reject(seq, step, f"the waiting queue is full ({len(self.waiting)} requests, "
+                                   f"max_queued_requests {max_queued})")
+            return
         max_model_len = self.config.max_model_len
         if max_model_len is not None:
             too_long = model_len_rejection(seq.prompt_len, max_model_len)

@@ -51,7 +51,8 @@ class Strict(BaseModel):
 class EngineSpec(Strict):
     """`engine:` — see `kvsched.config.EngineConfig` for what each knob means; `preset`
     (`kvsched.presets`) fills in the rest. vLLM's spellings `enable_chunked_prefill` and
-    `preemption_mode` are accepted for `chunked_prefill` and `preemption`."""
+    `preemption_mode`, and SGLang's `max_running_requests`, are accepted for
+    `chunked_prefill`, `preemption` and `max_num_seqs`."""
 
     preset: Literal[tuple(PRESETS)] = "lesson"  # type: ignore[valid-type]
     max_num_batched_tokens: PositiveInt = _ENGINE.max_num_batched_tokens
@@ -77,6 +78,7 @@ class EngineSpec(Strict):
     null_block: bool = _ENGINE.null_block
     scheduler_reserve_full_isl: bool = _ENGINE.scheduler_reserve_full_isl
     preemption_warning: bool = _ENGINE.preemption_warning
+    max_queued_requests: PositiveInt | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -97,7 +99,8 @@ class EngineSpec(Strict):
 
 
 _ENGINE_ALIASES = {"enable_chunked_prefill": "chunked_prefill",
-                   "preemption_mode": "preemption"}
+                   "preemption_mode": "preemption",
+                   "max_running_requests": "max_num_seqs"}  # SGLang's name
 
 
 class PolicySpec(BaseModel):

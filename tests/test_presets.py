@@ -192,3 +192,27 @@ def test_v0_admits_no_prompt_while_a_swapped_request_waits():
                 swapped.add(rid)
             elif event == "swap_in":
                 swapped.discard(rid)
+
+
+# -- SGLang's knobs, hand-checked ---------------------------------------------------------
+
+
+def test_max_queued_requests_rejects_arrivals_that_find_the_queue_full():
+    """max_queued_requests=2, one slot: a and b queue at time 0, c finds both still waiting
+    (nothing is admitted before the step) and is turned away; d, at step 1, finds only b."""
+    requests = [Request(rid, t, 4, 5) for rid, t in [("a", 0), ("b", 0), ("c", 0), ("d", 1)]]
+    result = simulate(requests, engine_config("sglang", max_num_seqs=1, max_queued_requests=2))
+    status = {r.request_id: r.status for r in result.requests}
+    assert status == {"a": "finished", "b": "finished", "c": "rejected", "d": "finished"}
+    reason = next(r.reason for r in result.requests if r.request_id == "c")
+    assert reason == "the waiting queue is full (2 requests, max_queued_requests 2)"
+
+
+def test_lof_serves_the_longest_output_first():
+    """SGLang's lof: by -max_new_tokens, ties by arrival."""
+    from kvsched import make_policy
+
+    requests = [Request(rid, 0, 4, n) for rid, n in [("s", 2), ("l", 9), ("m", 5), ("l2", 9)]]
+    result = simulate(requests, engine_config("sglang", max_num_seqs=1), make_policy("lof"))
+    admitted = [e[2] for e in result.events if e[3] == "admit"]
+    assert admitted == ["l", "l2", "m", "s"]

@@ -14,6 +14,7 @@ from typing import Any
 
 from kvsched.policies.base import Policy, SortKey
 from kvsched.policies.fcfs import Fcfs
+from kvsched.policies.lof import LongestOutputFirst
 from kvsched.policies.priority import PriorityFirst
 from kvsched.policies.spf import ShortestPromptFirst
 
@@ -21,6 +22,7 @@ BUILTIN: dict[str, type] = {
     "fcfs": Fcfs,
     "spf": ShortestPromptFirst,
     "priority": PriorityFirst,
+    "lof": LongestOutputFirst,
 }
 
 
