@@ -19,8 +19,9 @@ RECORDS = record_paths([FIXTURES])
 
 @pytest.mark.parametrize("path", RECORDS, ids=[p.stem for p in RECORDS])
 def test_every_recorded_vllm_run_agrees(path: Path) -> None:
-    """Every committed real-vLLM record: every step and every request agree."""
-    report = compare(load(path), vllm_v1_decisions, strict_order=False, name=path.stem)
+    """Every committed real-vLLM record: every step and every request agree, including the
+    order of the batch (running list, then admissions) and of the victims."""
+    report = compare(load(path), vllm_v1_decisions, strict_order=True, name=path.stem)
     assert report.agrees, report.summary()
 
 
