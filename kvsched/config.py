@@ -82,8 +82,10 @@ class EngineConfig:
       (plus outputs, when resumed) would fit the free blocks now (vLLM's flag, on there).
     - `preemption_warning`: log vLLM V0's preemption warning as a `warning` event on the
       1st, 51st, 101st ... preemption (`num_cumulative_preemption % 50 == 0`).
+    - `swapped_fifo`: swapped-out requests wait in their own first-in-first-out queue ahead
+      of the waiting queue (vLLM V0); false: on the preempted stack, newest first.
     - `max_queued_requests` (None = no limit): an arrival that finds this many requests
-      waiting is rejected (SGLang's flag; preempted requests waiting count too).
+      waiting is rejected with SGLang's message (preempted requests waiting count too).
     """
 
     max_num_batched_tokens: int = 2048
@@ -105,6 +107,7 @@ class EngineConfig:
     null_block: bool = False
     scheduler_reserve_full_isl: bool = True
     preemption_warning: bool = False
+    swapped_fifo: bool = False
     max_queued_requests: int | None = None
 
     def __post_init__(self) -> None:

@@ -62,22 +62,23 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
              "admit_after_preempt": False, "chunked_prefill": False,
              "long_prefill_token_threshold": 0, "watermark": 0.01, "preemption": "recompute",
              "max_num_batched_tokens": 2048, "max_num_seqs": 256,
-             "on_unschedulable": "reject", "preemption_warning": True},
-            missing=("the swapped queue is served newest first (V0: first in, first out)",
-                     "delay_factor",
+             "on_unschedulable": "reject", "preemption_warning": True,
+             "swapped_fifo": True},
+            missing=("delay_factor",
                      "max_num_partial_prefills / max_long_partial_prefills",
                      "V0's own rejection messages (kvsched's reasons are given)",
                      "chunked-prefill V0 (it mixes decodes and chunks)",
                      "multi-sequence groups")),
     _preset("sglang", "SGLang 0.5.23 (approximate)",
-            "prefill-first steps with chunking, retraction victim = fewest generated then "
-            "longest prompt, re-queued by the policy",
+            "prefill-first steps with chunking (one chunked request at a time, continued "
+            "first), retraction victim = fewest generated then longest prompt, re-queued by "
+            "the policy",
             {"step_order": "prefill_first", "victim": "fewest_generated", "requeue": "back",
              "admit_after_preempt": True, "chunked_prefill": True,
              "long_prefill_token_threshold": 0, "watermark": 0.0, "preemption": "recompute",
              "max_num_batched_tokens": 8192, "max_num_seqs": 256},
             missing=("new_token_ratio admission reserving future decode tokens",
-                     "one chunked request at a time", "max_prefill_tokens",
+                     "max_prefill_tokens apart from the step budget",
                      "schedule_conservativeness", "the random policy", "radix cache")),
 )})
 

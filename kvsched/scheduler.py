@@ -239,8 +239,7 @@ class Scheduler:
         seq.join_step = step
         max_queued = self.config.max_queued_requests
         if max_queued is not None and len(self.waiting) >= max_queued:
-            self.reject(seq, step, f"the waiting queue is full ({len(self.waiting)} requests, "
-                                   f"max_queued_requests {max_queued})")
+            self.reject(seq, step, "The request queue is full.")  # SGLang's text (HTTP 503)
             return
         max_model_len = self.config.max_model_len
         if max_model_len is not None:
@@ -570,7 +569,9 @@ class Scheduler:
             victim.state = SeqState.PREEMPTED
         victim.blocks = 0
         requeue = self._requeue
-        if requeue is Requeue.FRONT:
+        if swap and self.config.swapped_fifo:
+            self.waiting.push_swapped(victim)
+        elif requeue is Requeue.FRONT:
             self.waiting.push_front(victim)
         elif requeue is Requeue.BACK:
             self.waiting.push(victim, plan.time)

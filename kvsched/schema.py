@@ -78,6 +78,7 @@ class EngineSpec(Strict):
     null_block: bool = _ENGINE.null_block
     scheduler_reserve_full_isl: bool = _ENGINE.scheduler_reserve_full_isl
     preemption_warning: bool = _ENGINE.preemption_warning
+    swapped_fifo: bool = _ENGINE.swapped_fifo
     max_queued_requests: PositiveInt | None = None
 
     @model_validator(mode="before")

@@ -205,7 +205,7 @@ def test_max_queued_requests_rejects_arrivals_that_find_the_queue_full():
     status = {r.request_id: r.status for r in result.requests}
     assert status == {"a": "finished", "b": "finished", "c": "rejected", "d": "finished"}
     reason = next(r.reason for r in result.requests if r.request_id == "c")
-    assert reason == "the waiting queue is full (2 requests, max_queued_requests 2)"
+    assert reason == "The request queue is full."  # SGLang's abort message
 
 
 def test_lof_serves_the_longest_output_first():
@@ -216,3 +216,49 @@ def test_lof_serves_the_longest_output_first():
     result = simulate(requests, engine_config("sglang", max_num_seqs=1), make_policy("lof"))
     admitted = [e[2] for e in result.events if e[3] == "admit"]
     assert admitted == ["l", "l2", "m", "s"]
+
+
+def test_sglang_has_one_chunked_request_at_a_time_continued_first():
+    """Under sglang (threshold 0) only the last request admitted in a step can be cut, and
+    the next step continues it before admitting anyone: at most one is mid-prefill."""
+    from kvsched.engine import Engine
+
+    seen = []
+    step = Engine.step
+
+    def watch(self, *args):
+        row = step(self, *args)
+        seen.append(len(self.sched.prefilling))
+        return row
+
+    requests = [Request(f"r{i}", i % 7, 30 + (i * 37) % 200, 5 + i % 9) for i in range(40)]
+    original, Engine.step = Engine.step, watch
+    try:
+        simulate(requests, engine_config("sglang", max_num_batched_tokens=64, num_blocks=400,
+                                         block_size=4))
+    finally:
+        Engine.step = original
+    assert max(seen) == 1 and seen.count(1) > 10
+
+
+def swap_in_order_is_fifo(events) -> bool:
+    swapped: list[str] = []
+    for _s, _t, rid, event, _d in events:
+        if event == "swap_out":
+            swapped.append(rid)
+        elif event == "swap_in":
+            if swapped[0] != rid:
+                return False
+            swapped.remove(rid)
+    return True
+
+
+def test_v0_swapped_queue_is_first_in_first_out():
+    """vLLM V0 appends swap victims to the back of `swapped` and swaps in from its head: the
+    earliest swapped out comes back first (the lesson's stack would take the newest)."""
+    config = dict(num_blocks=30, block_size=4, watermark=0.0, preemption_mode="swap")
+    v0 = simulate(thrash(30), engine_config("vllm_v0", **config))
+    assert sum(e[3] == "swap_in" for e in v0.events) > 20
+    assert swap_in_order_is_fifo(v0.events)
+    stack = simulate(thrash(30), engine_config("vllm_v0", swapped_fifo=False, **config))
+    assert not swap_in_order_is_fifo(stack.events)

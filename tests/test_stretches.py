@@ -51,6 +51,10 @@ def preset_configs(draw):
         keys["enable_chunked_prefill"] = draw(st.booleans())
     if draw(st.booleans()):
         keys["admit_after_preempt"] = draw(st.booleans())
+    if preset != "vllm_v1" and draw(st.booleans()):
+        keys["preemption"] = "swap"
+        keys["swapped_fifo"] = draw(st.booleans())
+    keys["max_queued_requests"] = draw(st.sampled_from([None, None, 2, 5]))
     return engine_config(preset, **keys)
 
 
