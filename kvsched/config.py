@@ -82,6 +82,9 @@ class EngineConfig:
       (plus outputs, when resumed) would fit the free blocks now (vLLM's flag, on there).
     - `preemption_warning`: log vLLM V0's preemption warning as a `warning` event on the
       1st, 51st, 101st ... preemption (`num_cumulative_preemption % 50 == 0`).
+    - `delay_factor` (vLLM V0, 0 = off): a step admits prompts only once the oldest waiting
+      request has waited more than `delay_factor` x the latency of the last step that ran
+      prompts, or when nothing runs.
     - `swapped_fifo`: swapped-out requests wait in their own first-in-first-out queue ahead
       of the waiting queue (vLLM V0); false: on the preempted stack, newest first.
     - `max_queued_requests` (None = no limit): an arrival that finds this many requests
@@ -108,6 +111,7 @@ class EngineConfig:
     scheduler_reserve_full_isl: bool = True
     preemption_warning: bool = False
     swapped_fifo: bool = False
+    delay_factor: float = 0.0
     max_queued_requests: int | None = None
 
     def __post_init__(self) -> None:
@@ -121,6 +125,8 @@ class EngineConfig:
             raise ValueError("long_prefill_token_threshold must be >= 0")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
+        if not self.delay_factor >= 0:
+            raise ValueError(f"delay_factor must be >= 0, got {self.delay_factor}")
         if self.max_queued_requests is not None and self.max_queued_requests < 1:
             raise ValueError(f"max_queued_requests must be >= 1, got {self.max_queued_requests}")
         if self.null_block and self.num_blocks < 2:

@@ -63,8 +63,8 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
              "long_prefill_token_threshold": 0, "watermark": 0.01, "preemption": "recompute",
              "max_num_batched_tokens": 2048, "max_num_seqs": 256,
              "on_unschedulable": "reject", "preemption_warning": True,
-             "swapped_fifo": True},
-            missing=("delay_factor",
+             "swapped_fifo": True, "delay_factor": 0.0},
+            missing=(
                      "max_num_partial_prefills / max_long_partial_prefills",
                      "V0's own rejection messages (kvsched's reasons are given)",
                      "chunked-prefill V0 (it mixes decodes and chunks)",

@@ -188,6 +188,12 @@ class Scheduler:
         self._finish_ticks: list[int] = []  # heap of the keys of _finish_due
         self._admissions = 0
         self._num_cumulative_preemption = 0  # vLLM V0's counter, for its warning
+        # vLLM V0's delay_factor: prefills wait until the oldest waiting request has waited
+        # delay_factor x the last prompt step's latency (or nothing runs).
+        self._delay_passed = True
+        self._prev_time = 0.0
+        self._prev_prompt = False
+        self._last_prompt_latency = 0.0
         self._hol_head: Seq | None = None  # the head currently blocking a request that fits
         self._stopped_at: tuple[Seq, str, int] | None = None  # head the last admission stopped at
         self._block_size = config.block_size
@@ -270,8 +276,23 @@ class Scheduler:
     def schedule(self, step: int, now: float) -> StepPlan:
         """Decide step `step`, starting at `now`."""
         plan = StepPlan(step, now)
+        if self.config.delay_factor:
+            self._delay_passed = self._passed_delay(now)
         self._order(plan)
+        if plan.prefills:
+            self._prev_prompt = True
         return plan
+
+    def _passed_delay(self, now: float) -> bool:
+        """vLLM 0.8.5 `Scheduler._passed_delay`, on the simulated clock."""
+        if self._prev_prompt:
+            self._last_prompt_latency = now - self._prev_time
+        self._prev_time, self._prev_prompt = now, False
+        if not len(self.waiting):
+            return True
+        earliest = min(seq.request.arrival_time for seq in self.waiting)
+        return (now - earliest > self.config.delay_factor * self._last_prompt_latency
+                or not (self.running or self.prefilling))
 
     def _decode_first(self, plan: StepPlan) -> None:
         budget = self._decode(plan, self._budget)
@@ -364,6 +385,8 @@ class Scheduler:
         n = len(running)
         if not n or n > self._budget or self.record_batches:
             return None
+        if self.config.delay_factor and len(self.waiting):
+            return None  # the delay passes with time alone: admissions may open mid-stretch
         finish = self.next_finish_tick()
         limit = min(max_steps, MAX_STRETCH)
         if finish is not None:
@@ -756,7 +779,7 @@ class Scheduler:
                 plan.produced.append(seq)
                 budget -= 1
             else:
-                if not allow_prefill:
+                if not allow_prefill or not self._delay_passed:
                     break
                 tokens = seq.prompt_len + seq.generated
                 if chunked:

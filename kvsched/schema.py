@@ -79,6 +79,7 @@ class EngineSpec(Strict):
     scheduler_reserve_full_isl: bool = _ENGINE.scheduler_reserve_full_isl
     preemption_warning: bool = _ENGINE.preemption_warning
     swapped_fifo: bool = _ENGINE.swapped_fifo
+    delay_factor: NonNegativeFloat = _ENGINE.delay_factor
     max_queued_requests: PositiveInt | None = None
 
     @model_validator(mode="before")

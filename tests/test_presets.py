@@ -262,3 +262,19 @@ def test_v0_swapped_queue_is_first_in_first_out():
     assert swap_in_order_is_fifo(v0.events)
     stack = simulate(thrash(30), engine_config("vllm_v0", swapped_fifo=False, **config))
     assert not swap_in_order_is_fifo(stack.events)
+
+
+def test_v0_delay_factor_holds_prompts_back_for_a_multiple_of_the_last_prompt_latency():
+    """delay_factor=5 on the step clock: a's prompt step lasted 1, so b (arriving at 1) is
+    admitted once it has waited more than 5, at step 7; without it, at step 1. If nothing
+    runs, the delay does not apply."""
+    requests = [Request("a", 0, 8, 20), Request("b", 1, 8, 3)]
+    first = {}
+    for delay in (0.0, 5.0):
+        result = simulate(requests, engine_config("vllm_v0", delay_factor=delay))
+        first[delay] = {r.request_id: r.first_scheduled_time for r in result.requests}
+    assert first[0.0] == {"a": 0.0, "b": 1.0}
+    assert first[5.0] == {"a": 0.0, "b": 7.0}
+    alone = simulate([Request("a", 0, 8, 2), Request("b", 5, 8, 3)],
+                     engine_config("vllm_v0", delay_factor=5.0))
+    assert [r.first_scheduled_time for r in alone.requests] == [0.0, 5.0]

@@ -55,6 +55,7 @@ def preset_configs(draw):
         keys["preemption"] = "swap"
         keys["swapped_fifo"] = draw(st.booleans())
     keys["max_queued_requests"] = draw(st.sampled_from([None, None, 2, 5]))
+    keys["delay_factor"] = draw(st.sampled_from([0.0, 0.0, 0.5, 3.0]))
     return engine_config(preset, **keys)
 
 
