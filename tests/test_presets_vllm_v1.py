@@ -130,23 +130,29 @@ def test_priority_scheduling_fcfs_fallback() -> None:
     assert run.admitted == ["1", "3", "2", "0"]
 
 
-@pytest.mark.parametrize("name, specs, order", [
-    ("waiting_queue_order", [("0", 10, 3), ("1", 10, 1), ("2", 10, 2), ("3", 10, 0)],
-     ["3", "1", "2", "0"]),
-    ("preemption_victim_selection", [("0", 10, 3), ("1", 10, 2), ("2", 10, 0)],
-     ["2", "1", "0"]),
-    ("equal_priority_preemption", [("1", 10, 2), ("2", 10, 2), ("0", 10, 2)],
-     ["1", "2", "0"]),
-])
-def test_priority_scheduling_one_slot(name: str, specs: list[tuple], order: list[str]) -> None:
+def check_one_slot(specs: list[tuple], order: list[str]) -> None:
     """max_num_seqs=1: one at a time in (priority, arrival) order, 16 steps each, and a
-    waiting request of higher priority never preempts for a slot (vLLM's
-    test_priority_scheduling_waiting_queue_order, _preemption_victim_selection,
-    _equal_priority_preemption)."""
+    waiting request of higher priority never preempts for a slot."""
     run = run_v1(reqs(*specs), policy="priority", max_num_seqs=1)
     assert run.admitted == order
     assert [run.first[rid] for rid in order] == [16 * k for k in range(len(order))]
     assert not any(run.preemptions.values())
+
+
+def test_priority_scheduling_waiting_queue_order() -> None:
+    """One slot: the queue serves priorities 0, 1, 2, 3 in turn."""
+    check_one_slot([("0", 10, 3), ("1", 10, 1), ("2", 10, 2), ("3", 10, 0)],
+                   ["3", "1", "2", "0"])
+
+
+def test_priority_scheduling_preemption_victim_selection() -> None:
+    """One slot: nothing is preempted for a slot; priorities 0, 2, 3 run in turn."""
+    check_one_slot([("0", 10, 3), ("1", 10, 2), ("2", 10, 0)], ["2", "1", "0"])
+
+
+def test_priority_scheduling_equal_priority_preemption() -> None:
+    """One slot, equal priorities: arrival order, no preemption among equals."""
+    check_one_slot([("1", 10, 2), ("2", 10, 2), ("0", 10, 2)], ["1", "2", "0"])
 
 
 def test_priority_scheduling_heap_property() -> None:
