@@ -417,6 +417,14 @@ def policies() -> None:
                "(a class with key(request, enqueue_time) -> tuple).")
 
 
+@app.command(epilog="Example: kvsched presets")
+def presets() -> None:
+    """The engine presets (engine.preset): the engine each reproduces and what it sets."""
+    from kvsched.presets import describe
+
+    typer.echo(describe())
+
+
 @app.command(epilog="Example: kvsched scenarios")
 @friendly
 def scenarios(

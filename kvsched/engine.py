@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from kvsched.admission import AdmissionController, SloAdmission
 from kvsched.backpressure import Action, Backpressure, ThrashMonitor
-from kvsched.config import EngineConfig
+from kvsched.config import EngineConfig, StepOrder
 from kvsched.policies.base import Policy
 from kvsched.roofline import BatchShape
 from kvsched.scheduler import Scheduler, StepPlan, Stretch
@@ -44,6 +44,8 @@ class Engine:
         self.gate = AdmissionController(admission, clock) if admission else None
         self.record_batches = record_batches
         self.batches: list[tuple] | None = [] if record_batches else None
+        # vLLM V1 lists a step's batch in running-list order, then admissions: by admission
+        self._batch_in_admission_order = config.step_order is StepOrder.RUNNING_LOOP
         self._steady = False  # the last step was pure decode and nothing arrived since
 
     # -- arrivals -------------------------------------------------------------------------
@@ -103,7 +105,7 @@ class Engine:
         if self.gate is not None:
             self.gate.observe(now, end, plan.num_admitted)
         if self.batches is not None:
-            _record_batch(self.batches, plan)
+            _record_batch(self.batches, plan, self._batch_in_admission_order)
         self._steady = self.stretches and not changed and (
             plan.is_pure_decode and plan.num_decodes == len(sched.running) or self._settled())
         return (step, now, duration, num_running, num_waiting, len(plan.prefills),
@@ -157,8 +159,15 @@ class Engine:
         sched.reserving = monitor.signal and action is Action.RESERVE
 
 
-def _record_batch(batches: list[tuple], plan: StepPlan) -> None:
+def _record_batch(batches: list[tuple], plan: StepPlan, in_admission_order: bool) -> None:
     step, time = plan.step, plan.time
+    if in_admission_order:
+        rows = [(seq, "decode", 1) for seq in plan.decoded or ()]
+        rows += [(seq, "prefill", tokens) for seq, tokens in plan.prefills]
+        rows.sort(key=lambda row: row[0].admit_seq)
+        batches.extend((step, time, seq.request.request_id, kind, tokens)
+                       for seq, kind, tokens in rows)
+        return
     for seq in plan.decoded or ():
         batches.append((step, time, seq.request.request_id, "decode", 1))
     for seq, tokens in plan.prefills:

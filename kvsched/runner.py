@@ -242,7 +242,7 @@ def run_scenario(scenario: Scenario, variants: Iterable[str] = (), record_batche
     runs = []
     for variant in select(scenario, variants):
         requests = workloads.get(variant.name) if workloads else None
-        num_blocks = variant.spec.engine.to_config().num_blocks
+        num_blocks = variant.spec.engine.to_config().usable_blocks  # the pool StepLog sees
         steps_file = writer = event_writer = None
         stream = spool is not None and variant.spec.cluster is None  # clusters write at the end
         if stream:

@@ -20,6 +20,8 @@ from pydantic import (
 from kvsched.config import EngineConfig
 from kvsched.paths import name_problem, scenario_name_problem
 from kvsched.policies import check_policy_name, is_user_policy, make_policy
+from kvsched.presets import PRESETS
+from kvsched.presets import expand as expand_preset
 
 _ENGINE = EngineConfig()
 MAX_SYNTHETIC_REQUESTS = 10_000_000
@@ -71,8 +73,12 @@ class Strict(BaseModel):
 
 
 class EngineSpec(Strict):
-    """`engine:` — see `kvsched.config.EngineConfig` for what each knob means."""
+    """`engine:` — see `kvsched.config.EngineConfig` for what each knob means; `preset`
+    (`kvsched.presets`) fills in the rest. vLLM's spellings `enable_chunked_prefill` and
+    `preemption_mode`, and SGLang's `max_running_requests`, are accepted for
+    `chunked_prefill`, `preemption` and `max_num_seqs`."""
 
+    preset: Literal[tuple(PRESETS)] = "lesson"  # type: ignore[valid-type]
     max_num_batched_tokens: PositiveInt = _ENGINE.max_num_batched_tokens
     max_num_seqs: PositiveInt = _ENGINE.max_num_seqs
     block_size: PositiveInt = _ENGINE.block_size
@@ -82,17 +88,45 @@ class EngineSpec(Strict):
     watermark: Annotated[float, Field(ge=0, lt=1)] = _ENGINE.watermark
     preemption: Literal["recompute", "swap"] = _ENGINE.preemption.value
     max_steps: PositiveInt = _ENGINE.max_steps
-    victim: Literal["last_admitted", "lowest_priority", "fewest_generated"] = (
+    victim: Literal["last_admitted", "lowest_priority", "fewest_generated", "by_policy"] = (
         _ENGINE.victim.value)
-    requeue: Literal["front", "back"] = _ENGINE.requeue.value
+    requeue: Literal["front", "back", "by_policy"] = _ENGINE.requeue.value
     mix_prefill_decode: bool = _ENGINE.mix_prefill_decode
     admit_after_preempt: bool = _ENGINE.admit_after_preempt
     chunked_prefill: bool = _ENGINE.chunked_prefill
     long_prefill_token_threshold: NonNegativeInt = _ENGINE.long_prefill_token_threshold
     on_unschedulable: Literal["starve", "reject"] = _ENGINE.on_unschedulable.value
+    step_order: Literal["decode_first", "prefill_first", "running_loop"] = (
+        _ENGINE.step_order.value)
+    max_model_len: Annotated[int, Field(ge=2)] | None = None
+    null_block: bool = _ENGINE.null_block
+    scheduler_reserve_full_isl: bool = _ENGINE.scheduler_reserve_full_isl
+    preemption_warning: bool = _ENGINE.preemption_warning
+    swapped_fifo: bool = _ENGINE.swapped_fifo
+    delay_factor: NonNegativeFloat = _ENGINE.delay_factor
+    max_queued_requests: PositiveInt | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset_and_aliases(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for alias, name in _ENGINE_ALIASES.items():
+            if alias in data:
+                value = data.pop(alias)
+                if name in data and data[name] != value:
+                    raise ValueError(f"'{alias}' and '{name}' are the same key and disagree")
+                data[name] = value
+        return expand_preset(data)
 
     def to_config(self) -> EngineConfig:
-        return EngineConfig(**self.model_dump(exclude={"gpu_memory_utilization"}))
+        return EngineConfig(**self.model_dump(exclude={"gpu_memory_utilization", "preset"}))
+
+
+_ENGINE_ALIASES = {"enable_chunked_prefill": "chunked_prefill",
+                   "preemption_mode": "preemption",
+                   "max_running_requests": "max_num_seqs"}  # SGLang's name
 
 
 class PolicySpec(BaseModel):

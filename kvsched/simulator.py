@@ -65,7 +65,7 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
         del seqs.live[seq.index]
 
     sched.on_done = done
-    log = step_log if step_log is not None else StepLog(config.num_blocks)
+    log = step_log if step_log is not None else StepLog(config.usable_blocks)
     if seqs.times:
         log.stats.timeline = Timeline(seqs.times[0], seqs.times[-1])
     events = EventStream(engine.events, event_sink)

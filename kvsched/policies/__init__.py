@@ -20,6 +20,7 @@ from typing import Any
 from kvsched.errors import excerpt
 from kvsched.policies.base import Policy, SortKey
 from kvsched.policies.fcfs import Fcfs
+from kvsched.policies.lof import LongestOutputFirst
 from kvsched.policies.priority import PriorityFirst
 from kvsched.policies.spf import ShortestPromptFirst
 
@@ -27,6 +28,7 @@ BUILTIN: dict[str, type] = {
     "fcfs": Fcfs,
     "spf": ShortestPromptFirst,
     "priority": PriorityFirst,
+    "lof": LongestOutputFirst,
 }
 
 
