@@ -116,7 +116,13 @@ def _run_ray(function: Callable[[J], R], jobs: Sequence[J], address: str | None,
         refs = [remote.remote(function, job) for job in jobs]
         results: list[Any] = []
         for ref in refs:  # in job order: the same records as -j 1
-            results.append(ray.get(ref))
+            try:
+                results.append(ray.get(ref))
+            except ray.exceptions.RayTaskError as exc:  # a task's own error, not Ray's
+                cause = exc.cause if isinstance(exc.cause, Exception) else None
+                if isinstance(cause, KvschedError):
+                    raise KvschedError(str(cause)) from None
+                raise
             if on_done:
                 on_done()
         return results

@@ -88,7 +88,18 @@ def capacity(
     loaded = load_scenario(path, (), seed)
     source = SweepSource(path.read_text(encoding="utf-8"), str(scenario or "lesson (embedded)"),
                          path.parent, (), seed)
-    results = run_capacity(source, targets, axes, variant, tolerance, chosen, jobs, address)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    searches = len(variant or loaded.variants)
+    for axis in axes:
+        searches *= len(axis.values)
+    console = Console(stderr=True)
+    with Progress(TextColumn("capacity"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True, disable=not console.is_terminal) as progress:
+        task = progress.add_task("capacity", total=searches)
+        results = run_capacity(source, targets, axes, variant, tolerance, chosen, jobs, address,
+                               lambda: progress.advance(task))
     if not results:
         raise KvschedError("nothing to search")
     frame = capacity_frame(results, targets)

@@ -41,6 +41,7 @@ from kvsched.steplog import StepLog, StepStats
 from kvsched.timing import TimeModel
 
 ARRIVAL, STEP = 0, 1  # heap kinds: an arrival before a step starting at the same time
+_PRUNE = 4096  # delayed views: drop snapshots and routing times older than this many
 
 REPLICA_KEYS = ("num_requests", "num_finished", "num_rejected", "ttft_p50", "ttft_p99",
                 "e2e_p99", "num_preemptions", "busy_fraction", "peak_blocks_used",
@@ -119,12 +120,18 @@ class _Replica:
             return EngineView(self.index, self.num_blocks, waiting + len(self.pending),
                               running, free)
         seen = now - delay
-        k = bisect_right(self.history, seen, key=lambda s: s[0])
-        _, waiting, running, free = self.history[k - 1] if k else (0.0, 0, 0, self.num_blocks)
+        history = self.history
+        k = bisect_right(history, seen, key=lambda s: s[0])
+        _, waiting, running, free = history[k - 1] if k else (0.0, 0, 0, self.num_blocks)
         # Requests routed here after that snapshot and by `seen` were queued then.
-        since = self.history[k - 1][0] if k else -math.inf
+        since = history[k - 1][0] if k else -math.inf
         lo = bisect_right(routed_at, since)
         hi = bisect_right(routed_at, seen)
+        # Arrivals come in time order: what is older than this view is never needed again.
+        if k > _PRUNE:
+            del history[:k - 1]
+        if lo > _PRUNE:
+            del routed_at[:lo]
         return EngineView(self.index, self.num_blocks, waiting + max(0, hi - lo), running,
                           free)
 
@@ -139,8 +146,8 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
     nothing is left to do. A replica that reaches its `max_steps` stops there (what it holds
     or is sent later ends `unfinished`, as in a single run) while the others go on: a stop
     that does not depend on how far another replica's stretch jumped. Same inputs, same
-    records. `stretches=False` runs every step on
-    its own (the exact path, for checking the stretch bound)."""
+    records. `stretches=False` runs every step on its own (the exact path, for checking the
+    stretch bound)."""
     ids = [r.request_id for r in requests]
     if len(set(ids)) != len(ids):
         seen: set[str] = set()
@@ -152,7 +159,6 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
         slo = Slo(ttft=admissions[0].ttft_slo)
     order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_time)
     replicas = []
-    seqs_of: list[list[Seq]] = []
     for index, setup in enumerate(setups):
         config = setup.config
         admission = admissions[index] if admissions else None
@@ -163,7 +169,6 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
         if signal_delay > 0:
             replica.history = [replica.snapshot]
         replicas.append(replica)
-        seqs_of.append([])
     # Blocks of a request depend on the block size of the replica it lands on: a Seq is
     # made when the router has chosen.
     routed: list[int | None] = [None] * len(requests)  # all set by the loop

@@ -72,3 +72,10 @@ def test_without_ray_installed_backend_ray_is_one_error_line(tmp_path, monkeypat
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and "pip install 'kvsched[ray]'" in lines[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_a_tasks_input_error_comes_back_as_one_line(local_ray):
+    """A KvschedError raised in a Ray task is that error again, not Ray's wrapping."""
+    with pytest.raises(KvschedError) as caught:
+        run_jobs(SloTarget.parse, ["nonsense"], Backend.RAY)
+    assert "METRIC=LIMIT" in str(caught.value) and "\n" not in str(caught.value)

@@ -165,3 +165,16 @@ def test_a_router_returning_a_bad_index_is_refused():
     setups = [ReplicaSetup(EngineConfig(), StepClock())] * 2
     with pytest.raises(ValueError, match="router returned 7"):
         run_cluster([Request("a", 0, 4, 2)], setups, [make_policy("fcfs")] * 2, Bad())
+
+
+def test_delayed_views_forget_only_what_no_later_view_needs(monkeypatch):
+    """Pruning old snapshots (here after every one) changes no routing decision."""
+    requests = [Request(f"r{i}", i * 0.013, 10 + i % 50, 5 + i % 17) for i in range(300)]
+    clock = LinearStep(0.01, 0.0001, 0.001)
+    kept = cluster(requests, EngineConfig(), "fcfs", clock, 3, "least_outstanding",
+                   signal_delay=0.05)
+    monkeypatch.setattr("kvsched.cluster._PRUNE", 1)
+    pruned = cluster(requests, EngineConfig(), "fcfs", clock, 3, "least_outstanding",
+                     signal_delay=0.05)
+    assert pruned.replica_of == kept.replica_of
+    assert pruned.requests == kept.requests
