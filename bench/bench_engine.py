@@ -9,7 +9,10 @@ simulation, CSV writing), on the engine of the speed issue (budget 2048, 256 seq
 - cmd-azure25-full: the same hour at 25 ms steps (the old shipped assumption);
 - cmd-1m-compact: 1,000,000 synthetic requests at 20 req/s, Azure-like lengths;
 - cmd-tight-full: the Azure hour on a 600-block pool: many preemptions, the exact path;
-- cmd-10m-compact (only with --big): 10,000,000 synthetic requests.
+- cmd-10m-compact (only with --big): 10,000,000 synthetic requests;
+- sweep200-j2 / sweep200-ray: `kvsched sweep` of pool60's baseline over 200 pool sizes
+  (60..259 blocks), with -j 2 and with --backend ray (a local Ray, its start-up included);
+  run once each.
 
 Library cases (`kvsched.simulate` only, records kept in memory), on the first engine's
 setup (budget 16384, 20,000 blocks of 16, 256 sequences, 25 ms steps):
@@ -35,15 +38,17 @@ from collections import deque
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED_TRACE = ROOT.parent / "shared/traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv"
 SHIPPED_TRACE = ROOT / "scenarios/traces/AzureLLMInferenceTrace_conv.csv"
 WORKLOADS = ("azure", "busy", "synthetic-100k")
 LIBRARY_CASES = tuple(f"{w}{suffix}" for w in WORKLOADS for suffix in ("", "-plain"))
 COMMAND_CASES = ("cmd-azure-full", "cmd-azure-compact", "cmd-azure25-full", "cmd-tight-full",
                  "cmd-1m-compact")
 BIG_CASES = ("cmd-10m-compact",)
+ONCE_CASES = ("cmd-1m-compact",)  # a minute or more: measured once
 ROOFLINE_CASES = ("azure-roofline", "azure-8.6ms")
-CASES = COMMAND_CASES + LIBRARY_CASES + ROOFLINE_CASES + BIG_CASES
+# 200-point sweeps of pool60's baseline (num_blocks 60..259), once each: -j 2, Ray.
+SWEEP_CASES = ("sweep200-j2", "sweep200-ray")
+CASES = COMMAND_CASES + LIBRARY_CASES + ROOFLINE_CASES + SWEEP_CASES + BIG_CASES
 SCRATCH = ROOT / "results" / "bench-scratch"
 
 ISSUE_ENGINE = ("{max_num_batched_tokens: 2048, max_num_seqs: 256, block_size: 16, "
@@ -59,7 +64,7 @@ SYNTHETIC = """
 
 def command_scenario(case: str) -> Path:
     """The scenario file of a whole-command case, written under results/bench-scratch/."""
-    trace = SHARED_TRACE if SHARED_TRACE.is_file() else SHIPPED_TRACE
+    trace = SHIPPED_TRACE
     azure = f"{{kind: trace, format: azure, path: {trace}}}"
     blocks, step, workload = 26_312, 0.0039, azure
     if case == "cmd-azure25-full":
@@ -102,6 +107,27 @@ def run_command_case(case: str) -> dict:
             "peak_rss_mib": round(peak_mib, 1)}
 
 
+def run_sweep_case(case: str) -> dict:
+    """Time `kvsched sweep` over 200 points as a whole process; sums from its summary.csv."""
+    out = SCRATCH / "out"
+    backend = ["--backend", "ray"] if case.endswith("-ray") else ["-j", "2"]
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "kvsched", "sweep", str(ROOT / "scenarios/pool60.yaml"),
+                    "--blocks", "60..259:+1", "--variant", "baseline", "--out", str(out),
+                    "--name", case, *backend], check=True, capture_output=True)
+    seconds = time.perf_counter() - start
+    peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    with (out / f"sweep-{case}" / "summary.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    total = {key: sum(int(row[key]) for row in rows)
+             for key in ("num_requests", "num_finished", "num_steps", "decode_tokens")}
+    return {"case": case, "requests": total["num_requests"], "finished": total["num_finished"],
+            "steps": total["num_steps"], "events": 0, "decode_tokens": total["decode_tokens"],
+            "seconds": round(seconds, 3)} | _rates(total["num_requests"], total["decode_tokens"],
+                                                   seconds, total["num_steps"], 0) | {
+            "peak_rss_mib": round(peak_mib, 1)}
+
+
 def _rates(requests: int, decoded: int, seconds: float, steps: int, events: int) -> dict:
     return {"requests_per_s": round(requests / seconds),
             "decode_tokens_per_s": round(decoded / seconds),
@@ -120,7 +146,7 @@ def azure_requests():
     from kvsched.schema import TraceWorkload
     from kvsched.workload import build_requests
 
-    path = SHARED_TRACE if SHARED_TRACE.is_file() else SHIPPED_TRACE
+    path = SHIPPED_TRACE
     spec = TraceWorkload(kind="trace", format="azure", path=str(path))
     return build_requests(spec)
 
@@ -198,6 +224,8 @@ def run_case(case: str) -> dict:
 
     if case.startswith("cmd-"):
         return run_command_case(case)
+    if case in SWEEP_CASES:
+        return run_sweep_case(case)
     requests = requests_for(case.split("-")[0] if case.startswith("azure") else
                             case.removesuffix("-plain"))
     time_model = ConstantStep(0.0086 if case == "azure-8.6ms" else 0.025)
@@ -238,7 +266,7 @@ def main() -> None:
     cases = args.only or [c for c in CASES if args.big or c not in BIG_CASES]
     for case in cases:
         runs = []
-        for _ in range(1 if case in BIG_CASES else args.repeat):
+        for _ in range(1 if case in BIG_CASES + ONCE_CASES + SWEEP_CASES else args.repeat):
             out = subprocess.run([sys.executable, __file__, "--case", case], check=True,
                                  capture_output=True, text=True).stdout
             runs.append(json.loads(out))

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
+import os
+import shutil
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from kvsched.errors import KvschedError
+from kvsched import __version__
+from kvsched.errors import KvschedError, excerpt, one_line
+from kvsched.paths import name_problem, out_problem
 from kvsched.steplog import RecordMode
 
 if TYPE_CHECKING:  # the commands import what they use: `kvsched --help` stays fast
@@ -31,6 +38,22 @@ app = typer.Typer(
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"kvsched {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True,
+        help="Print the version and exit.")] = False,
+) -> None:
+    """A laboratory for the scheduler of an LLM serving engine: run YAML scenarios, sweep
+    budgets and pools, compare TTFT, throughput and preemptions."""
+
+
 def friendly(command: F) -> F:
     """Turn the library's input errors into one line on stderr and exit code 2."""
 
@@ -39,7 +62,7 @@ def friendly(command: F) -> F:
         try:
             return command(*args, **kwargs)
         except KvschedError as exc:
-            typer.echo(f"error: {exc}", err=True)
+            typer.echo(f"error: {one_line(str(exc))}", err=True)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
@@ -87,13 +110,15 @@ def run(
     record_batches: Annotated[bool, typer.Option(
         "--record-batches", help="Also write batches.csv: what ran in each step.")] = False,
     plot: Annotated[bool, typer.Option("--plot", help="Also draw the run's pictures.")] = False,
+    wide: Annotated[bool, typer.Option(
+        "--wide", help="Every column, however wide the terminal.")] = False,
     records: Annotated[RecordMode, typer.Option(
         "--records", case_sensitive=False,
         help="steps.csv with a row per step (full), a row per decode stretch (compact), or "
              "none (summary: requests, events and the summary only).")] = RecordMode.FULL,
 ) -> None:
     """Run every variant of each scenario, write records to OUT/<scenario>/, compare them."""
-    from kvsched.runner import prepare, run_scenario, staging, write_scenario
+    from kvsched.runner import prepare, replaced_by, run_scenario, staging, write_scenario
     from kvsched.scenario import Assignment, load_scenario
 
     sets = [Assignment.parse(text) for text in set_]
@@ -103,6 +128,7 @@ def run(
         if twin is not None:
             raise KvschedError(f"{scenario.source}: name '{scenario.name}' is also the name of "
                                f"{twin.source}: both would write {out}/{scenario.name}/")
+    check_out(out)
     workloads = [prepare(scenario, variant) for scenario in loaded]  # all valid before any run
     for scenario in loaded:
         _unit_warnings(scenario)
@@ -110,15 +136,22 @@ def run(
     failed = False
     for scenario, requests in zip(loaded, workloads, strict=True):
         with staging(out, scenario.name) as staged:
-            result = run_scenario(scenario, variant, record_batches, workloads=requests,
-                                  records=records, spool=staged)
+            with run_progress(scenario.name) as progress:
+                result = run_scenario(scenario, variant, record_batches, workloads=requests,
+                                      records=records, spool=staged, progress=progress)
+            replaced, kept = replaced_by(result, out)
             folder = write_scenario(result, out, _plot_files if plot else None, staged)
+        if replaced:
+            note = f"; kept {', '.join(kept)}" if kept else ""
+            typer.echo(one_line(f"replaced the previous results of {', '.join(replaced)} in "
+                                f"{out / scenario.name}/ (folders and summary.csv rows){note}"),
+                       err=True)
         failed |= not result.passed
         if as_json:
             payload += [{"scenario": scenario.name, "variant": r.name, **r.summary}
                         for r in result.runs]
         else:
-            typer.echo(render_run(result, folder))
+            typer.echo(render_run(result, folder, table_width(wide)))
     if as_json:
         typer.echo(json.dumps(payload, indent=2))
     if check and failed:
@@ -131,6 +164,44 @@ def _unit_warnings(scenario: Scenario) -> None:
 
     for message in dict.fromkeys(m for v in scenario.variants for m in unit_warnings(v.spec)):
         typer.echo(f"warning: {scenario.source}: {message}", err=True)
+
+
+@contextmanager
+def run_progress(name: str) -> Iterator[Callable[[str, int, int, float], None] | None]:
+    """A long run is not silent on a terminal: a bar per variant on stderr (requests
+    arrived, simulated time, time spent); nothing when stderr is not a terminal."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield None
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("requests arrived, t={task.fields[now]}"), TimeElapsedColumn(),
+                  console=console, transient=True) as bar:
+        tasks: dict[str, Any] = {}
+
+        def update(variant: str, arrived: int, total: int, now: float) -> None:
+            if variant not in tasks:
+                tasks[variant] = bar.add_task(f"run {name}/{variant}", total=total, now="0")
+            bar.update(tasks[variant], completed=arrived, now=f"{now:,.6g}")
+
+        yield update
+
+
+def check_out(out: Path) -> None:
+    """Refuse an --out that cannot hold results before anything runs."""
+    problem = out_problem(out)
+    if problem:
+        raise KvschedError(f"--out {problem}")
 
 
 def _plot_files(folder: Path, result: ScenarioRun) -> None:
@@ -148,17 +219,32 @@ def headline(scenario: Scenario) -> str:
     return scenario.description.strip().split(". ")[0].rstrip(".")
 
 
-def render_run(result: ScenarioRun, folder: Path) -> str:
+def table_width(wide: bool) -> int | None:
+    """How wide tables may be: the terminal's width (or $COLUMNS), unlimited with --wide or
+    when the output goes to a file or a pipe."""
+    if wide or not (sys.stdout.isatty() or os.environ.get("COLUMNS")):
+        return None
+    return max(40, shutil.get_terminal_size().columns)
+
+
+def render_run(result: ScenarioRun, folder: Path, width: int | None = None) -> str:
     from tabulate import tabulate
 
     from kvsched.report import comparison_table, fmt, incident_kinds
     from kvsched.runner import describe, missing_baselines
 
     scenario = result.scenario
-    lines = [f"== {scenario.name}" + (f": {headline(scenario)}" if scenario.description else "")]
+    title = f"== {scenario.name}" + (f": {headline(scenario)}" if scenario.description else "")
+    if scenario.assignments:  # the description was written for the file's own values
+        changed = [f"--seed {a.value}" if a.option == "--seed" else f"--set {a.text}"
+                   for a in scenario.assignments]
+        title += f" [overridden: {', '.join(changed)}]"
+    lines = [one_line(title)]
     summaries = [(r.name, r.summary) for r in result.runs]
     lines.append(comparison_table(summaries, result.time_unit,
-                                  extra=[("incidents", incident_kinds)]))
+                                  extra=[("incidents", incident_kinds)], width=width,
+                                  admission=any(r.variant.spec.admission is not None
+                                                for r in result.runs)))
     lines.append("")
     lines.append("diagnosis:" + ("" if any(s["incidents"] for _, s in summaries)
                                  else " no incident"))
@@ -205,12 +291,20 @@ def sweep(
         help="Sweep any field, e.g. engine.watermark=0,0.01,0.05.")] = [],  # noqa: B006
     variant: Variants = [],  # noqa: B006
     seed: Seed = None,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, metavar="N",
-                                      help="Parallel processes.")] = 1,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", metavar="N",
+                                      help="Parallel processes (>= 1).")] = 1,
+    backend: Annotated[str, typer.Option(
+        metavar="local|ray", help="Run the points here (-j processes) or as Ray tasks.")
+    ] = "local",
+    address: Annotated[str | None, typer.Option(
+        metavar="ADDR", help="With --backend ray: an existing Ray cluster (default: a local "
+        "Ray).")] = None,
     out: Out = Path("results"),
     name: Annotated[str | None, typer.Option(
         metavar="NAME", help="Results go to OUT/sweep-NAME/.")] = None,
     plot: Annotated[bool, typer.Option("--plot", help="Also draw sweep.png.")] = False,
+    wide: Annotated[bool, typer.Option(
+        "--wide", help="Every column, however wide the terminal.")] = False,
 ) -> None:
     """Run the grid of all values given; A..B doubles, A..B:+S steps, A..B:xF multiplies."""
     from rich.console import Console
@@ -227,12 +321,18 @@ def sweep(
     from kvsched.sweep import (
         OPTION_PATHS,
         SweepSource,
+        check_size,
         parse_axis,
         parse_set_axis,
         run_sweep,
         write_sweep,
     )
 
+    if jobs < 1:
+        raise KvschedError(f"--jobs: expected a number of processes >= 1, got {jobs}")
+    if name is not None and (problem := name_problem(name)):
+        raise KvschedError(f"--name: {problem}")
+    check_out(out)
     axes: list[Axis] = []
     for option, text in (("budget", budget), ("blocks", blocks), ("policy", policy),
                          ("preemption", preemption)):
@@ -246,17 +346,20 @@ def sweep(
     loaded = load_scenario(path, (), seed)  # validates the file and names errors
     source = SweepSource(path.read_text(encoding="utf-8"), str(scenario or "lesson (embedded)"),
                          path.parent, (), seed)
-    points = len(variant or loaded.variants)
-    for axis in axes:
-        points *= len(axis.values)
+    points = check_size(axes, len(variant or loaded.variants))
     console = Console(stderr=True)
     with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task("sweep", total=points)
-        frame = run_sweep(source, axes, variant, jobs, lambda: progress.advance(task))
+        frame = run_sweep(source, axes, variant, jobs, lambda: progress.advance(task),
+                          _backend(backend), address)
     folder = out / f"sweep-{name or loaded.name}"
+    existed = folder.exists()
     write_sweep(folder, frame, axes, source)
-    typer.echo(sweep_table(frame, [axis.path for axis in axes]))
+    if existed:
+        typer.echo(one_line(f"replaced: {folder}/ (the previous sweep named "
+                            f"'{name or loaded.name}'; give --name to keep both)"), err=True)
+    typer.echo(sweep_table(frame, [axis.path for axis in axes], table_width(wide)))
     if plot:
         from kvsched.plots import plot_sweep_folder
 
@@ -264,29 +367,44 @@ def sweep(
     typer.echo(f"records: {folder}/summary.csv")
 
 
+def _backend(name: str) -> Any:
+    from kvsched.cli_capacity import backend_of
+
+    return backend_of(name)
+
+
 # -- validate, policies, scenarios ------------------------------------------------------
+
+
+def check_file(path: Path) -> tuple[Scenario, str]:
+    """Validate a scenario file without running it or generating its workload (a user's
+    policy module is not imported either): the scenario and its largest request count."""
+    from kvsched.runner import count_of
+    from kvsched.scenario import load_scenario
+
+    scenario = load_scenario(path)
+    counts = [count_of(v) for v in scenario.variants]
+    most, exact = max(counts)
+    return scenario, f"{most:,}" if exact and all(e for _, e in counts) else f"about {most:,}"
 
 
 @app.command(epilog="Example: kvsched validate scenarios/*.yaml")
 def validate(scenarios: Files) -> None:
     """Check scenario files (schema, variants, trace files) without running them."""
-    from kvsched.runner import requests_of
-    from kvsched.scenario import load_scenario
     from kvsched.schema import derived_pool, unit_warnings
 
     bad = 0
     for path in scenarios:
         try:
-            scenario = load_scenario(path)
-            counts = [len(requests_of(v)) for v in scenario.variants]
+            scenario, count = check_file(path)
         except KvschedError as exc:
-            typer.echo(f"error: {exc}", err=True)
+            typer.echo(f"error: {one_line(str(exc))}", err=True)
             bad += 1
             continue
-        typer.echo(f"ok: {path}: {scenario.name}, {len(scenario.variants)} variant(s), "
-                   f"{max(counts)} requests, {len(scenario.expectations)} expectation(s)")
+        typer.echo(one_line(f"ok: {path}: {scenario.name}, {len(scenario.variants)} variant(s), "
+                            f"{count} requests, {len(scenario.expectations)} expectation(s)"))
         for message in dict.fromkeys(m for v in scenario.variants for m in unit_warnings(v.spec)):
-            typer.echo(f"warning: {path}: {message}", err=True)
+            typer.echo(one_line(f"warning: {path}: {message}"), err=True)
         for v in scenario.variants:
             pool = derived_pool(v.resolved, v.spec)
             if pool is not None:
@@ -309,6 +427,14 @@ def policies() -> None:
                "(a class with key(request, enqueue_time) -> tuple).")
 
 
+@app.command(epilog="Example: kvsched presets")
+def presets() -> None:
+    """The engine presets (engine.preset): the engine each reproduces and what it sets."""
+    from kvsched.presets import describe
+
+    typer.echo(describe())
+
+
 @app.command(epilog="Example: kvsched scenarios")
 @friendly
 def scenarios(
@@ -317,8 +443,6 @@ def scenarios(
     """The scenarios that ship in scenarios/: name, variants and what each shows."""
     from tabulate import tabulate
 
-    from kvsched.scenario import load_scenario
-
     where = folder or shipped_scenarios_dir()
     files = sorted(where.glob("*.yaml"))
     if not files:
@@ -326,9 +450,9 @@ def scenarios(
     rows = []
     for path in files:
         try:
-            scenario: Scenario = load_scenario(path)
+            scenario, _ = check_file(path)
         except KvschedError as exc:
-            rows.append([path.name, "-", f"invalid: {exc}"])
+            rows.append([str(path), "-", f"INVALID: {excerpt(exc, 120)}"])
             continue
         variants = ", ".join(v.name for v in scenario.variants)
         rows.append([str(path), variants, headline(scenario)])
@@ -451,8 +575,39 @@ def fit_linear_command(model: ModelOpt, gpu: GpuOpt, tp: TpOpt = 1) -> None:
                f"{fit.max_error:.1f}% max error against the roofline")
 
 
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM ends kvsched as Ctrl-C does: staging folders are removed, workers stopped."""
+    raise SystemExit(128 + signum)
+
+
+from kvsched import cli_capacity  # noqa: E402, F401  (registers `capacity`)
+
+
 def main() -> None:
-    app(prog_name="kvsched")
+    """The console script: every failure, usage errors included, is one line on stderr."""
+    try:  # typer 0.26 and later vendor click (and ignore an installed click)
+        from typer._click import exceptions as click_errors
+    except ImportError:  # pragma: no cover - earlier typer depends on click
+        from click import exceptions as click_errors  # type: ignore[no-redef]
+
+    no_args: Any = getattr(click_errors, "NoArgsIsHelpError", ())  # click < 8.2 has none
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        code = app(prog_name="kvsched", standalone_mode=False)
+    except no_args as exc:
+        exc.show()
+        code = exc.exit_code
+    except click_errors.UsageError as exc:
+        command = exc.ctx.command_path if exc.ctx is not None else "kvsched"
+        typer.echo(f"error: {one_line(exc.format_message())} (see {command} --help)", err=True)
+        code = exc.exit_code
+    except click_errors.ClickException as exc:
+        typer.echo(f"error: {one_line(exc.format_message())}", err=True)
+        code = exc.exit_code
+    except typer.Abort:
+        typer.echo("Aborted!", err=True)
+        code = 130
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,7 +1,7 @@
 """The engine's knobs: budgets, KV pool, and the rules where real schedulers differ.
 
 Each rule is one orthogonal switch, so that vLLM V0, vLLM V1 and SGLang are combinations of
-them (see `../shared/reference/schedulers.md`, section 6, and the table in README.md).
+them (see the table in README.md, section "The engine").
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ class Victim(StrEnum):
     LAST_ADMITTED = "last_admitted"  # tail of the running queue (vLLM V0, V1 under FCFS)
     LOWEST_PRIORITY = "lowest_priority"  # max (priority, arrival) (vLLM V1 under priority)
     FEWEST_GENERATED = "fewest_generated"  # fewest output tokens, longest prompt (SGLang)
+    BY_POLICY = "by_policy"  # vLLM V1: lowest_priority under `priority`, else last_admitted
 
 
 class Requeue(StrEnum):
@@ -31,6 +32,18 @@ class Requeue(StrEnum):
 
     FRONT = "front"  # ahead of everything never started, newest victim first (vLLM)
     BACK = "back"  # re-ordered by the policy as if it had just arrived (SGLang)
+    BY_POLICY = "by_policy"  # vLLM V1: front under fcfs, else the policy's order by arrival
+
+
+class StepOrder(StrEnum):
+    """How one step is assembled from running decodes, unfinished chunks and admissions."""
+
+    DECODE_FIRST = "decode_first"  # decodes, then chunks under way, then admissions (lesson)
+    PREFILL_FIRST = "prefill_first"  # a step that prefills runs no decode (vLLM V0, SGLang)
+    # vLLM V1: one loop over the running requests in admission order (decodes and chunks
+    # alike, blocks taken per chunk, preempting from the victim rule when a request's
+    # tokens do not fit), then admissions; see conformance/RULES.md R3-R8.
+    RUNNING_LOOP = "running_loop"
 
 
 class Unschedulable(StrEnum):
@@ -59,6 +72,23 @@ class EngineConfig:
     - `chunked_prefill`: split prompts into chunks that fit the budget left after decodes;
       `long_prefill_token_threshold` (0 = off) caps one request's chunk per step.
     - `on_unschedulable`: starve (the lesson) or reject at arrival.
+    - `step_order`: see `StepOrder`; `mix_prefill_decode: false` is the older spelling of
+      `prefill_first`.
+    - `max_model_len` (None = no limit): a prompt of `max_model_len` tokens or more is
+      rejected at arrival with vLLM's message; outputs stop at `max_model_len` tokens.
+    - `null_block`: one block of `num_blocks` is never usable (vLLM V1's null block, so
+      `num_blocks` is what vLLM logs); the watermark still counts from `num_blocks`.
+    - `scheduler_reserve_full_isl`: under `running_loop`, admit only if the whole prompt
+      (plus outputs, when resumed) would fit the free blocks now (vLLM's flag, on there).
+    - `preemption_warning`: log vLLM V0's preemption warning as a `warning` event on the
+      1st, 51st, 101st ... preemption (`num_cumulative_preemption % 50 == 0`).
+    - `delay_factor` (vLLM V0, 0 = off): a step admits prompts only once the oldest waiting
+      request has waited more than `delay_factor` x the latency of the last step that ran
+      prompts, or when nothing runs.
+    - `swapped_fifo`: swapped-out requests wait in their own first-in-first-out queue ahead
+      of the waiting queue (vLLM V0); false: on the preempted stack, newest first.
+    - `max_queued_requests` (None = no limit): an arrival that finds this many requests
+      waiting is rejected with SGLang's message (preempted requests waiting count too).
     """
 
     max_num_batched_tokens: int = 2048
@@ -75,6 +105,14 @@ class EngineConfig:
     chunked_prefill: bool = False
     long_prefill_token_threshold: int = 0
     on_unschedulable: Unschedulable = Unschedulable.STARVE
+    step_order: StepOrder = StepOrder.DECODE_FIRST
+    max_model_len: int | None = None
+    null_block: bool = False
+    scheduler_reserve_full_isl: bool = True
+    preemption_warning: bool = False
+    swapped_fifo: bool = False
+    delay_factor: float = 0.0
+    max_queued_requests: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_blocks",
@@ -85,11 +123,32 @@ class EngineConfig:
             raise ValueError(f"watermark must be in [0, 1), got {self.watermark}")
         if self.long_prefill_token_threshold < 0:
             raise ValueError("long_prefill_token_threshold must be >= 0")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
+        if not self.delay_factor >= 0:
+            raise ValueError(f"delay_factor must be >= 0, got {self.delay_factor}")
+        if self.max_queued_requests is not None and self.max_queued_requests < 1:
+            raise ValueError(f"max_queued_requests must be >= 1, got {self.max_queued_requests}")
+        if self.null_block and self.num_blocks < 2:
+            raise ValueError("num_blocks must be >= 2 with a null block")
         # Accept the enums' string values from library callers too.
         object.__setattr__(self, "preemption", PreemptionMode(self.preemption))
         object.__setattr__(self, "victim", Victim(self.victim))
         object.__setattr__(self, "requeue", Requeue(self.requeue))
         object.__setattr__(self, "on_unschedulable", Unschedulable(self.on_unschedulable))
+        order = StepOrder(self.step_order)
+        if order is StepOrder.DECODE_FIRST and not self.mix_prefill_decode:
+            order = StepOrder.PREFILL_FIRST
+        object.__setattr__(self, "step_order", order)
+        if order is StepOrder.RUNNING_LOOP and self.preemption is PreemptionMode.SWAP:
+            raise ValueError("step_order running_loop has no swap: vLLM V1 preempts by "
+                             "recompute")
+        object.__setattr__(self, "mix_prefill_decode", order is not StepOrder.PREFILL_FIRST)
+
+    @property
+    def usable_blocks(self) -> int:
+        """Blocks requests can hold: `num_blocks`, less vLLM V1's null block."""
+        return self.num_blocks - 1 if self.null_block else self.num_blocks
 
     @property
     def watermark_blocks(self) -> int:

@@ -16,9 +16,10 @@ import csv
 from collections.abc import Iterable, Sequence
 from itertools import repeat
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from kvsched.records import STEP_COLUMNS
+from kvsched.scheduler import Stretch
 from kvsched.steplog import COMPACT_COLUMNS, RecordMode, Segment, compact_row, segment_runs
 
 FLOAT_FORMAT = "%.10g"
@@ -26,13 +27,13 @@ FLOAT_FORMAT = "%.10g"
 _STEP_FLOATS = frozenset({"time", "duration", "thrash_ratio", "mfu", "mbu"})
 
 
-def cell(value: Any) -> Any:
-    """One value as the CSV cell the writers produce."""
+def cell_text(value: Any) -> str:
+    """One value as the text of the CSV cell the writers produce."""
     if value is None:
         return ""
     if type(value) is float:
         return FLOAT_FORMAT % value
-    return value
+    return str(value)
 
 
 def write_rows(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
@@ -42,6 +43,23 @@ def write_rows(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]])
         writer.writerow(header)
         fmt = FLOAT_FORMAT
         writer.writerows([fmt % v if type(v) is float else v for v in row] for row in rows)
+
+
+class RowCsv:
+    """A CSV file written chunk by chunk (an event sink, say)."""
+
+    def __init__(self, path: Path, header: Sequence[str]) -> None:
+        self._handle = path.open("w", newline="", encoding="utf-8")
+        self._writer = csv.writer(self._handle, lineterminator="\n")
+        self._writer.writerow(header)
+
+    def __call__(self, rows: Iterable[Sequence[Any]]) -> None:
+        fmt = FLOAT_FORMAT
+        self._writer.writerows([fmt % v if type(v) is float else v for v in row]
+                               for row in rows)
+
+    def close(self) -> None:
+        self._handle.close()
 
 
 def _formatted(values: list[float], cache: dict[float, str] | None = None) -> list[str]:
@@ -107,7 +125,8 @@ class StepCsv:
                 for col, values in zip(cols, zip(*group, strict=True), strict=True):
                     col.extend(values)
                 continue
-            for stretch in group:
+            for segment in group:
+                stretch = cast(Stretch, segment)
                 steps, n = stretch.num_steps, stretch.num_decodes
                 cols[0].extend(range(stretch.step, stretch.step + steps))
                 cols[1].extend(stretch.starts)

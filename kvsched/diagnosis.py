@@ -1,6 +1,6 @@
 """Naming what went wrong in a run, with evidence.
 
-Five detectors read a run's records (and, for comparisons, the baseline variant's):
+The detectors read a run's records (and, for comparisons, the baseline variant's):
 - starvation: requests that never ran (and why), or that waited more than
   `overtaken_factor` median end-to-end latencies while at least `overtaken_by` later
   arrivals overtook them;
@@ -14,7 +14,19 @@ Five detectors read a run's records (and, for comparisons, the baseline variant'
 - tail_blowup: p99/p50 TTFT more than `tail_ratio` times the baseline's, with a worse p99;
   or one class's p99 more than `class_tail_ratio` times every other class's, and worse
   than the same class in the baseline;
-- slo_violation: more than `slo_miss_share` of the admitted requests miss their SLO.
+- slo_violation: more than `slo_miss_share` of the admitted requests miss their SLO;
+- overload: over the last three quarters of the arrivals, requests (not rejected at
+  arrival) arrived more than `overload_ratio` times as fast as they finished while the engine
+  was busy, and the waiting queue grew (its mean over the last quarter of the arrivals is
+  over twice the first quarter's and at least `overload_queue`): the engine cannot keep up;
+- all_rejected: every request was turned away at arrival (admission, or a pool or budget no
+  request fits), so nothing was served;
+- none_finished: no request finished (starved, unfinished at `max_steps`, rejected).
+- imbalance (cluster runs only): one replica's p99 TTFT above `imbalance_ttft_ratio` (3)
+  times the median of the other replicas' p99s and above it by more than the median
+  end-to-end latency, or, at some arrival, one replica with at
+  least `imbalance_queue` (8) requests queued while another had nothing queued or running
+  (the thresholds live in `cluster:`).
 A healthy run reports nothing.
 """
 
@@ -29,11 +41,14 @@ import numpy as np
 from kvsched.admission import Slo
 from kvsched.records import RequestRecord, RunResult
 
-KINDS = ("starvation", "head_of_line", "thrashing", "tail_blowup", "slo_violation")
+KINDS = ("starvation", "head_of_line", "thrashing", "tail_blowup", "slo_violation",
+         "overload", "all_rejected", "none_finished")
 INCIDENT_KEYS = ("num_incidents", *(f"incident_{kind}" for kind in KINDS))
 """Summary keys the diagnosis adds: a count, and a 0/1 flag per kind (for `expect`)."""
+CLUSTER_KINDS = ("imbalance",)  # kinds only a cluster run can have (and flags only it carries)
 
 _MOST_OVERTAKEN_CHECKED = 200  # longest waits examined for overtaking (bounds the cost)
+_OVERLOAD_BUSY_SHARE = 0.5  # an engine idle most of the arrival span is stuck, not overloaded
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +63,8 @@ class Thresholds:
     slo_miss_share: float = 0.05
     overtaken_factor: float = 10.0
     overtaken_by: int = 10
+    overload_ratio: float = 1.2
+    overload_queue: int = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,14 +86,21 @@ def diagnose(result: RunResult, thresholds: Thresholds = Thresholds(),
         thrashing(result, thresholds),
         tail_blowup(result, thresholds, baseline),
         slo_violation(result, thresholds, slo),
+        overload(result, thresholds),
+        all_rejected(result),
+        none_finished(result),
     ]
+    if getattr(result, "replicas", ()):  # a kvsched.cluster.ClusterResult
+        found.append(imbalance(result))
     return [incident for incident in found if incident is not None]
 
 
-def incident_flags(incidents: list[Incident]) -> dict[str, int]:
+def incident_flags(incidents: list[Incident], cluster: bool = False) -> dict[str, int]:
+    """`num_incidents` and a 0/1 flag per kind (cluster runs: the cluster kinds too)."""
     kinds = {incident.kind for incident in incidents}
+    known = KINDS + CLUSTER_KINDS if cluster else KINDS
     return {"num_incidents": len(incidents),
-            **{f"incident_{kind}": int(kind in kinds) for kind in KINDS}}
+            **{f"incident_{kind}": int(kind in kinds) for kind in known}}
 
 
 # -- detectors --------------------------------------------------------------------------
@@ -281,3 +305,118 @@ def slo_violation(result: RunResult, thresholds: Thresholds, slo: Slo | None) ->
         f"slo_violation: {len(missed)} of {len(admitted)} admitted requests "
         f"({100 * share:.0f}%) missed {targets}{worst}; {rejected} rejected at arrival"), {
         "num_missed": len(missed), "miss_share": share, "num_rejected": rejected})
+
+
+def overload(result: RunResult, thresholds: Thresholds) -> Incident | None:
+    """Arrivals faster than the engine served while it was busy, and a queue that grows."""
+    # Requests turned away at arrival were shed: the engine owed them nothing.
+    arrivals = sorted(r.arrival_time for r in result.requests if r.status != "rejected")
+    log = getattr(result, "step_log", None)  # a cluster's result has one per replica
+    timeline = getattr(getattr(log, "stats", None), "timeline", None)
+    if len(arrivals) < 2 or arrivals[-1] <= arrivals[0] or not result.summary["num_steps"] \
+            or timeline is None:
+        return None  # all at once: a queue that drains, not a rate
+    start, last = arrivals[0], arrivals[-1]
+    span = last - start
+    # Rates over the last three quarters of the arrivals: the requests in flight when that
+    # window opens and when it closes cancel out unless the backlog grows.
+    opens = start + span / 4
+    arrived = sum(1 for t in arrivals if t > opens)
+    finished = sum(1 for r in result.requests if r.finish_time is not None
+                   and opens < r.finish_time <= last)
+    arrival_rate, served_rate = arrived / (last - opens), finished / (last - opens)
+    if arrival_rate <= thresholds.overload_ratio * served_rate:
+        return None
+    # The steps' busy time and queue, bucketed by start time over the arrival span.
+    buckets = [(t, b, w, c) for t, b, w, c in zip(
+        timeline.bucket_starts(), timeline.busy, timeline.waiting, timeline.count,
+        strict=True) if start <= t < last]
+    busy = sum(b for _, b, _, _ in buckets) / span
+    if busy < _OVERLOAD_BUSY_SHARE:
+        return None
+    quarter = span / 4
+    first = [(w, c) for t, _, w, c in buckets if t < start + quarter and c]
+    final = [(w, c) for t, _, w, c in buckets if t >= last - quarter and c]
+    if not first or not final:
+        return None
+    early = sum(w for w, _ in first) / sum(c for _, c in first)
+    late = sum(w for w, _ in final) / sum(c for _, c in final)
+    if late < thresholds.overload_queue or late <= 2 * early:
+        return None
+    unit = _unit(result)
+    ttfts = [r.ttft for r in result.requests if r.ttft is not None]
+    p50 = f"; TTFT p50 {float(np.median(ttfts)):.4g} {unit}" if ttfts else ""
+    factor = arrival_rate / served_rate if served_rate else None
+    times = f"{factor:.3g}x" if factor else "while none finished,"
+    return Incident("overload", (
+        f"overload: requests arrived at {arrival_rate:.4g}/{_per(unit)}, {times} the "
+        f"{served_rate:.4g}/{_per(unit)} the engine finished while busy {100 * min(busy, 1):.0f}% "
+        f"of the time; the waiting queue grew from {early:.4g} to {late:.4g} on average "
+        f"(first vs last quarter of the arrivals){p50}"), {
+        "arrival_rate": arrival_rate, "served_rate": served_rate, "busy_share": busy,
+        "waiting_first_quarter": early, "waiting_last_quarter": late})
+
+
+def _per(unit: str) -> str:
+    return "step" if unit == "steps" else unit
+
+
+def all_rejected(result: RunResult) -> Incident | None:
+    requests = result.requests
+    if not requests or any(r.status != "rejected" for r in requests):
+        return None
+    groups = Counter(_rejection_group(r.reason) for r in requests)
+    why = ", ".join(f"{n:,}: {group}" for group, n in groups.most_common())
+    return Incident("all_rejected", (
+        f"all_rejected: all {len(requests):,} requests were rejected at arrival ({why}); "
+        "nothing was served"), {"num_rejected": len(requests), "reasons": dict(groups)})
+
+
+def _rejection_group(reason: str | None) -> str:
+    if (reason or "").startswith("estimated TTFT"):
+        return "estimated TTFT over the target"
+    return _reason_group(reason)
+
+
+def none_finished(result: RunResult) -> Incident | None:
+    requests = result.requests
+    if not requests or any(r.status == "finished" for r in requests) or all(
+            r.status == "rejected" for r in requests):
+        return None
+    statuses = Counter(r.status for r in requests)
+    parts = ", ".join(f"{n:,} {status}" for status, n in statuses.most_common())
+    return Incident("none_finished", (
+        f"none_finished: none of the {len(requests):,} requests finished ({parts})"),
+        {"statuses": dict(statuses)})
+
+
+def imbalance(result: Any) -> Incident | None:
+    """A cluster whose load is uneven (see the module docstring); `result` is a
+    `kvsched.cluster.ClusterResult`."""
+    unit = _unit(result)
+    parts = []
+    evidence: dict[str, Any] = {}
+    p99s = [(i, r.summary["ttft_p99"]) for i, r in enumerate(result.replicas)
+            if r.summary["ttft_p99"] is not None]
+    if len(p99s) >= 2:
+        worst, p99 = max(p99s, key=lambda item: (item[1], -item[0]))
+        typical = float(np.median([v for i, v in p99s if i != worst]))
+        ratio = result.imbalance_ttft_ratio
+        e2e = [r.e2e_latency for r in result.requests if r.e2e_latency is not None]
+        service = float(np.median(e2e)) if e2e else 0.0
+        # Far above: by the ratio, and by more than a typical request's whole service time
+        # (a few unlucky requests on a lightly loaded replica are not an imbalance).
+        if typical > 0 and p99 > ratio * typical and p99 - typical > service:
+            parts.append(f"replica {worst}'s p99 TTFT {p99:.4g} {unit} is {p99 / typical:.3g}x "
+                         f"the other replicas' median ({typical:.4g} {unit})")
+            evidence |= {"worst_replica": worst, "worst_ttft_p99": p99,
+                         "others_ttft_p99_median": typical}
+    witness = result.idle_witness
+    if witness is not None and witness[0] >= result.imbalance_queue:
+        queue, busy, time, idle = witness
+        parts.append(f"replica {busy} had {queue} requests queued at {time:.4g} {unit} while "
+                     f"replica {idle} had nothing to do")
+        evidence |= {"queued": queue, "queued_replica": busy, "at": time, "idle_replica": idle}
+    if not parts:
+        return None
+    return Incident("imbalance", "imbalance: " + "; ".join(parts), evidence)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from kvsched.admission import AdmissionController, SloAdmission
 from kvsched.backpressure import Action, Backpressure, ThrashMonitor
-from kvsched.config import EngineConfig
+from kvsched.config import EngineConfig, StepOrder
 from kvsched.policies.base import Policy
 from kvsched.roofline import BatchShape
 from kvsched.scheduler import Scheduler, StepPlan, Stretch
@@ -44,6 +44,8 @@ class Engine:
         self.gate = AdmissionController(admission, clock) if admission else None
         self.record_batches = record_batches
         self.batches: list[tuple] | None = [] if record_batches else None
+        # vLLM V1 lists a step's batch in running-list order, then admissions: by admission
+        self._batch_in_admission_order = config.step_order is StepOrder.RUNNING_LOOP
         self._steady = False  # the last step was pure decode and nothing arrived since
 
     # -- arrivals -------------------------------------------------------------------------
@@ -103,9 +105,9 @@ class Engine:
         if self.gate is not None:
             self.gate.observe(now, end, plan.num_admitted)
         if self.batches is not None:
-            _record_batch(self.batches, plan)
-        self._steady = (self.stretches and not changed and plan.is_pure_decode
-                        and plan.num_decodes == len(sched.running))
+            _record_batch(self.batches, plan, self._batch_in_admission_order)
+        self._steady = self.stretches and not changed and (
+            plan.is_pure_decode and plan.num_decodes == len(sched.running) or self._settled())
         return (step, now, duration, num_running, num_waiting, len(plan.prefills),
                 plan.prefill_tokens, num_decodes, plan.recomputed_tokens, computed + num_decodes,
                 pool.num_blocks - blocks_free, blocks_free, len(plan.preempted),
@@ -131,8 +133,14 @@ class Engine:
         if self.gate is not None:
             self.gate.observe_quiet(stretch.starts, stretch.durations)
         if stretch.num_finished:
-            self._steady = False
+            self._steady = self._settled()
         return stretch
+
+    def _settled(self) -> bool:
+        """Nothing waits, nothing is half prefilled, no head-of-line state to release: the
+        next step can only decode what runs (no need to watch one step first)."""
+        sched = self.sched
+        return not sched.waiting and not sched.prefilling and sched.hol_head is None
 
     def _backpressure_changed(self, plan: StepPlan, ratio: float) -> None:
         monitor, sched = self.monitor, self.sched
@@ -151,8 +159,15 @@ class Engine:
         sched.reserving = monitor.signal and action is Action.RESERVE
 
 
-def _record_batch(batches: list[tuple], plan: StepPlan) -> None:
+def _record_batch(batches: list[tuple], plan: StepPlan, in_admission_order: bool) -> None:
     step, time = plan.step, plan.time
+    if in_admission_order:
+        rows = [(seq, "decode", 1) for seq in plan.decoded or ()]
+        rows += [(seq, "prefill", tokens) for seq, tokens in plan.prefills]
+        rows.sort(key=lambda row: row[0].admit_seq)
+        batches.extend((step, time, seq.request.request_id, kind, tokens)
+                       for seq, kind, tokens in rows)
+        return
     for seq in plan.decoded or ():
         batches.append((step, time, seq.request.request_id, "decode", 1))
     for seq, tokens in plan.prefills:

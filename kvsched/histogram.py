@@ -132,6 +132,25 @@ class GapHistogram:
             value = low + (high - low) * fraction
         return value
 
+    @classmethod
+    def merged(cls, parts: list[GapHistogram]) -> GapHistogram:
+        """One histogram of every gap of `parts` (a cluster's replicas): exact while every
+        part is exact and the distinct values stay few, else bucketed."""
+        out = cls()
+        for part in parts:
+            if part._exact is not None:
+                for value, n in part._exact.items():
+                    out.add(value, n)
+                continue
+            if out._exact is not None:
+                out._to_buckets()
+            out.count += part.count
+            out.total += part.total
+            for key, n in part._buckets.items():
+                out._buckets[key] = out._buckets.get(key, 0) + n
+        out.total = sum(part.total for part in parts)  # each part's own sum, unchanged
+        return out
+
     # -- buckets -------------------------------------------------------------------------
 
     def _bucket(self, value: float) -> int:

@@ -167,7 +167,7 @@ def summarize(requests: list[RequestRecord], steps: StepStats | list[tuple],
         members = [r for r in requests if r.class_name == name]
         summary[f"num_requests_{name}"] = len(members)
         summary[f"num_starved_{name}"] = sum(r.status == "starved" for r in members)
-        stats = _stats((r.ttft for r in members), "ttft", (50, 99))
-        for key, value in stats.items():
+        class_stats = _stats((r.ttft for r in members), "ttft", (50, 99))
+        for key, value in class_stats.items():
             summary[f"{key}_{name}"] = value
     return summary

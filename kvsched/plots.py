@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -36,6 +36,11 @@ COLORS = {
     "preempt": "#9c0d38",
     "backpressure": "#bab0ac",
     "limit": "#222222",
+    "swap": "#edc948",
+    "thrash": "#e15759",
+    "arrived": "#9a9a9a",
+    "finished": "#59a14f",
+    "starved": "#9c0d38",
 }
 """What a colour means in a timeline, the same in every timeline."""
 
@@ -43,6 +48,10 @@ VARIANT_COLORS = ("#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e
                   "#000000", "#8c564b")
 """One colour per variant, in the order of the run's summary.csv: the same variant has the
 same colour in ttft.png and latency.png (and the n-th line of sweep.png the n-th colour)."""
+
+LINE_STYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1)), (0, (1, 1)), (0, (8, 2)), "-")
+"""The n-th variant's line style in ttft.png: identical distributions (pool60 and
+pool60_swap) stay visible on top of each other."""
 
 LINE_MARKERS = ("o", "s", "^", "D", "v", "P", "*", "X")
 """The n-th line of sweep.png: a marker too, so that lines lying on each other stay visible."""
@@ -75,8 +84,10 @@ class VariantRecords:
     max_num_batched_tokens: int
     num_blocks: int
     watermark_blocks: int
-    steps: pd.DataFrame
+    steps: pd.DataFrame | None  # None: the run wrote no steps.csv (--records summary)
     requests: pd.DataFrame
+    ttft_slo: float | None = None  # the variant's slo.ttft, drawn as a reference line
+    duration: float | None = None  # the run's end in its clock (summary `duration`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,9 +138,41 @@ def read_variant(folder: Path) -> VariantRecords:
         raise KvschedError(f"{folder / 'run.json'}: no usable field {exc}") from None
     requests = read_csv(folder / "requests.csv", REQUEST_COLUMNS)
     requests["class"] = requests["class"].fillna("")
+    slo = run["resolved"].get("slo") or {}
+    ttft_slo = float(slo["ttft"]) if isinstance(slo, dict) and slo.get("ttft") else None
+    duration = None
+    if (folder / "summary.json").is_file():
+        value = read_json(folder / "summary.json").get("duration")
+        duration = float(value) if isinstance(value, int | float) else None
     # the folder may be a staging copy (`run --plot`): the scenario's name is in run.json
+    steps = (None if run.get("records") == "summary"  # the run wrote no steps.csv
+             else expand_compact(read_csv(folder / "steps.csv", STEP_COLUMNS)))
     return VariantRecords(str(run.get("scenario", folder.parent.name)), folder.name, time_unit,
-                          *limits, read_csv(folder / "steps.csv", STEP_COLUMNS), requests)
+                          *limits, steps, requests, ttft_slo, duration)
+
+
+SPREAD = ("prefill_tokens", "decode_tokens", "recomputed_tokens", "budget_used",
+          "num_preempted", "num_admitted", "num_finished", "swapped_out_blocks",
+          "swapped_in_blocks")
+"""Columns a compact stretch row sums over its steps: spread evenly when it is expanded."""
+
+
+def expand_compact(steps: pd.DataFrame) -> pd.DataFrame:
+    """`--records compact` rows (a `num_steps` column) as one row per step, for drawing:
+    a stretch's steps share its values, its sums spread evenly, its time split evenly."""
+    if "num_steps" not in steps.columns:
+        return steps
+    counts = steps["num_steps"].to_numpy(dtype=np.int64)
+    rows = steps.loc[steps.index.repeat(counts)].reset_index(drop=True)
+    offset = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+    per = np.repeat(counts, counts).astype(float)
+    rows["step"] = rows["step"] + offset
+    rows["duration"] = rows["duration"] / per
+    rows["time"] = rows["time"] + offset * rows["duration"]
+    for name in SPREAD:
+        if name in rows.columns:
+            rows[name] = rows[name] / per
+    return rows.drop(columns="num_steps")
 
 
 def read_run(folder: Path) -> list[VariantRecords]:
@@ -163,8 +206,9 @@ def timeline_series(steps: pd.DataFrame, max_points: int = MAX_POINTS) -> pd.Dat
 
     Columns: `step` and `time` where the bucket starts, `num_steps` in it; token counts and
     `num_preempted` summed (totals are kept); `peak_tokens` (the largest `budget_used`),
-    `blocks_used`, `num_waiting`, `num_running` and, when recorded, `backpressure` as the
-    bucket's maximum (spikes are kept). With `max_points` >= the steps, one row per step.
+    `blocks_used`, `num_waiting`, `num_running` and, when recorded, `backpressure` and
+    `thrash_ratio` as the bucket's maximum (spikes are kept); swapped blocks, when recorded,
+    summed. With `max_points` >= the steps, one row per step.
     """
     if max_points < 1:
         raise ValueError("max_points must be >= 1")
@@ -172,8 +216,9 @@ def timeline_series(steps: pd.DataFrame, max_points: int = MAX_POINTS) -> pd.Dat
     width = max(1, -(-num_rows // max_points))  # ceiling division
     starts = np.arange(0, num_rows, width)
     sums = ["prefill_tokens", "recomputed_tokens", "decode_tokens", "num_preempted"]
+    sums += [c for c in ("swapped_out_blocks", "swapped_in_blocks") if c in steps.columns]
     peaks = ["blocks_used", "num_waiting", "num_running"]
-    peaks += ["backpressure"] if "backpressure" in steps.columns else []
+    peaks += [c for c in ("backpressure", "thrash_ratio") if c in steps.columns]
     series = {
         "step": steps["step"].to_numpy()[starts],
         "time": steps["time"].to_numpy()[starts],
@@ -298,31 +343,48 @@ def _per(time_unit: str) -> str:
 
 
 def draw_timeline(records: VariantRecords, max_points: int = MAX_POINTS) -> Figure:
-    """Per step: stacked tokens vs the budget, KV blocks vs the pool, the two queues."""
-    series = timeline_series(records.steps, max_points)
-    fig = Figure(figsize=(12, 8.5), dpi=DPI, layout="constrained")
-    tokens_ax, blocks_ax, queue_ax = fig.subplots(3, 1, sharex=True, height_ratios=(3, 2, 2))
+    """Per step: stacked tokens vs the budget, KV blocks vs the pool (with swap traffic and
+    the thrash ratio), the two queues; below, the requests over the run's whole clock (to
+    its end, idle stretches and starved requests included)."""
+    steps = records.steps
+    if steps is None:
+        raise KvschedError(f"{records.scenario}/{records.name}: no steps.csv to draw a "
+                           "timeline from (the run used --records summary)")
+    series = timeline_series(steps, max_points)
+    fig = Figure(figsize=(12, 11), dpi=DPI, layout="constrained")
+    top, bottom = cast(Any, fig.subfigures(2, 1, height_ratios=(7, 2.6)))
+    tokens_ax, blocks_ax, queue_ax = top.subplots(3, 1, sharex=True, height_ratios=(3, 2, 2))
+    _draw_lifecycle(bottom.subplots(), records)
     width = int(series["num_steps"].max()) if len(series) else 1
-    detail = (f"{len(records.steps):,} steps, budget {records.max_num_batched_tokens:,} tokens, "
+    detail = (f"{len(steps):,} steps, budget {records.max_num_batched_tokens:,} tokens, "
               f"pool {records.num_blocks:,} blocks")
     if width > 1:
         detail += f"; each point = {width:,} steps (tokens: mean per step, line: peak step)"
     fig.suptitle(f"{records.scenario} / {records.name}: tokens, KV blocks and queues per "
                  f"engine step\n{detail}", fontsize="medium")
     if series.empty:
-        tokens_ax.text(0.5, 0.5, "no step was executed", ha="center", va="center",
-                       transform=tokens_ax.transAxes)
+        for ax in (tokens_ax, blocks_ax, queue_ax):
+            ax.set_axis_off()
+        statuses = records.requests["status"].value_counts()
+        why = ", ".join(f"{n:,} {status}" for status, n in statuses.items())
+        tokens_ax.text(0.5, 0.5, f"no step was executed ({why}): the requests over the run "
+                       "are below", ha="center", va="center", transform=tokens_ax.transAxes)
         return fig
     edges = np.append(series["step"], series["step"].iloc[-1] + series["num_steps"].iloc[-1])
     per_step = series["num_steps"].to_numpy()
     base = np.zeros(len(series))
     for column in ("decode", "prefill", "recomputed"):
-        top = base + series[f"{column}_tokens"].to_numpy() / per_step
-        tokens_ax.stairs(top, edges, baseline=base, fill=True, color=COLORS[column],
+        upper = base + series[f"{column}_tokens"].to_numpy() / per_step
+        _stairs(tokens_ax, upper, edges, baseline=base, fill=True, color=COLORS[column],
                          label=f"{column} ({int(series[f'{column}_tokens'].sum()):,})")
-        base = top
+        base = upper
+    recomputed = series["recomputed_tokens"].to_numpy() / per_step
+    if recomputed.any():  # a thin band on top of the stack: also drawn at its own height
+        _stairs(tokens_ax, np.where(recomputed > 0, recomputed, np.nan), edges,
+                         color=COLORS["recomputed"], linewidth=1.2, zorder=3,
+                         label="recomputed, at its own height")
     if width > 1:
-        tokens_ax.stairs(series["peak_tokens"], edges, color=COLORS["peak"], linewidth=0.5,
+        _stairs(tokens_ax, series["peak_tokens"], edges, color=COLORS["peak"], linewidth=0.5,
                          zorder=0.5, label="peak step")
     tokens_ax.axhline(records.max_num_batched_tokens, color=COLORS["limit"], linestyle="--",
                       linewidth=1, label=f"budget ({records.max_num_batched_tokens:,})")
@@ -336,11 +398,29 @@ def draw_timeline(records: VariantRecords, max_points: int = MAX_POINTS) -> Figu
         tokens_ax.set_ylim(0, ceiling * 1.05)
         tokens_ax.set_ylabel("tokens per step")
 
-    blocks_ax.stairs(series["blocks_used"], edges, fill=True, color=COLORS["blocks"],
+    _stairs(blocks_ax, series["blocks_used"], edges, fill=True, color=COLORS["blocks"],
                      label="blocks used" + (" (peak)" if width > 1 else ""))
+    peak = int(series["blocks_used"].max())
+    # Scaled to what was used: 40 of 2,000 blocks must not be a flat line at the bottom.
+    off_scale = peak < records.num_blocks / 2
     blocks_ax.axhline(records.num_blocks, color=COLORS["limit"], linewidth=1,
-                      label=f"pool ({records.num_blocks:,})")
-    if records.watermark_blocks:
+                      label=f"pool ({records.num_blocks:,}" + (
+                          f", above: peak use {peak:,})" if off_scale else ")"))
+    if "swapped_out_blocks" in series.columns and (
+            series["swapped_out_blocks"].any() or series["swapped_in_blocks"].any()):
+        moved = (series["swapped_out_blocks"] + series["swapped_in_blocks"]).to_numpy()
+        _stairs(blocks_ax, moved / per_step, edges, color=COLORS["swap"], linewidth=1.2,
+                         label=f"swapped out + in per step ({int(moved.sum()):,} blocks)")
+    twin = "thrash_ratio" in series.columns and series["thrash_ratio"].max() > 0
+    if twin:
+        ratio_ax = blocks_ax.twinx()
+        _stairs(ratio_ax, series["thrash_ratio"], edges, color=COLORS["thrash"], linewidth=0.9,
+                        alpha=0.8)
+        ratio_ax.set_ylabel("thrash ratio", color=COLORS["thrash"])
+        ratio_ax.set_ylim(bottom=0)
+        blocks_ax.plot([], [], color=COLORS["thrash"], linewidth=0.9,
+                       label=f"thrash ratio (right, max {series['thrash_ratio'].max():.3g})")
+    if records.watermark_blocks and not off_scale:
         blocks_ax.axhline(records.num_blocks - records.watermark_blocks, color=COLORS["limit"],
                           linestyle=":", linewidth=1,
                           label=f"watermark ({records.watermark_blocks:,} kept free)")
@@ -350,10 +430,11 @@ def draw_timeline(records: VariantRecords, max_points: int = MAX_POINTS) -> Figu
                        "v", color=COLORS["preempt"], markersize=4, linestyle="none",
                        label=f"preemption ({int(series['num_preempted'].sum()):,})")
     blocks_ax.set_ylabel("KV blocks")
-    blocks_ax.set_ylim(0, max(records.num_blocks, series["blocks_used"].max()) * 1.1)
+    blocks_ax.set_ylim(0, max(peak, 1) * 1.3 if off_scale
+                       else max(records.num_blocks, peak) * 1.1)
 
     for column in ("waiting", "running"):
-        queue_ax.stairs(series[f"num_{column}"], edges, color=COLORS[column], linewidth=1.2,
+        _stairs(queue_ax, series[f"num_{column}"], edges, color=COLORS[column], linewidth=1.2,
                         label=column + (" (peak)" if width > 1 else ""))
     queue_ax.set_ylabel("requests")
     queue_ax.set_ylim(bottom=0)
@@ -369,10 +450,73 @@ def draw_timeline(records: VariantRecords, max_points: int = MAX_POINTS) -> Figu
                             alpha=0.45, linewidth=0, zorder=0,
                             label="backpressure" if ax is tokens_ax else None)
     for ax in (tokens_ax, blocks_ax, queue_ax):
-        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)
+        right = 1.07 if ax is blocks_ax and twin else 1.0  # clear of the thrash ratio's axis
+        ax.legend(loc="upper left", bbox_to_anchor=(right, 1.0), fontsize="small",
+                  frameon=False)
     if not np.array_equal(series["time"], series["step"]):
-        _time_axis(tokens_ax, records.steps, records.time_unit)
+        _time_axis(tokens_ax, steps, records.time_unit)
     return fig
+
+
+def lifecycle_series(requests: pd.DataFrame) -> pd.DataFrame:
+    """Requests over the run's clock: at each time a request arrived, started or finished,
+    the cumulative counts `arrived`, `finished`, `starved` (by arrival) and `waiting`
+    (arrived, not yet scheduled once: starved and unfinished requests stay in it)."""
+    arrivals = requests["arrival_time"].to_numpy(dtype=float)
+    starts = requests["first_scheduled_time"].to_numpy(dtype=float)
+    finishes = requests["finish_time"].to_numpy(dtype=float)
+    starved = arrivals[requests["status"].to_numpy() == "starved"]
+    times = np.unique(np.concatenate([arrivals, starts[np.isfinite(starts)],
+                                      finishes[np.isfinite(finishes)]]))
+
+    def upto(values: np.ndarray) -> np.ndarray:
+        values = np.sort(values[np.isfinite(values)])
+        return np.searchsorted(values, times, side="right")
+
+    arrived = upto(arrivals)
+    return pd.DataFrame({"time": times, "arrived": arrived, "finished": upto(finishes),
+                         "starved": upto(starved), "waiting": arrived - upto(starts)})
+
+
+def _draw_lifecycle(ax: Axes, records: VariantRecords) -> None:
+    needed = ("arrival_time", "first_scheduled_time", "finish_time")
+    if not all(column in records.requests.columns for column in needed):
+        ax.set_axis_off()
+        return
+    series = lifecycle_series(records.requests)
+    end = max([records.duration or 0.0, *series["time"]], default=0.0)
+    times = np.append(series["time"], end)
+    for column, style in (("arrived", ":"), ("finished", "-"), ("waiting", "-"),
+                          ("starved", "--")):
+        values = series[column].to_numpy()
+        if column == "starved" and not values.any():
+            continue
+        final = int(values[-1]) if len(values) else 0
+        label = f"{column} ({final:,} at the end)" if column != "waiting" else (
+            f"waiting, never run yet (peak {int(values.max(initial=0)):,})")
+        ax.step(times, np.append(values, values[-1] if len(values) else 0), where="post",
+                color=COLORS["waiting" if column == "waiting" else column], linestyle=style,
+                linewidth=1.3, label=label)
+    unit = _unit(records.time_unit)
+    ax.set_xlim(0, end if end > 0 else 1)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel(f"time ({unit}) over the whole run, idle stretches included")
+    ax.set_ylabel("requests")
+    ax.set_title("requests over the run (from requests.csv)", fontsize="medium")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)
+
+
+def _stairs(ax: Axes, values: Any, edges: np.ndarray, baseline: Any = None,
+            fill: bool = False, **style: Any) -> None:
+    """`ax.stairs` drawn as a step line or a step-filled area: the same picture, but
+    matplotlib's patch limits walk every segment of a StepPatch (half of a timeline's time)."""
+    heights = np.append(np.asarray(values, dtype=float), np.nan)
+    if fill:
+        low = np.zeros(len(edges)) if baseline is None else np.append(baseline, np.nan)
+        ax.fill_between(edges, low, heights, step="post", linewidth=0, **style)
+    else:
+        ax.step(edges, heights, where="post", **style)
 
 
 def _time_axis(ax: Axes, steps_frame: pd.DataFrame, time_unit: str) -> None:
@@ -413,7 +557,9 @@ def draw_ttft(variants: list[VariantRecords]) -> Figure:
             requests = records.requests
             if class_name is not None:
                 requests = requests[requests["class"] == class_name]
-            _draw_cdf(ax, ttft_cdf(requests), len(requests), records.name, _color(i))
+            _draw_cdf(ax, ttft_cdf(requests), len(requests), records.name, _color(i),
+                      LINE_STYLES[i % len(LINE_STYLES)])
+        _draw_slo(ax, variants, vertical=True)
         ax.set_title("all requests" if class_name is None else f"class {class_name}")
         ax.set_xlabel(f"TTFT ({unit})" + (", log scale" if log else ""))
         ax.set_ylim(0, 1.02)
@@ -428,48 +574,64 @@ def draw_ttft(variants: list[VariantRecords]) -> Figure:
     return fig
 
 
-def _draw_cdf(ax: Axes, cdf: pd.DataFrame, num_requests: int, name: str, color: str) -> None:
+def _draw_slo(ax: Axes, variants: list[VariantRecords], vertical: bool) -> None:
+    """The TTFT target of the variants that set one, as a reference line."""
+    for target in sorted({v.ttft_slo for v in variants if v.ttft_slo is not None}):
+        names = ", ".join(v.name for v in variants if v.ttft_slo == target)
+        line = ax.axvline if vertical else ax.axhline
+        line(target, color=COLORS["limit"], linestyle=(0, (4, 3)), linewidth=1,
+             label=f"TTFT SLO {fmt(target)}" + (f" ({names})" if len(variants) > 1 else ""))
+
+
+def _draw_cdf(ax: Axes, cdf: pd.DataFrame, num_requests: int, name: str, color: str,
+              style: Any = "-") -> None:
     count = f"{len(cdf):,}/{num_requests:,} got a token"
     if cdf.empty:
         ax.plot([], [], color=color, label=f"{name}: no first token ({count})")
         return
     p50, p99 = np.percentile(cdf["ttft"], [50, 99])
     ax.step(np.append(cdf["ttft"].iloc[0], cdf["ttft"]), np.append(0, cdf["fraction"]),
-            where="post", color=color, linewidth=1.5,
+            where="post", color=color, linewidth=1.5, linestyle=style,
             label=f"{name}: p50 {fmt(float(p50))}, p99 {fmt(float(p99))} ({count})")
     ax.plot([p50], [0.5], "o", color=color, markeredgecolor="white")
     ax.plot([p99], [0.99], "D", color=color, markeredgecolor="white")
 
 
 def draw_latency(variants: list[VariantRecords]) -> Figure:
-    """Per request TTFT against prompt length, one panel per variant; requests without a
-    first token in a strip above, by status."""
+    """Per request TTFT (and, when recorded, end-to-end latency) against prompt length, one
+    panel per variant; requests without a first token in a strip above, by status."""
     count = len(variants)
     fig = Figure(figsize=(1 + 4.6 * count, 5.6), dpi=DPI, layout="constrained")
     axes = fig.subplots(2, count, sharex=True, sharey="row", height_ratios=(1, 6),
                         squeeze=False)
     unit = _units(v.time_unit for v in variants)
-    fig.suptitle(f"{variants[0].scenario}: time to first token against prompt length, "
-                 "per request",
-                 fontsize="medium")
+    fig.suptitle(f"{variants[0].scenario}: time to first token and end-to-end latency "
+                 "against prompt length, per request", fontsize="medium")
     prompts = pd.concat([v.requests["prompt_len"] for v in variants])
-    ttfts = pd.concat([v.requests["ttft"] for v in variants])
+    ttfts = pd.concat([v.requests["ttft"] for v in variants] + [
+        v.requests["e2e_latency"] for v in variants if "e2e_latency" in v.requests.columns])
     for i, records in enumerate(variants):
         strip, main = axes[0][i], axes[1][i]
         points = latency_points(records.requests)
         main.scatter(points.served["prompt_len"], points.served["ttft"], s=9, alpha=0.55,
                      color=_color(i), linewidths=0,
-                     label=f"first token ({len(points.served):,})")
+                     label=f"TTFT ({len(points.served):,})")
+        if "e2e_latency" in records.requests.columns:
+            done = records.requests.dropna(subset=["e2e_latency"])
+            main.scatter(done["prompt_len"], done["e2e_latency"], s=10, alpha=0.35,
+                         marker="o", facecolors="none", edgecolors=_color(i), linewidths=0.6,
+                         label=f"end-to-end ({len(done):,} finished)")
         _draw_apart(strip, points.apart, _color(i))
+        _draw_slo(main, [records], vertical=False)
         strip.set_title(records.name, color=_color(i))
         main.set_xlabel("prompt length (tokens)")
         main.grid(alpha=0.3)
         served_handles, served_labels = main.get_legend_handles_labels()
         apart_handles, apart_labels = strip.get_legend_handles_labels()
         main.legend(served_handles + apart_handles, served_labels + apart_labels,
-                    loc="upper left", fontsize="small")
+                    loc="best", fontsize="small", framealpha=0.8)
     axes[0][0].set_ylabel("no first\ntoken", fontsize="small")
-    axes[1][0].set_ylabel(f"TTFT ({unit})")
+    axes[1][0].set_ylabel(f"TTFT, end-to-end ({unit})")
     if wide_range(prompts):
         axes[1][0].set_xscale("log")
     if wide_range(ttfts):
@@ -509,7 +671,10 @@ def draw_sweep(axes: list[SweepAxis], frame: pd.DataFrame, title: str) -> Figure
         "throughput": (grid[1][0], f"throughput (generated tokens per {per})"),
         "num_preemptions": (grid[1][1], "preemptions (count)"),
     }
-    fig.suptitle(f"{title}, swept over {x_axis.path} ({x_axis.option})", fontsize="medium")
+    others = [f"{axis.path} ({axis.option})" for axis in axes if axis is not x_axis]
+    lines_by = f"\none line per value of {', '.join(others)}" if others else ""
+    fig.suptitle(f"{title}\nswept over {x_axis.path} ({x_axis.option}) along x{lines_by}",
+                 fontsize="medium")
     numeric = _numeric(x_axis.values)
     for metric, (ax, label) in panels.items():
         for i, (name, line) in enumerate(lines.items()):
@@ -568,11 +733,30 @@ def save_png(fig: Figure, path: Path) -> Path:
     return path
 
 
+def replica_records(records: VariantRecords, folder: Path) -> list[VariantRecords]:
+    """A cluster run's variant as one VariantRecords per replica (its steps, its requests,
+    its pool from summary.json); a single-replica run as itself."""
+    if records.steps is None or "replica" not in records.steps.columns:
+        return [records]
+    summary = read_json(folder / "summary.json")
+    pools = {int(r["replica"]): int(r["num_blocks"]) for r in summary.get("replicas", ())}
+    out = []
+    for replica in sorted(pools):
+        steps = records.steps[records.steps["replica"] == replica].reset_index(drop=True)
+        requests = records.requests[records.requests["replica"] == replica]
+        out.append(replace(records, name=f"{records.name}-r{replica}", steps=steps,
+                           requests=requests.reset_index(drop=True),
+                           num_blocks=pools[replica]))
+    return out
+
+
 def plot_run_folder(folder: Path) -> list[Path]:
-    """Write timeline-<variant>.png per variant, ttft.png and latency.png into a run folder."""
+    """Write timeline-<variant>.png per variant (per replica of a cluster run:
+    timeline-<variant>-r<i>.png), ttft.png and latency.png into a run folder."""
     variants = read_run(folder)
-    written = [save_png(draw_timeline(records), folder / f"timeline-{records.name}.png")
-               for records in variants]
+    written = [save_png(draw_timeline(part), folder / f"timeline-{part.name}.png")
+               for records in variants if records.steps is not None  # not --records summary
+               for part in replica_records(records, folder / records.name)]
     written.append(save_png(draw_ttft(variants), folder / "ttft.png"))
     written.append(save_png(draw_latency(variants), folder / "latency.png"))
     return written

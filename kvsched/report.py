@@ -89,32 +89,73 @@ def fmt(value: Any) -> str:
 Column = tuple[str, Callable[[dict[str, Any]], Any]]
 
 
-def comparison_columns(time_unit: str) -> list[Column]:
-    """The comparison table's columns: what an operator compares between variants."""
+def comparison_columns(time_unit: str, summaries: Sequence[dict[str, Any]] = (),
+                       admission: bool = False) -> list[Column]:
+    """The comparison table's columns: what an operator compares between variants, with the
+    unit of every time; `rejected` with `admission` or when some variant rejected requests,
+    `goodput` when some variant has an SLO."""
     unit = "steps" if time_unit == "steps" else "s"
+    per = "step" if time_unit == "steps" else "s"
+    rejected: list[Column] = [("rejected", lambda s: s.get("num_rejected"))] if admission or any(
+        s.get("num_rejected") for s in summaries) else []
+    goodput: list[Column] = [(f"goodput (req/{per})", lambda s: s.get("goodput"))] if any(
+        s.get("goodput") is not None for s in summaries) else []
     return [
         ("completed", lambda s: f"{s['num_finished']}/{s['num_requests']}"),
         ("starved", lambda s: s["num_starved"]),
+        *rejected,
         (f"TTFT mean ({unit})", lambda s: s["ttft_mean"]),
-        ("p50", lambda s: s["ttft_p50"]),
-        ("p95", lambda s: s["ttft_p95"]),
-        ("p99", lambda s: s["ttft_p99"]),
+        (f"TTFT p50 ({unit})", lambda s: s["ttft_p50"]),
+        (f"p95 ({unit})", lambda s: s["ttft_p95"]),
+        (f"p99 ({unit})", lambda s: s["ttft_p99"]),
         (f"e2e p99 ({unit})", lambda s: s["e2e_p99"]),
+        *goodput,
         ("preempt", lambda s: s["num_preemptions"]),
-        ("recomputed", lambda s: s["recomputed_tokens"]),
+        ("recomputed (tokens)", lambda s: s["recomputed_tokens"]),
         ("recompute ratio", lambda s: s["recompute_ratio"]),
         ("tokens/step", lambda s: s["tokens_per_step"]),
         ("peak blocks", lambda s: s["peak_blocks_used"]),
     ]
 
 
+HIDE_FIRST = ("peak blocks", "TTFT mean", "p95", "recomputed", "e2e p99", "recompute ratio",
+              "tokens/step", "starved", "preempt", "goodput", "rejected")
+"""Columns a narrow terminal loses first (by the start of their title); the rest stay."""
+
+
+def fitted_table(header_row: Sequence[str], rows: Sequence[Sequence[Any]],
+                 width: int | None) -> str:
+    """A table no wider than `width` characters (None: no limit), dropping the columns in
+    `HIDE_FIRST` order; a last line names what was hidden."""
+    headers, body = list(header_row), [list(row) for row in rows]
+    hidden: list[str] = []
+
+    def render() -> str:
+        return tabulate(body, headers=headers, tablefmt="simple", disable_numparse=True)
+
+    text = render()
+    for prefix in HIDE_FIRST:
+        if width is None or max(map(len, text.splitlines()), default=0) <= width:
+            break
+        for i in [i for i, h in enumerate(headers) if h.startswith(prefix)][::-1]:
+            hidden.append(headers.pop(i))
+            for row in body:
+                row.pop(i)
+        text = render()
+    if hidden and width is not None:
+        note = f"({len(hidden)} columns hidden, --wide shows them: {', '.join(hidden)})"
+        text += "\n" + (note if len(note) <= width else note[:width - 4] + "...)")
+    return text
+
+
 def comparison_table(rows: Sequence[tuple[str, dict[str, Any]]], time_unit: str,
-                     extra: Sequence[Column] = ()) -> str:
-    """One row per variant: (name, summary) pairs."""
-    columns = comparison_columns(time_unit) + list(extra)
+                     extra: Sequence[Column] = (), width: int | None = None,
+                     admission: bool = False) -> str:
+    """One row per variant: (name, summary) pairs; no wider than `width` if given."""
+    columns = comparison_columns(time_unit, [summary for _, summary in rows],
+                                 admission) + list(extra)
     body = [[name] + [fmt(get(summary)) for _, get in columns] for name, summary in rows]
-    return tabulate(body, headers=["variant"] + [title for title, _ in columns],
-                    tablefmt="simple", disable_numparse=True)
+    return fitted_table(["variant"] + [title for title, _ in columns], body, width)
 
 
 def _cell(value: Any) -> Any:
@@ -132,6 +173,7 @@ def summary_rows(rows: Sequence[tuple[str, dict[str, Any]]]) -> tuple[list[str],
     """summary.csv: one row per variant, every summary key a column (keys in order of first
     appearance, so per-class keys come after the others, then `metrics.LATE_KEYS`), as a
     header and rows of cells."""
+    rows = [(name, _flat_replicas(summary)) for name, summary in rows]
     header = ["variant"]
     seen = {*header, *LATE_KEYS}
     for _, summary in rows:
@@ -144,34 +186,56 @@ def summary_rows(rows: Sequence[tuple[str, dict[str, Any]]]) -> tuple[list[str],
     return header, body
 
 
+def _flat_replicas(summary: dict[str, Any]) -> dict[str, Any]:
+    """A cluster run's `replicas` list as `r<i>_<key>` columns (other summaries unchanged)."""
+    replicas = summary.get("replicas")
+    if not isinstance(replicas, list):
+        return summary
+    flat = {key: value for key, value in summary.items() if key != "replicas"}
+    for entry in replicas:
+        flat |= {f"r{entry['replica']}_{key}": value for key, value in entry.items()
+                 if key != "replica"}
+    return flat
+
+
 def summary_frame(rows: Sequence[tuple[str, dict[str, Any]]]) -> pd.DataFrame:
     """summary.csv's table as a DataFrame."""
     import pandas as pd
 
+    rows = [(name, _flat_replicas(summary)) for name, summary in rows]
     records = [{"variant": name, **{key: _cell(value) for key, value in summary.items()}}
                for name, summary in rows]
     return pd.DataFrame.from_records(records)
 
 
-SWEEP_COLUMNS: list[Column] = [
-    ("completed", lambda r: f"{r['num_finished']}/{r['num_requests']}"),
-    ("starved", lambda r: r["num_starved"]),
-    ("TTFT p50", lambda r: r["ttft_p50"]),
-    ("p99", lambda r: r["ttft_p99"]),
-    ("preempt", lambda r: r["num_preemptions"]),
-    ("recompute ratio", lambda r: r["recompute_ratio"]),
-    ("tokens/step", lambda r: r["tokens_per_step"]),
-    ("incidents", lambda r: r.get("incidents") or "-"),
-]
+def sweep_columns(unit: str = "") -> list[Column]:
+    """The sweep table's key figures; `unit` (steps or s) goes into the TTFT headers."""
+    suffix = f" ({unit})" if unit else ""
+    return [
+        ("completed", lambda r: f"{r['num_finished']}/{r['num_requests']}"),
+        ("starved", lambda r: r["num_starved"]),
+        (f"TTFT p50{suffix}", lambda r: r["ttft_p50"]),
+        (f"p99{suffix}", lambda r: r["ttft_p99"]),
+        ("preempt", lambda r: r["num_preemptions"]),
+        ("recompute ratio", lambda r: r["recompute_ratio"]),
+        ("tokens/step", lambda r: r["tokens_per_step"]),
+        ("incidents", lambda r: r.get("incidents") or "-"),
+    ]
 
 
-def sweep_table(frame: pd.DataFrame, paths: Sequence[str]) -> str:
+SWEEP_COLUMNS: list[Column] = sweep_columns()
+
+
+def sweep_table(frame: pd.DataFrame, paths: Sequence[str], width: int | None = None) -> str:
     """One row per grid point and variant: the swept values, then the key figures."""
+    units = set(frame["time_unit"]) if "time_unit" in frame else set()
+    unit = ("steps" if units == {"steps"} else "s") if len(units) == 1 else ""
+    columns = sweep_columns(unit)
     rows = []
     for record in frame.to_dict("records"):
         cells = {str(k): (None if isinstance(v, float) and math.isnan(v) else v)
                  for k, v in record.items()}
         rows.append([fmt(cells[p]) for p in paths] + [cells["variant"]]
-                    + [fmt(get(cells)) for _, get in SWEEP_COLUMNS])
-    headers = [*paths, "variant", *(title for title, _ in SWEEP_COLUMNS)]
-    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+                    + [fmt(get(cells)) for _, get in columns])
+    headers = [*paths, "variant", *(title for title, _ in columns)]
+    return fitted_table(headers, rows, width)

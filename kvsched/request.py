@@ -22,7 +22,8 @@ class Request:
     `arrival_time` is in the run's time unit: steps on the step clock, seconds under a time
     model. `priority`: lower values are served first by the `priority` policy.
     `class_name` is a free label (e.g. "short", "long") carried into the records so that
-    metrics can be split per class.
+    metrics can be split per class. `session` groups a conversation's turns (the `session`
+    router keeps them on one replica); None when the workload gives none.
     """
 
     request_id: str
@@ -31,6 +32,7 @@ class Request:
     output_len: int
     priority: int = 0
     class_name: str | None = None
+    session: str | None = None
 
     def __post_init__(self) -> None:
         if self.prompt_len < 1:

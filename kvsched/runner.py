@@ -3,6 +3,7 @@ written to `<out>/<scenario>/` all at once or not at all."""
 
 from __future__ import annotations
 
+import csv
 import operator
 import os
 import shutil
@@ -16,10 +17,11 @@ from typing import Any
 from kvsched import __version__
 from kvsched.admission import Estimator, Slo, SloAdmission
 from kvsched.backpressure import Action, Backpressure
-from kvsched.csvout import StepCsv, write_rows
+from kvsched.csvout import RowCsv, StepCsv, cell_text, write_rows
 from kvsched.diagnosis import Incident, Thresholds, diagnose, incident_flags
 from kvsched.errors import KvschedError, ScenarioError
-from kvsched.policies import make_policy
+from kvsched.paths import replace_dir, write_error
+from kvsched.policies import Policy, make_policy
 from kvsched.records import BATCH_COLUMNS, EVENT_COLUMNS, REQUEST_COLUMNS, RunResult
 from kvsched.report import summary_rows, write_json
 from kvsched.request import Request
@@ -36,7 +38,7 @@ from kvsched.schema import (
 from kvsched.simulator import simulate
 from kvsched.steplog import RecordMode, StepLog
 from kvsched.timing import ConstantStep, LinearStep, StepClock, TimeModel
-from kvsched.workload import build_requests
+from kvsched.workload import build_requests, count_requests
 
 OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
@@ -52,11 +54,13 @@ class VariantRun:
     incidents: tuple[Incident, ...] = ()
     records: RecordMode = RecordMode.FULL
     steps_file: Path | None = None  # steps.csv, already streamed during the run
+    streamed: bool = False  # events.csv (and steps.csv unless summary) written during the run
 
     @property
     def summary(self) -> dict[str, Any]:
         """The run's summary, the diagnosis flags, and `incidents` with their evidence."""
-        return {**self.result.summary, **incident_flags(list(self.incidents)),
+        return {**self.result.summary,
+                **incident_flags(list(self.incidents), self.variant.spec.cluster is not None),
                 "incidents": [incident.as_dict() for incident in self.incidents]}
 
 
@@ -112,17 +116,36 @@ def requests_of(variant: Variant) -> list[Request]:
                           variant.scenario.base_dir, variant.error)
 
 
+def count_of(variant: Variant) -> tuple[int, bool]:
+    """The variant's request count (and whether exact), its files checked, nothing generated."""
+    assert variant.spec.workload is not None
+    return count_requests(variant.spec.workload, variant.scenario.base_dir, variant.error)
+
+
 def slo_of(spec: RunSpec) -> Slo | None:
     return Slo(spec.slo.ttft, spec.slo.e2e, spec.slo.tpot) if spec.slo is not None else None
 
 
+def policy_of(variant: Variant) -> Policy:
+    """The variant's policy; a user's `package.module:Class` is imported here (not when the
+    file is validated), from `sys.path` or the scenario's folder."""
+    spec = variant.spec.policy
+    try:
+        return make_policy(spec.name, search_path=[variant.scenario.base_dir],
+                           **spec.all_params())
+    except ValueError as exc:
+        raise variant.error(("policy", "name"), str(exc)) from None
+
+
 def run_variant(variant: Variant, record_batches: bool = False,
                 requests: list[Request] | None = None,
-                step_log: StepLog | None = None) -> RunResult:
+                step_log: StepLog | None = None,
+                event_sink: Callable[[list[tuple]], None] | None = None,
+                progress: Callable[[int, float], None] | None = None) -> RunResult:
     """Simulate one variant (`requests`: its workload, if already built; `step_log`: where
     the step records go, by default all kept in memory)."""
     spec = variant.spec
-    policy = make_policy(spec.policy.name, **spec.policy.all_params())
+    policy = policy_of(variant)
     admission = None
     if spec.admission is not None:
         target = spec.admission.ttft_slo
@@ -134,11 +157,17 @@ def run_variant(variant: Variant, record_batches: bool = False,
     pressure = spec.backpressure
     if requests is None:
         requests = requests_of(variant)
+    if spec.cluster is not None:
+        from kvsched.cluster_run import run_cluster_variant
+
+        return run_cluster_variant(variant, requests,
+                                   keep_steps=step_log is None or step_log.kept is not None)
     return simulate(requests, spec.engine.to_config(), policy, time_model_of(spec),
                     admission=admission, slo=slo_of(spec),
                     backpressure=Backpressure(pressure.window, pressure.threshold,
                                               pressure.release, Action(pressure.act)),
-                    record_batches=record_batches, step_log=step_log)
+                    record_batches=record_batches, step_log=step_log, event_sink=event_sink,
+                    progress=progress)
 
 
 def thresholds_of(spec: RunSpec) -> Thresholds:
@@ -185,40 +214,62 @@ def select(scenario: Scenario, names: Iterable[str]) -> list[Variant]:
 
 def prepare(scenario: Scenario, variants: Iterable[str] = ()) -> dict[str, list[Request]]:
     """Build every selected variant's workload now, so that bad input (a trace with a bad
-    column) is refused before anything runs or is written."""
-    return {variant.name: requests_of(variant) for variant in select(scenario, variants)}
+    column, a user's policy class or router that does not load) is refused before anything
+    runs or is written."""
+    workloads = {}
+    for variant in select(scenario, variants):
+        policy_of(variant)  # a user's policy class that does not load is refused now
+        if variant.spec.cluster is not None:
+            from kvsched.cluster_run import check_router_loads
+
+            check_router_loads(variant)
+        workloads[variant.name] = requests_of(variant)
+    return workloads
 
 
 def run_scenario(scenario: Scenario, variants: Iterable[str] = (), record_batches: bool = False,
                  on_done: Callable[[VariantRun], None] | None = None,
                  workloads: dict[str, list[Request]] | None = None,
                  records: RecordMode = RecordMode.FULL,
-                 spool: Path | None = None) -> ScenarioRun:
+                 spool: Path | None = None,
+                 progress: Callable[[str, int, int, float], None] | None = None) -> ScenarioRun:
     """Run the selected variants (`workloads`: from `prepare`, or built here).
 
     `records`: what of the step records is kept; with a `spool` folder (a staging folder
     from `staging`), each variant streams its `steps.csv` into `spool/<variant>/` as it
-    runs instead of holding its steps in memory."""
+    runs instead of holding its steps in memory. `progress(variant, arrived, total, now)`
+    is called now and then during each run (a progress bar)."""
     runs = []
     for variant in select(scenario, variants):
         requests = workloads.get(variant.name) if workloads else None
-        num_blocks = variant.spec.engine.to_config().num_blocks
-        steps_file = writer = None
+        num_blocks = variant.spec.engine.to_config().usable_blocks  # the pool StepLog sees
+        steps_file = writer = event_writer = None
+        stream = spool is not None and variant.spec.cluster is None  # clusters write at the end
+        if stream:
+            assert spool is not None
+            (spool / variant.name).mkdir()
+            event_writer = RowCsv(spool / variant.name / "events.csv", EVENT_COLUMNS)
         if records is RecordMode.SUMMARY:
             log = StepLog(num_blocks, keep=False)
-        elif spool is not None:
-            (spool / variant.name).mkdir()
+        elif stream:
+            assert spool is not None
             steps_file = spool / variant.name / "steps.csv"
             writer = StepCsv(steps_file, records, num_blocks)
             log = StepLog(num_blocks, keep=False, sink=writer)
         else:
             log = StepLog(num_blocks)
         try:
-            result = run_variant(variant, record_batches, requests, log)
+            total = len(requests) if requests is not None else 0
+            tick = None if progress is None else (
+                lambda arrived, now, name=variant.name, total=total: progress(
+                    name, arrived, total, now))
+            result = run_variant(variant, record_batches, requests, log, event_writer, tick)
         finally:
-            if writer is not None:
-                writer.close()
-        run = VariantRun(variant.name, variant, result, records=records, steps_file=steps_file)
+            for open_file in (writer, event_writer):
+                if open_file is not None:
+                    open_file.close()
+        run = VariantRun(variant.name, variant, result, records=records, steps_file=steps_file,
+                         streamed=stream)
         runs.append(run)
         if on_done:
             on_done(run)
@@ -273,8 +324,11 @@ def describe(expectation: Expectation) -> str:
 
 
 def _make_staging(out_dir: Path, name: str) -> Path:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=out_dir))
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=out_dir))
+    except OSError as exc:
+        raise write_error(out_dir, exc) from None
     umask = os.umask(0)
     os.umask(umask)
     staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; results are ordinary folders
@@ -288,6 +342,9 @@ def staging(out_dir: Path, name: str) -> Iterator[Path]:
     folder = _make_staging(out_dir, name)
     try:
         yield folder
+    except OSError as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise write_error(out_dir / name, exc) from None
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
@@ -298,7 +355,12 @@ def write_scenario(run: ScenarioRun, out_dir: Path,
                    extra_files: Callable[[Path, ScenarioRun], None] | None = None,
                    staged: Path | None = None) -> Path:
     """Write `<out_dir>/<scenario>/` whole: into a temporary folder (`staged`, when the run
-    streamed into one), then renamed into place."""
+    streamed into one), then renamed into place.
+
+    Only what this run produced is replaced: the folders and `summary.csv` rows of the
+    variants that ran. Other variants' folders, rows and pictures already there are kept.
+    An OS error (disk full, read-only folder) leaves nothing partial and is one line.
+    """
     final = out_dir / run.scenario.name
     staging_dir = staged if staged is not None else _make_staging(out_dir, run.scenario.name)
     try:
@@ -306,29 +368,96 @@ def write_scenario(run: ScenarioRun, out_dir: Path,
             _write_variant(staging_dir / variant_run.name, variant_run)
         rows = [(r.name, r.summary) for r in run.runs]
         header, body = summary_rows(rows)
+        if final.is_dir():
+            header, body = _keep_others(final, staging_dir, header, body, run)
         write_rows(staging_dir / "summary.csv", header, body)
         if extra_files:
             extra_files(staging_dir, run)
         _replace_dir(staging_dir, final)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(staging_dir, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise write_error(final, exc) from None
         raise
     return final
 
 
+def replaced_by(run: ScenarioRun, out_dir: Path) -> tuple[list[str], list[str]]:
+    """(variants whose results in `<out_dir>/<scenario>/` this run replaces, variants there
+    it keeps), for telling the user before writing."""
+    final = out_dir / run.scenario.name
+    if not final.is_dir():
+        return [], []
+    present = sorted(p.name for p in final.iterdir() if p.is_dir() and not p.name.startswith("."))
+    ran = {r.name for r in run.runs}
+    return [n for n in present if n in ran], [n for n in present if n not in ran]
+
+
+def _keep_others(final: Path, staging_dir: Path, header: list[str], body: list[list],
+                 run: ScenarioRun) -> tuple[list[str], list[list]]:
+    """Bring into `staging_dir` what `final` holds of variants this run did not produce, and
+    return the summary with their rows (as they were, cell for cell), in scenario order."""
+    ran = {r.name for r in run.runs}
+    own = {f"timeline-{name}.png" for name in ran} | {"summary.csv"}
+    for entry in sorted(final.iterdir()):
+        if entry.name.startswith(".") or entry.name in own or (
+                entry.is_dir() and entry.name in ran):
+            continue
+        if entry.is_dir():
+            shutil.copytree(entry, staging_dir / entry.name, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(entry, staging_dir / entry.name)
+    try:
+        with (final / "summary.csv").open(newline="", encoding="utf-8") as handle:
+            old = list(csv.reader(handle))
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return header, body  # nothing readable to keep
+    if not old or "variant" not in old[0]:
+        return header, body
+    old_header = old[0]
+    kept = [dict(zip(old_header, row, strict=False)) for row in old[1:]]
+    kept = [row for row in kept if row.get("variant") not in ran]
+    if not kept:
+        return header, body
+    new = [dict(zip(header, (cell_text(v) for v in row), strict=True)) for row in body]
+    merged_header = old_header + [name for name in header if name not in old_header]
+    order = {v.name: i for i, v in enumerate(run.scenario.variants)}
+    rows = sorted(kept + new, key=lambda row: order.get(row.get("variant", ""), len(order)))
+    return merged_header, [[row.get(name, "") for name in merged_header] for row in rows]
+
+
+def _link_or_copy(source: str | Path, target: str | Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
 def _write_variant(folder: Path, run: VariantRun) -> None:
-    folder.mkdir(exist_ok=run.steps_file is not None)
+    folder.mkdir(exist_ok=run.streamed)
+    result = run.result
+    if getattr(result, "replicas", ()):  # a cluster: records with a replica column
+        from kvsched.cluster_run import write_cluster_records
+
+        write_cluster_records(folder, result, run.records)  # type: ignore[arg-type]
+    else:
+        _write_records(folder, run)
+    write_json({"variant": run.name, "time_unit": result.time_unit, **run.summary},
+               folder / "summary.json")
+    write_json({**run_record(run.variant, result), "records": run.records.value},
+               folder / "run.json")
+
+
+def _write_records(folder: Path, run: VariantRun) -> None:
     result = run.result
     write_rows(folder / "requests.csv", REQUEST_COLUMNS,
                (r.as_row() for r in result.requests))
     if run.steps_file is None and run.records is not RecordMode.SUMMARY:
         write_steps(folder / "steps.csv", result, run.records)
-    write_rows(folder / "events.csv", EVENT_COLUMNS, result.events)
+    if not run.streamed:
+        write_rows(folder / "events.csv", EVENT_COLUMNS, result.events)
     if result.batches is not None:
         write_rows(folder / "batches.csv", BATCH_COLUMNS, result.batches)
-    write_json({"variant": run.name, "time_unit": result.time_unit, **run.summary},
-               folder / "summary.json")
-    write_json(run_record(run.variant, result), folder / "run.json")
 
 
 def write_steps(path: Path, result: RunResult, records: RecordMode = RecordMode.FULL) -> None:
@@ -372,10 +501,4 @@ def run_record(variant: Variant, result: RunResult) -> dict[str, Any]:
 
 
 def _replace_dir(staging: Path, final: Path) -> None:
-    if final.exists():
-        old = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.replace(final, old)
-        os.replace(staging, final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(staging, final)
+    replace_dir(staging, final)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import stat
 import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -18,8 +19,9 @@ from typing import Annotated, Any, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from kvsched.cluster import CLUSTER_KEYS
 from kvsched.diagnosis import INCIDENT_KEYS
-from kvsched.errors import ScenarioError
+from kvsched.errors import ScenarioError, excerpt
 from kvsched.metrics import CLASS_KEYS, SUMMARY_KEYS
 from kvsched.schema import (
     OVERRIDABLE,
@@ -32,6 +34,9 @@ from kvsched.schema import (
 
 Path_ = tuple[str | int, ...]
 SCENARIO_ONLY = ("name",)  # --set keys that belong to the file, not to each variant
+MAX_FILE_BYTES = 64 * 2**20
+MAX_DEPTH = 64  # nesting levels of mappings and lists
+MAX_NODES = 2_000_000  # values in the document with every alias expanded
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,7 @@ class Assignment:
     def parse(cls, text: str) -> Assignment:
         key, sep, raw = text.partition("=")
         if not sep or not key.strip():
-            raise ScenarioError("--set", f"expected KEY=VALUE, got '{text}'")
+            raise ScenarioError("--set", f"expected KEY=VALUE, got '{excerpt(text)}'")
         path = tuple(part.strip() for part in key.strip().split("."))
         if any(not part for part in path):
             raise ScenarioError("--set", f"malformed key '{key}' in '{text}'")
@@ -115,18 +120,68 @@ def load_scenario(path: str | Path, assignments: Iterable[str | Assignment] = ()
     source = str(path)
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        info = file.stat()
     except FileNotFoundError:
         raise ScenarioError(source, "no such file") from None
+    except OSError as exc:
+        raise ScenarioError(source, f"cannot read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        what = "a folder" if stat.S_ISDIR(info.st_mode) else (
+            "not a regular file (a FIFO, a device...)")
+        raise ScenarioError(source, f"cannot read: {what}; expected a YAML scenario file")
+    if info.st_size > MAX_FILE_BYTES:
+        raise ScenarioError(source, f"{info.st_size:,} bytes; a scenario file may have at most "
+                                    f"{MAX_FILE_BYTES:,} (put requests in a trace file)")
+    try:
+        text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(source, f"cannot read: {exc}") from None
+        reason = exc.reason if isinstance(exc, UnicodeDecodeError) else (exc.strerror or exc)
+        raise ScenarioError(source, f"cannot read: {reason}") from None
     return load_scenario_text(text, source, file.parent, assignments, seed)
+
+
+def _check_shape(text: str, source: str) -> None:
+    """Refuse documents too deep or too big once aliases are expanded (a 'billion laughs'
+    file), reading the event stream, which costs one pass and no recursion."""
+    sizes: dict[str, int] = {}  # anchor -> expanded node count
+    stack: list[list[Any]] = []  # open collections: [anchor, node count so far]
+    expanded = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            stack.append([event.anchor, 1])
+            if len(stack) > MAX_DEPTH:
+                raise ScenarioError(source, f"nested deeper than {MAX_DEPTH} levels; refused",
+                                    line=_line(event))
+            expanded += 1
+            continue
+        if isinstance(event, yaml.CollectionEndEvent):
+            anchor, count = stack.pop()
+        elif isinstance(event, yaml.ScalarEvent):
+            anchor, count = event.anchor, 1
+            expanded += 1
+        elif isinstance(event, yaml.AliasEvent):
+            anchor, count = None, sizes.get(event.anchor or "", 1)
+            expanded += count
+        else:
+            continue
+        if anchor is not None:
+            sizes[anchor] = count
+        if stack:
+            stack[-1][1] += count
+        if expanded > MAX_NODES:
+            raise ScenarioError(source, f"the document expands to over {MAX_NODES:,} values "
+                                        "with its aliases; refused", line=_line(event))
+
+
+def _line(event: yaml.Event) -> int | None:
+    return event.start_mark.line + 1 if event.start_mark is not None else None
 
 
 def load_scenario_text(text: str, source: str, base_dir: Path,
                        assignments: Iterable[str | Assignment] = (),
                        seed: int | None = None) -> Scenario:
     try:
+        _check_shape(text, source)
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         raw = yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:
@@ -135,7 +190,8 @@ def load_scenario_text(text: str, source: str, base_dir: Path,
         problem = exc.problem or exc.context or "invalid YAML"
         raise ScenarioError(source, f"YAML syntax error: {problem}", line=line) from None
     except yaml.YAMLError as exc:
-        raise ScenarioError(source, f"YAML syntax error: {exc}") from None
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid YAML"
+        raise ScenarioError(source, f"YAML syntax error: {excerpt(first, 120)}") from None
     if not isinstance(raw, dict):
         kind = "an empty file" if raw is None else _kind(raw)
         raise ScenarioError(source, f"expected a mapping of scenario fields, got {kind}", line=1)
@@ -212,7 +268,7 @@ def _check_expectations(scenario: Scenario) -> None:
         for key in ("metric", "per"):
             metric = getattr(expectation, key)
             if metric is not None and not is_known_metric(metric, classes):
-                expected = [*SUMMARY_KEYS, *INCIDENT_KEYS,
+                expected = [*SUMMARY_KEYS, *INCIDENT_KEYS, *CLUSTER_KEYS,
                             *(f"{k}_{c}" for c in sorted(classes or ()) for k in CLASS_KEYS)]
                 raise scenario.error_at(("expect", i, key), None,
                                         unknown_value("metric", metric, expected))
@@ -235,7 +291,7 @@ def known_classes(scenario: Scenario) -> set[str] | None:
 def is_known_metric(metric: str, classes: set[str] | None = None) -> bool:
     """A summary key, or a per-class key such as `ttft_p99_long` (of a class in `classes`,
     when the classes are known)."""
-    if metric in SUMMARY_KEYS or metric in INCIDENT_KEYS:
+    if metric in SUMMARY_KEYS or metric in INCIDENT_KEYS or metric in CLUSTER_KEYS:
         return True
     return any(metric.startswith(f"{key}_") and len(metric) > len(key) + 1
                and (classes is None or metric[len(key) + 1:] in classes)
@@ -398,8 +454,8 @@ def _kind(value: Any) -> str:
     if isinstance(value, list):
         return "a list"
     if isinstance(value, str):
-        return f"'{value}'"
-    return f"{value!r}"
+        return f"'{excerpt(value)}'"
+    return excerpt(repr(value))
 
 
 def _number(value: Any) -> str:

@@ -18,14 +18,24 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import accumulate, chain
 from operator import sub
 
 from kvsched.blocks import BlockPool, blocks_for
-from kvsched.config import EngineConfig, PreemptionMode, Requeue, Unschedulable, Victim
+from kvsched.config import (
+    EngineConfig,
+    PreemptionMode,
+    Requeue,
+    StepOrder,
+    Unschedulable,
+    Victim,
+)
 from kvsched.histogram import GapHistogram
 from kvsched.policies.base import Policy
+from kvsched.policies.fcfs import Fcfs
+from kvsched.policies.priority import PriorityFirst
 from kvsched.sequence import Seq, SeqState
 from kvsched.timing import TimeModel, stretch_durations
 from kvsched.waiting import WaitingQueue
@@ -178,7 +188,7 @@ class Scheduler:
     def __init__(self, config: EngineConfig, policy: Policy, events: list[Event] | None = None,
                  record_batches: bool = False) -> None:
         self.config = config
-        self.pool = BlockPool(config.num_blocks, config.watermark_blocks)
+        self.pool = BlockPool(config.usable_blocks, config.watermark_blocks)
         self.waiting = WaitingQueue(policy)
         self.running: dict[int, Seq] = {}  # decoding, in the order they joined the decode set
         self.prefilling: dict[int, Seq] = {}  # chunked prefills under way, in admission order
@@ -190,15 +200,36 @@ class Scheduler:
         self.tick = 0
         self.kv_tokens = 0  # tokens in the KV cache of the decoding requests
         self.gaps = GapTracker()
+        self.on_done: Callable[[Seq], None] | None = None  # a request finished or was rejected
         self._block_due: dict[int, list[tuple[Seq, int]]] = {}
         self._finish_due: dict[int, list[tuple[Seq, int]]] = {}
         self._finish_ticks: list[int] = []  # heap of the keys of _finish_due
         self._admissions = 0
+        self._num_cumulative_preemption = 0  # vLLM V0's counter, for its warning
+        # vLLM V0's delay_factor: prefills wait until the oldest waiting request has waited
+        # delay_factor x the last prompt step's latency (or nothing runs).
+        self._delay_passed = True
+        self._prev_time = 0.0
+        self._prev_prompt = False
+        self._last_prompt_latency = 0.0
         self._hol_head: Seq | None = None  # the head currently blocking a request that fits
         self._stopped_at: tuple[Seq, str, int] | None = None  # head the last admission stopped at
         self._block_size = config.block_size
         self._budget = config.max_num_batched_tokens
         self._chunk_cap = config.long_prefill_token_threshold or config.max_num_batched_tokens
+        # The rules that follow the queue policy (vLLM V1), resolved once.
+        victim = config.victim
+        if victim is Victim.BY_POLICY:
+            victim = (Victim.LOWEST_PRIORITY if isinstance(policy, PriorityFirst)
+                      else Victim.LAST_ADMITTED)
+        self._victim = victim
+        requeue = config.requeue
+        if requeue is Requeue.BY_POLICY:
+            requeue = Requeue.FRONT if isinstance(policy, Fcfs) else Requeue.BY_POLICY
+        self._requeue = requeue  # BY_POLICY here: back in policy order by original arrival
+        self._order = {StepOrder.DECODE_FIRST: self._decode_first,
+                       StepOrder.PREFILL_FIRST: self._prefill_first,
+                       StepOrder.RUNNING_LOOP: self._running_loop}[config.step_order]
 
     # -- arrivals -----------------------------------------------------------------------
 
@@ -208,16 +239,41 @@ class Scheduler:
         if not cfg.chunked_prefill and seq.prompt_len > cfg.max_num_batched_tokens:
             return (f"prompt_len {seq.prompt_len} > max_num_batched_tokens "
                     f"{cfg.max_num_batched_tokens}")
-        usable = cfg.num_blocks - cfg.watermark_blocks
+        if cfg.step_order is StepOrder.RUNNING_LOOP:
+            # vLLM V1 looks at the pool only at the full-prompt gate, and without the
+            # watermark when nothing runs: only a prompt over the whole pool never runs.
+            need = blocks_for(seq.prompt_len, self._block_size)
+            if cfg.scheduler_reserve_full_isl and need > cfg.usable_blocks:
+                return (f"needs {need} KV blocks for its prompt, the pool has "
+                        f"{cfg.usable_blocks} ({cfg.num_blocks} blocks - 1 null block)"
+                        if cfg.null_block else
+                        f"needs {need} KV blocks for its prompt, the pool has {cfg.num_blocks}")
+            return None
+        usable = cfg.usable_blocks - cfg.watermark_blocks
         if seq.lifetime_blocks > usable:
+            null = " - 1 null block" if cfg.null_block else ""
             return (f"needs {seq.lifetime_blocks} KV blocks to finish, the pool admits at most "
-                    f"{usable} ({cfg.num_blocks} blocks - {cfg.watermark_blocks} watermark)")
+                    f"{usable} ({cfg.num_blocks} blocks{null} - {cfg.watermark_blocks} "
+                    "watermark)")
         return None
 
     def add(self, seq: Seq, step: int) -> None:
         """A request arrives: queue it, or reject it if it can never run and the engine says so."""
         request = seq.request
         seq.join_step = step
+        max_queued = self.config.max_queued_requests
+        if max_queued is not None and len(self.waiting) >= max_queued:
+            self.reject(seq, step, "The request queue is full.")  # SGLang's text (HTTP 503)
+            return
+        max_model_len = self.config.max_model_len
+        if max_model_len is not None:
+            too_long = model_len_rejection(seq.prompt_len, max_model_len)
+            if too_long:
+                self.reject(seq, step, too_long)
+                return
+            if seq.prompt_len + seq.output_len > max_model_len:  # stops at max_model_len
+                seq.output_len = max_model_len - seq.prompt_len
+                seq.lifetime_blocks = blocks_for(max_model_len - 1, self._block_size)
         seq.unschedulable = self.unschedulable_reason(seq)
         if seq.unschedulable and self.config.on_unschedulable is Unschedulable.REJECT:
             self.reject(seq, step, seq.unschedulable)
@@ -232,30 +288,64 @@ class Scheduler:
         seq.state = SeqState.REJECTED
         seq.end_reason = reason
         self.events.append((step, request.arrival_time, request.request_id, "reject", reason))
+        if self.on_done is not None:
+            self.on_done(seq)
 
     # -- one step -------------------------------------------------------------------------
 
     def schedule(self, step: int, now: float) -> StepPlan:
         """Decide step `step`, starting at `now`."""
         plan = StepPlan(step, now)
+        if self.config.delay_factor:
+            self._delay_passed = self._passed_delay(now)
+        self._order(plan)
+        if plan.prefills:
+            self._prev_prompt = True
+        return plan
+
+    def _passed_delay(self, now: float) -> bool:
+        """vLLM 0.8.5 `Scheduler._passed_delay`, on the simulated clock."""
+        if self._prev_prompt:
+            self._last_prompt_latency = now - self._prev_time
+        self._prev_time, self._prev_prompt = now, False
+        if not len(self.waiting):
+            return True
+        earliest = min(seq.request.arrival_time for seq in self.waiting)
+        return (now - earliest > self.config.delay_factor * self._last_prompt_latency
+                or not (self.running or self.prefilling))
+
+    def _decode_first(self, plan: StepPlan) -> None:
+        budget = self._decode(plan, self._budget)
+        budget = self._continue_prefills(plan, budget)
+        if not plan.preempted or self.config.admit_after_preempt:
+            self._admit(plan, budget, allow_prefill=True, allow_swap=True)
+            self._track_head_of_line(plan)
+
+    def _prefill_first(self, plan: StepPlan) -> None:
+        """A step that prefills anything runs no decode (vLLM V0, SGLang)."""
         budget = self._budget
-        if self.config.mix_prefill_decode:
-            budget = self._decode(plan, budget)
-            budget = self._continue_prefills(plan, budget)
-            if not plan.preempted or self.config.admit_after_preempt:
-                self._admit(plan, budget, allow_prefill=True, allow_swap=True)
-                self._track_head_of_line(plan)
-            return plan
-        # Prefill-first: a step that prefills anything runs no decode (vLLM V0, SGLang).
         budget = self._continue_prefills(plan, budget)
         budget = self._admit(plan, budget, allow_prefill=True, allow_swap=False)
         self._track_head_of_line(plan)
         if plan.prefills:
-            return plan
+            return
         budget = self._decode(plan, budget)
         if not plan.preempted or self.config.admit_after_preempt:
             self._admit(plan, budget, allow_prefill=False, allow_swap=True)
-        return plan
+
+    def _running_loop(self, plan: StepPlan) -> None:
+        """vLLM V1 (conformance/RULES.md R3-R8): the running requests in admission order,
+        decodes and unfinished chunks alike, then admissions unless the step preempted."""
+        threshold = self.config.long_prefill_token_threshold
+        if len(self.running) + len(self.prefilling) + len(self.waiting) <= 1:
+            threshold = 0  # R5: a request alone gets the whole budget
+        if self.prefilling:
+            budget = self._loop_exact(plan, self._budget, threshold)
+        else:  # only decodes: the decode pass (bulk when it fits) is the same loop
+            budget = self._decode(plan, self._budget)
+        if not plan.preempted or self.config.admit_after_preempt:
+            self._admit_chunk(plan, budget, threshold)
+            self._track_head_of_line(plan)
 
     def postprocess(self, plan: StepPlan, end_time: float) -> None:
         """Apply `plan`'s tokens now that the step ended at `end_time`."""
@@ -290,6 +380,11 @@ class Scheduler:
                 self._push_block_due(seq)
                 self._push_finish_due(seq)
 
+    @property
+    def hol_head(self) -> Seq | None:
+        """The head of the waiting queue while it blocks a request behind it."""
+        return self._hol_head
+
     def hol_floor(self) -> int:
         """Free blocks that must stay free for the head-of-line state not to change: while a
         head blocks, the request behind it must keep fitting."""
@@ -317,6 +412,8 @@ class Scheduler:
         n = len(running)
         if not n or n > self._budget or self.record_batches:
             return None
+        if self.config.delay_factor and len(self.waiting):
+            return None  # the delay passes with time alone: admissions may open mid-stretch
         finish = self.next_finish_tick()
         limit = min(max_steps, MAX_STRETCH)
         if finish is not None:
@@ -341,27 +438,36 @@ class Scheduler:
         tick, num_blocks = self.tick, pool.num_blocks
         used: list[int] = []
         blocks_used = num_blocks - pool.free
-        for _ in range(limit):
-            tick += 1
-            due = block_due.get(tick)
-            if due is not None:
-                growing = [entry for entry in due if entry[0].epoch == entry[1]]
-                if len(growing) > spare:
-                    tick -= 1
-                    break
-                del block_due[tick]
-                if growing:
-                    spare -= len(growing)
-                    blocks_used += len(growing)
-                    for seq, _epoch in growing:
-                        seq.blocks += 1
-                    # One more block each: every one's next boundary is a block later.
-                    later = block_due.get(tick + block_size)
-                    if later is None:
-                        block_due[tick + block_size] = growing
-                    else:
-                        later.extend(growing)
+        # Only passes at which someone crosses a block boundary need work: visit those in
+        # order (a boundary crossed moves that request's next one a block later).
+        horizon = tick + limit
+        due_ticks = sorted(t for t in block_due if t <= horizon)
+        last = tick
+        while due_ticks:
+            t = heapq.heappop(due_ticks)
+            due = block_due[t]
+            growing = [entry for entry in due if entry[0].epoch == entry[1]]
+            if len(growing) > spare:
+                horizon = t - 1  # the stretch ends before this pass
+                break
+            del block_due[t]
+            used.extend([blocks_used] * (t - last - 1))
+            if growing:
+                spare -= len(growing)
+                blocks_used += len(growing)
+                for seq, _epoch in growing:
+                    seq.blocks += 1
+                later = block_due.get(t + block_size)
+                if later is None:
+                    block_due[t + block_size] = growing
+                    if t + block_size <= horizon:
+                        heapq.heappush(due_ticks, t + block_size)
+                else:
+                    later.extend(growing)
             used.append(blocks_used)
+            last = t
+        used.extend([blocks_used] * (horizon - last))
+        tick = horizon
         k = len(used)
         if not k:
             return None
@@ -369,6 +475,11 @@ class Scheduler:
         first = self.tick + 1
         self.tick = tick
         self.kv_tokens = kv + n * k
+        if self.config.delay_factor:  # what each step's _passed_delay would have left
+            if self._prev_prompt:
+                self._last_prompt_latency = ends[0] - self._prev_time
+            self._prev_time, self._prev_prompt = ends[k - 1], False
+            self._delay_passed = True  # nothing waits during a stretch
         kv_read = k * kv + n * k * (k + 1) // 2
         del durations[k:]
         starts = ends[:k]
@@ -462,7 +573,7 @@ class Scheduler:
         return budget
 
     def _pick_victim(self) -> Seq:
-        rule = self.config.victim
+        rule = self._victim
         if rule is Victim.LAST_ADMITTED:  # both queues are in admission order
             tails = [next(reversed(q.values())) for q in (self.running, self.prefilling) if q]
             return max(tails, key=lambda s: s.admit_seq)
@@ -498,6 +609,14 @@ class Scheduler:
         victim.epoch += 1
         victim.num_preemptions += 1
         plan.preempted.append(victim)
+        if self.config.preemption_warning and self._num_cumulative_preemption % 50 == 0:
+            mode = "SWAP" if (self.config.preemption is PreemptionMode.SWAP
+                              and was_decoding) else "RECOMPUTE"
+            self.events.append((plan.step, plan.time, request.request_id, "warning",
+                                V0_PREEMPTION_WARNING.format(
+                                    request.request_id, mode,
+                                    self._num_cumulative_preemption + 1)))
+        self._num_cumulative_preemption += 1
         swap = self.config.preemption is PreemptionMode.SWAP and was_decoding
         mode = "swap" if swap else "recompute"
         self.events.append((plan.step, plan.time, request.request_id, "preempt",
@@ -513,10 +632,139 @@ class Scheduler:
         else:
             victim.state = SeqState.PREEMPTED
         victim.blocks = 0
-        if self.config.requeue is Requeue.FRONT:
+        requeue = self._requeue
+        if swap and self.config.swapped_fifo:
+            self.waiting.push_swapped(victim)
+        elif requeue is Requeue.FRONT:
             self.waiting.push_front(victim)
-        else:
+        elif requeue is Requeue.BACK:
             self.waiting.push(victim, plan.time)
+        else:  # as vLLM V1's priority heap: its original (priority, arrival) place
+            self.waiting.push(victim, request.arrival_time)
+
+    def _loop_exact(self, plan: StepPlan, budget: int, threshold: int) -> int:
+        """The running loop request by request when chunks are under way (RULES.md R3, R6).
+
+        Blocks are taken per request as it is reached; when they are short, victims are
+        preempted until they fit or the request itself was the victim. A victim scheduled
+        earlier in the step gives its tokens back. Chunks are applied after the loop."""
+        pool = self.pool
+        block_size = self._block_size
+        tick = 0
+        if self.running:
+            self.tick += 1
+            tick = plan.tick = self.tick
+            self._block_due.pop(tick, None)  # growth is checked one by one below
+        members = sorted(chain(self.running.values(), self.prefilling.values()),
+                         key=lambda s: s.admit_seq)
+        decoded: list[Seq] = []
+        chunks: dict[Seq, int] = {}
+        for seq in members:
+            state = seq.state
+            if state is not RUNNING and state is not PREFILLING:
+                continue  # preempted as a victim earlier in this step
+            if budget < 1:
+                break
+            if state is RUNNING:
+                n = 1
+                # the KV of its prompt and generated tokens: this decode writes the last one
+                need = 1 if seq.prompt_len + seq.base + tick - 1 > seq.blocks * block_size else 0
+            else:
+                n = seq.prefill_left
+                if 0 < threshold < n:
+                    n = threshold
+                n = min(n, budget)
+                done = seq.prompt_len + seq.generated - seq.prefill_left
+                need = blocks_for(done + n, block_size) - seq.blocks
+            while need > pool.free:
+                victim = self._pick_victim()
+                if victim.state is RUNNING and victim.decoded_tick == tick and tick:
+                    decoded.remove(victim)
+                    budget += 1
+                elif victim in chunks:
+                    budget += chunks.pop(victim)
+                self._preempt(victim, plan, cause=seq)
+                if victim is seq:
+                    break
+            if seq.state is not state:
+                continue  # it preempted itself; under fcfs nothing is left after it
+            if need:
+                pool.allocate(need)
+                seq.blocks += need
+            if state is RUNNING:
+                if need:
+                    seq.grew_tick = tick
+                    self._push_block_due(seq)
+                seq.decoded_tick = tick
+                decoded.append(seq)
+            else:
+                chunks[seq] = n
+            budget -= n
+        if tick:
+            for seq in self.running.values():
+                if seq.decoded_tick != tick:  # left out this pass: its counters stand still
+                    seq.base -= 1
+                    seq.epoch += 1
+                    self._close_run(seq, tick - 1)
+                    seq.run_tick = tick + 1
+                    self.gaps.want(seq.run_tick, seq)
+                    self._push_block_due(seq)
+                    self._push_finish_due(seq)
+            plan.num_decodes = len(decoded)
+            plan.kv_read_tokens += sum(s.prompt_len + s.base + tick - 1 for s in decoded)
+            self.kv_tokens += len(decoded)
+            if self.record_batches:
+                plan.decoded = decoded
+        for seq, n in chunks.items():
+            self._prefill_chunk(plan, seq, n)
+        return budget
+
+    def _admit_chunk(self, plan: StepPlan, budget: int, threshold: int) -> None:
+        """vLLM V1's waiting loop (RULES.md R4, R8, R10, R12): the head is admitted with its
+        first chunk's blocks only; the loop stops at the first head that does not fit."""
+        cfg = self.config
+        pool = self.pool
+        waiting = self.waiting
+        block_size = self._block_size
+        chunked = cfg.chunked_prefill
+        full_isl = cfg.scheduler_reserve_full_isl
+        self._stopped_at = None
+        while budget > 0 and len(self.running) + len(self.prefilling) < cfg.max_num_seqs:
+            seq = waiting.peek()
+            if seq is None or not self.admitting:
+                break
+            if seq.unschedulable:
+                self._stopped_at = (seq, "can never run", budget)
+                break
+            if self.reserving and self.committed_blocks + seq.lifetime_blocks > pool.num_blocks:
+                break  # backpressure: the pool could not carry it to the end
+            tokens = seq.prompt_len + seq.generated
+            n = threshold if 0 < threshold < tokens else tokens
+            if not chunked and n > budget:
+                self._stopped_at = (seq, f"needs {n} tokens", budget)
+                break
+            n = min(n, budget)
+            # The watermark applies only when something else is running (has_scheduled_reqs).
+            floor = pool.watermark_blocks if self.running or self.prefilling else 0
+            whole = blocks_for(tokens, block_size)
+            if full_isl and whole + floor > pool.free:
+                self._stopped_at = (seq, f"needs {whole} blocks", budget)
+                break
+            need = blocks_for(n, block_size)
+            if need + floor > pool.free:
+                self._stopped_at = (seq, f"needs {need} blocks", budget)
+                break
+            self._take_head(plan, seq, need)
+            seq.prefill_left = tokens
+            if seq.first_scheduled_time is None:
+                seq.first_scheduled_time = plan.time
+            kind = "recompute" if seq.state is SeqState.PREEMPTED else "prefill"
+            detail = f"{kind} {tokens} tokens"
+            if n < tokens:
+                detail += f", first chunk {n}"
+            self.events.append((plan.step, plan.time, seq.request.request_id, "admit", detail))
+            budget -= n
+            self._prefill_chunk(plan, seq, n)
 
     # -- prefills and admissions -------------------------------------------------------
 
@@ -572,7 +820,7 @@ class Scheduler:
                 plan.produced.append(seq)
                 budget -= 1
             else:
-                if not allow_prefill:
+                if not allow_prefill or not self._delay_passed:
                     break
                 tokens = seq.prompt_len + seq.generated
                 if chunked:
@@ -683,6 +931,8 @@ class Scheduler:
         seq.epoch += 1
         self.events.append((step, end_time, seq.request.request_id, "finish",
                             f"{seq.output_len} tokens"))
+        if self.on_done is not None:
+            self.on_done(seq)
 
     def _push_block_due(self, seq: Seq) -> None:
         # The decode pass at which cache + 1 first exceeds the blocks held.
@@ -731,3 +981,26 @@ class Scheduler:
         if seq.max_token_gap is None or gap > seq.max_token_gap:
             seq.max_token_gap = gap
         seq.last_token_time = self.gaps.last_end
+
+
+# vLLM 0.8.5 core/scheduler.py::Scheduler._preempt, verbatim.
+V0_PREEMPTION_WARNING = (
+    "Sequence group {} is preempted by PreemptionMode.{} mode because there is not enough KV "
+    "cache space. This can affect the end-to-end performance. Increase "
+    "gpu_memory_utilization or tensor_parallel_size to provide more KV cache memory. "
+    "total_num_cumulative_preemption={}")
+
+
+def model_len_rejection(prompt_len: int, max_model_len: int) -> str | None:
+    """vLLM's input processor check (v1/engine/input_processor.py), messages verbatim: a
+    generate model needs room for at least one output token."""
+    if prompt_len > max_model_len:
+        return (f"The decoder prompt (length {prompt_len}) is longer than the maximum model "
+                f"length of {max_model_len}. Make sure that `max_model_len` is no smaller "
+                "than the number of text tokens.")
+    if prompt_len == max_model_len:
+        return (f"The decoder prompt (length {prompt_len}) plus the number of requested "
+                "output tokens (at least 1) is longer than the maximum model length of "
+                f"{max_model_len}. Make sure that `max_model_len` is no smaller than the "
+                "number of text tokens (prompt + requested output tokens).")
+    return None

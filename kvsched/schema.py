@@ -18,25 +18,51 @@ from pydantic import (
 )
 
 from kvsched.config import EngineConfig
-from kvsched.policies import make_policy
+from kvsched.paths import name_problem, scenario_name_problem
+from kvsched.policies import check_policy_name, is_user_policy, make_policy
+from kvsched.presets import PRESETS
+from kvsched.presets import expand as expand_preset
 
 _ENGINE = EngineConfig()
 MAX_SYNTHETIC_REQUESTS = 10_000_000
-PositiveInt = Annotated[int, Field(ge=1)]
+# Bounds on every number, so that extreme values are refused with the bound in the message
+# instead of overflowing numpy or the engine: lengths in tokens, counts and sizes, times in
+# the run's unit (steps or s), rates per time unit.
+MAX_TOKENS = 10_000_000
+MAX_COUNT = 1_000_000_000
+MAX_TIME = 1e12
+MIN_RATE, MAX_RATE = 1e-9, 1e9
+MIN_CV, MAX_CV = 1e-3, 1e3
+MAX_SIGMA = 10.0
+MAX_PRIORITY = 10**9
+PositiveInt = Annotated[int, Field(ge=1, le=MAX_COUNT)]
+TokenLen = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+Time = Annotated[float, Field(ge=0, le=MAX_TIME)]
+Rate = Annotated[float, Field(ge=MIN_RATE, le=MAX_RATE)]
+Interval = Annotated[float, Field(ge=1 / MAX_RATE, le=1 / MIN_RATE)]
+Priority = Annotated[int, Field(ge=-MAX_PRIORITY, le=MAX_PRIORITY)]
 
 
-def _not_only_dots(name: str) -> str:
-    if set(name) == {"."}:
-        raise ValueError(f"'{name}' cannot name a folder; use letters, digits, '_', '-' or '.'")
+def _folder_name(name: str) -> str:
+    problem = name_problem(name)
+    if problem:
+        raise ValueError(problem)
     return name
 
 
-# A name becomes a folder: letters, digits, '_', '-', '.', but not only dots ('.', '..').
-Name = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$"),
-                 AfterValidator(_not_only_dots)]
-NonNegativeInt = Annotated[int, Field(ge=0)]
-PositiveFloat = Annotated[float, Field(gt=0)]
-NonNegativeFloat = Annotated[float, Field(ge=0)]
+def _scenario_folder_name(name: str) -> str:
+    problem = scenario_name_problem(name)
+    if problem:
+        raise ValueError(problem)
+    return name
+
+
+# A name becomes a folder: one safe path component (see kvsched.paths).
+Name = Annotated[str, Field(min_length=1), AfterValidator(_folder_name)]
+ScenarioName = Annotated[str, Field(min_length=1), AfterValidator(_scenario_folder_name)]
+NonNegativeInt = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+PositiveFloat = Annotated[float, Field(gt=0, le=MAX_TIME)]
+NonNegativeFloat = Annotated[float, Field(ge=0, le=MAX_TIME)]
 
 
 class Strict(BaseModel):
@@ -47,8 +73,12 @@ class Strict(BaseModel):
 
 
 class EngineSpec(Strict):
-    """`engine:` — see `kvsched.config.EngineConfig` for what each knob means."""
+    """`engine:` — see `kvsched.config.EngineConfig` for what each knob means; `preset`
+    (`kvsched.presets`) fills in the rest. vLLM's spellings `enable_chunked_prefill` and
+    `preemption_mode`, and SGLang's `max_running_requests`, are accepted for
+    `chunked_prefill`, `preemption` and `max_num_seqs`."""
 
+    preset: Literal[tuple(PRESETS)] = "lesson"  # type: ignore[valid-type]
     max_num_batched_tokens: PositiveInt = _ENGINE.max_num_batched_tokens
     max_num_seqs: PositiveInt = _ENGINE.max_num_seqs
     block_size: PositiveInt = _ENGINE.block_size
@@ -58,17 +88,45 @@ class EngineSpec(Strict):
     watermark: Annotated[float, Field(ge=0, lt=1)] = _ENGINE.watermark
     preemption: Literal["recompute", "swap"] = _ENGINE.preemption.value
     max_steps: PositiveInt = _ENGINE.max_steps
-    victim: Literal["last_admitted", "lowest_priority", "fewest_generated"] = (
+    victim: Literal["last_admitted", "lowest_priority", "fewest_generated", "by_policy"] = (
         _ENGINE.victim.value)
-    requeue: Literal["front", "back"] = _ENGINE.requeue.value
+    requeue: Literal["front", "back", "by_policy"] = _ENGINE.requeue.value
     mix_prefill_decode: bool = _ENGINE.mix_prefill_decode
     admit_after_preempt: bool = _ENGINE.admit_after_preempt
     chunked_prefill: bool = _ENGINE.chunked_prefill
     long_prefill_token_threshold: NonNegativeInt = _ENGINE.long_prefill_token_threshold
     on_unschedulable: Literal["starve", "reject"] = _ENGINE.on_unschedulable.value
+    step_order: Literal["decode_first", "prefill_first", "running_loop"] = (
+        _ENGINE.step_order.value)
+    max_model_len: Annotated[int, Field(ge=2)] | None = None
+    null_block: bool = _ENGINE.null_block
+    scheduler_reserve_full_isl: bool = _ENGINE.scheduler_reserve_full_isl
+    preemption_warning: bool = _ENGINE.preemption_warning
+    swapped_fifo: bool = _ENGINE.swapped_fifo
+    delay_factor: NonNegativeFloat = _ENGINE.delay_factor
+    max_queued_requests: PositiveInt | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset_and_aliases(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for alias, name in _ENGINE_ALIASES.items():
+            if alias in data:
+                value = data.pop(alias)
+                if name in data and data[name] != value:
+                    raise ValueError(f"'{alias}' and '{name}' are the same key and disagree")
+                data[name] = value
+        return expand_preset(data)
 
     def to_config(self) -> EngineConfig:
-        return EngineConfig(**self.model_dump(exclude={"gpu_memory_utilization"}))
+        return EngineConfig(**self.model_dump(exclude={"gpu_memory_utilization", "preset"}))
+
+
+_ENGINE_ALIASES = {"enable_chunked_prefill": "chunked_prefill",
+                   "preemption_mode": "preemption",
+                   "max_running_requests": "max_num_seqs"}  # SGLang's name
 
 
 class PolicySpec(BaseModel):
@@ -83,7 +141,12 @@ class PolicySpec(BaseModel):
 
     @model_validator(mode="after")
     def _known_policy(self) -> PolicySpec:
-        make_policy(self.name, **self.all_params())  # ValueError names what is wrong
+        # ValueError names what is wrong. A user's class is only checked for its shape here:
+        # validating a file must never import (run) the user's code.
+        if is_user_policy(self.name):
+            check_policy_name(self.name)
+        else:
+            make_policy(self.name, **self.all_params())
         return self
 
 
@@ -191,15 +254,15 @@ def unit_warnings(spec: RunSpec) -> list[str]:
 
 class ConstantLen(Strict):
     kind: Literal["constant"]
-    value: PositiveInt
+    value: TokenLen
 
 
 class UniformLen(Strict):
     """Integers from `low` to `high`, both included."""
 
     kind: Literal["uniform"]
-    low: PositiveInt
-    high: PositiveInt
+    low: TokenLen
+    high: TokenLen
 
     @model_validator(mode="after")
     def _ordered(self) -> UniformLen:
@@ -212,10 +275,10 @@ class LognormalLen(Strict):
     """exp(Normal(ln median, sigma)), rounded, clipped to [min, max]."""
 
     kind: Literal["lognormal"]
-    median: PositiveFloat
-    sigma: NonNegativeFloat
-    min: PositiveInt = 1
-    max: PositiveInt | None = None
+    median: Annotated[float, Field(ge=1, le=MAX_TOKENS)]
+    sigma: Annotated[float, Field(ge=0, le=MAX_SIGMA)]
+    min: TokenLen = 1
+    max: TokenLen | None = None  # default: MAX_TOKENS
 
     @model_validator(mode="after")
     def _ordered(self) -> LognormalLen:
@@ -243,25 +306,25 @@ def _expand_length(value: Any) -> Any:
 
 class AllAtOnce(Strict):
     kind: Literal["all_at_once"]
-    at: NonNegativeFloat = 0.0
+    at: Time = 0.0
 
 
 class Poisson(Strict):
     kind: Literal["poisson"]
-    rate: PositiveFloat
+    rate: Rate
 
 
 class Gamma(Strict):
     """Inter-arrival times with mean 1/rate and coefficient of variation `cv` (>1: bursty)."""
 
     kind: Literal["gamma"]
-    rate: PositiveFloat
-    cv: PositiveFloat
+    rate: Rate
+    cv: Annotated[float, Field(ge=MIN_CV, le=MAX_CV)]
 
 
 class Fixed(Strict):
     kind: Literal["fixed"]
-    interval: PositiveFloat
+    interval: Interval
 
 
 ArrivalSpec = Annotated[AllAtOnce | Poisson | Gamma | Fixed, Field(discriminator="kind")]
@@ -274,7 +337,7 @@ class RequestClass(Strict):
     weight: PositiveFloat
     prompt_len: LengthSpec
     output_len: LengthSpec
-    priority: int = 0
+    priority: Priority = 0
 
     @field_validator("prompt_len", "output_len", mode="before")
     @classmethod
@@ -284,11 +347,12 @@ class RequestClass(Strict):
 
 class InlineRequest(Strict):
     id: str | int | None = None
-    arrival: NonNegativeFloat = 0.0
-    prompt_len: PositiveInt
-    output_len: PositiveInt
-    priority: int = 0
+    arrival: Time = 0.0
+    prompt_len: TokenLen
+    output_len: TokenLen
+    priority: Priority = 0
     class_: str | None = Field(default=None, alias="class")
+    session: str | int | None = None
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True,
                               allow_inf_nan=False)
@@ -308,7 +372,7 @@ class SyntheticWorkload(Strict):
     arrival: ArrivalSpec
     prompt_len: LengthSpec | None = None
     output_len: LengthSpec | None = None
-    priority: int = 0
+    priority: Priority = 0
     mix: Annotated[list[RequestClass], Field(min_length=1)] | None = None
 
     @field_validator("prompt_len", "output_len", mode="before")
@@ -330,14 +394,17 @@ class SyntheticWorkload(Strict):
 
 
 class TraceColumns(Strict):
-    """Column names of a trace in another format; `arrival_unit` scales its times to seconds."""
+    """Column names of a trace in another format; `arrival_unit` scales its times to seconds.
+    Without `arrival_time` the file holds lengths only, and the workload's `arrival` process
+    gives the times."""
 
-    arrival_time: str
+    arrival_time: str | None = None
     prompt_len: str
     output_len: str
     priority: str | None = None
     class_: str | None = Field(default=None, alias="class")
     request_id: str | None = None
+    session: str | None = None
     arrival_unit: Literal["s", "ms", "us", "datetime"] = "s"
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True,
@@ -346,22 +413,33 @@ class TraceColumns(Strict):
 
 class TraceWorkload(Strict):
     """Replay a CSV or JSONL file. Window `[start, start + duration)` in trace seconds, then
-    `limit` rows; `time_scale` multiplies arrival times (0.5 replays twice as fast)."""
+    `limit` rows; `time_scale` multiplies arrival times (0.5 replays twice as fast).
+    A length-only file (`format: lengths`, or `columns` without `arrival_time`) keeps each
+    row's (prompt, output) pair, in file order, and takes its times from `arrival` (seeded)."""
 
     kind: Literal["trace"]
     path: str
-    format: Literal["kvsched", "azure", "mooncake", "vidur"] | None = None
+    format: Literal["kvsched", "azure", "mooncake", "vidur", "lengths"] | None = None
     columns: TraceColumns | None = None
+    arrival: ArrivalSpec | None = None
     limit: PositiveInt | None = None
     start: NonNegativeFloat = 0.0
     duration: PositiveFloat | None = None
-    time_scale: PositiveFloat = 1.0
+    time_scale: Annotated[float, Field(ge=1e-6, le=1e6)] = 1.0
 
     @model_validator(mode="after")
     def _one_layout(self) -> TraceWorkload:
         if (self.format is None) == (self.columns is None):
-            raise ValueError("give exactly one of format (kvsched, azure, mooncake, vidur) "
-                             "or columns")
+            raise ValueError("give exactly one of format (kvsched, azure, mooncake, vidur, "
+                             "lengths) or columns")
+        lengths_only = self.format == "lengths" or (
+            self.columns is not None and self.columns.arrival_time is None)
+        if lengths_only and self.arrival is None:
+            raise ValueError("a length-only trace needs an arrival process, e.g. arrival: "
+                             "{kind: poisson, rate: 2}")
+        if not lengths_only and self.arrival is not None:
+            raise ValueError("arrival is for length-only traces (format: lengths, or columns "
+                             "without arrival_time); this trace has its own arrival times")
         return self
 
 
@@ -434,6 +512,70 @@ class DiagnosisSpec(Strict):
     slo_miss_share: Annotated[float, Field(ge=0, le=1)] = 0.05
     overtaken_factor: PositiveFloat = 10.0
     overtaken_by: PositiveInt = 10
+    overload_ratio: PositiveFloat = 1.2
+    overload_queue: NonNegativeInt = 10
+
+
+class RouterSpec(BaseModel):
+    """`cluster.router:` a name, or `{name, <params>}`; see `kvsched.routers`."""
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True, allow_inf_nan=False)
+    name: str
+
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+    @model_validator(mode="after")
+    def _known_router(self) -> RouterSpec:
+        from kvsched.routers import check_router
+
+        check_router(self.name, self.params())  # never imports a user's module
+        return self
+
+
+class ReplicaSpec(Strict):
+    """One entry of `cluster.replicas:` when it is a list: `count` replicas whose engine is
+    the variant's with the `engine` keys given here replaced, and whose time model is `time`
+    (default: the variant's)."""
+
+    count: PositiveInt = 1
+    engine: EngineSpec | None = None
+    time: TimeSpec | None = None
+
+
+class ClusterSpec(Strict):
+    """`cluster:` N replicas behind a router (see `kvsched.cluster`). `replicas`: a count of
+    replicas like the variant's engine, or a list of overrides (a mixed fleet).
+    `signal_delay`: the router sees each replica as it was this long ago (time units).
+    `imbalance_ttft_ratio` and `imbalance_queue`: the imbalance detector's thresholds (see
+    `kvsched.diagnosis.imbalance`)."""
+
+    replicas: Annotated[list[ReplicaSpec], Field(min_length=1)] = [ReplicaSpec()]
+    router: RouterSpec = RouterSpec(name="round_robin")
+    signal_delay: NonNegativeFloat = 0.0
+    imbalance_ttft_ratio: Annotated[float, Field(gt=1)] = 3.0
+    imbalance_queue: PositiveInt = 8
+
+    @field_validator("router", mode="before")
+    @classmethod
+    def expand_router(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @field_validator("replicas", mode="before")
+    @classmethod
+    def expand_replicas(cls, value: Any) -> Any:
+        """`replicas: N` means `[{count: N}]`: N replicas like the variant's engine."""
+        if isinstance(value, bool) or not isinstance(value, int | list):
+            raise ValueError("expected a number of replicas or a list of replica overrides")
+        if isinstance(value, int):
+            if value < 1:
+                raise ValueError(f"expected a number of replicas >= 1, got {value}")
+            return [{"count": value}]
+        return value
+
+    @property
+    def num_replicas(self) -> int:
+        return sum(entry.count for entry in self.replicas)
 
 
 def _expand_policy(value: Any) -> Any:
@@ -453,6 +595,7 @@ class RunSpec(Strict):
     admission: AdmissionSpec | None = None
     backpressure: BackpressureSpec = BackpressureSpec()
     diagnosis: DiagnosisSpec = DiagnosisSpec()
+    cluster: ClusterSpec | None = None  # None: one replica, today's records
 
     @model_validator(mode="before")
     @classmethod
@@ -502,11 +645,11 @@ class VariantSpec(Strict):
 class ScenarioSpec(RunSpec):
     """A whole file. The base may leave `workload` to its variants."""
 
-    name: Name
+    name: ScenarioName
     workload: WorkloadSpec | None = None  # type: ignore[assignment]
     variants: list[VariantSpec] = Field(default_factory=list)
     expect: list[Expectation] = Field(default_factory=list)
 
 
 OVERRIDABLE = ("description", "seed", "engine", "policy", "time", "workload", "slo", "admission",
-               "backpressure", "diagnosis")
+               "backpressure", "diagnosis", "cluster")

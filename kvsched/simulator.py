@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kvsched.admission import Slo, SloAdmission
 from kvsched.backpressure import Backpressure
@@ -16,7 +16,7 @@ from kvsched.records import RequestRecord, RunResult
 from kvsched.request import Request, Status
 from kvsched.scheduler import Scheduler
 from kvsched.sequence import Seq, SeqState
-from kvsched.steplog import StepLog
+from kvsched.steplog import StepLog, Timeline
 from kvsched.timing import StepClock, TimeModel
 
 
@@ -25,7 +25,8 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
              admission: SloAdmission | None = None, slo: Slo | None = None,
              backpressure: Backpressure | None = None,
              record_batches: bool = False, step_log: StepLog | None = None,
-             stretches: bool = True) -> RunResult:
+             event_sink: EventSink | None = None, stretches: bool = True,
+             progress: Progress | None = None) -> RunResult:
     """Run `requests` through the engine until nothing is left to do (or `max_steps`).
 
     Requests are served in arrival order (simultaneous arrivals in input order); the records
@@ -33,6 +34,10 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
     `admission` turns requests away at arrival; `slo` only measures (goodput); the thrash
     monitor always runs (`backpressure` sets its window and thresholds, and whether it acts).
     `step_log` receives the step records (by default all are kept: `RunResult.steps`).
+    `event_sink`, if given, receives the events in chunks as the run makes them, and
+    `RunResult.events` then keeps only those the diagnosis reads (`DIAGNOSIS_EVENTS`).
+    `progress(arrived, now)` is called now and then (every few thousand loop turns) with
+    the requests arrived so far and the simulated time, for a progress bar.
     `stretches=False` runs every step through the exact per-step rules instead of jumping
     over steady decode stretches: the same records, slower (for checking the fast path).
     """
@@ -41,48 +46,137 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
     clock = time_model or StepClock()
     if slo is None and admission is not None:
         slo = Slo(ttft=admission.ttft_slo)
-    ids = [r.request_id for r in requests]
-    if len(set(ids)) != len(ids):
-        seen: set[str] = set()
-        duplicate = next(i for i in ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
-        raise ValueError(f"duplicate request_id '{duplicate}'")
+    seen: set[str] = set()
+    for request in requests:
+        if request.request_id in seen:
+            raise ValueError(f"duplicate request_id '{request.request_id}'")
+        seen.add(request.request_id)
+    del seen
 
-    order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_time)
-    seqs = [Seq.of(requests[i], k, config.block_size) for k, i in enumerate(order)]
     engine = Engine(config, policy, clock, admission, backpressure, record_batches,
                     stretches=stretches)
-    log = step_log if step_log is not None else StepLog(config.num_blocks)
-    step, now, stopped_early = run_loop(engine, seqs, log, config.max_steps,
-                                        clock.whole_steps)
-    stats = log.close()
     sched = engine.sched
+    seqs = Arrivals(requests, config.block_size)
+    order = seqs.order
+    records: list[RequestRecord | None] = [None] * len(requests)
+
+    def done(seq: Seq) -> None:  # a finished or rejected request's record, made at once
+        records[order[seq.index]] = _record(seq, Status.STARVED, sched)
+        del seqs.live[seq.index]
+
+    sched.on_done = done
+    log = step_log if step_log is not None else StepLog(config.usable_blocks)
+    if seqs.times:
+        log.stats.timeline = Timeline(seqs.times[0], seqs.times[-1])
+    events = EventStream(engine.events, event_sink)
+    step, now, stopped_early = run_loop(engine, seqs, log, config.max_steps,
+                                        clock.whole_steps, events, progress)
+    stats = log.close()
     if stopped_early:
         sched.close_all_runs()
     leftover = Status.UNFINISHED if stopped_early else Status.STARVED
     if not stopped_early:
         _explain_starvation(sched, step, now)
-    position = [0] * len(seqs)
-    for seq in seqs:
-        position[order[seq.index]] = seq.index
-    records = [_record(seqs[k], leftover, sched) for k in position]
+    events.close()
+    sched.on_done = None
+    for seq in seqs.remaining():  # still queued or running, or never arrived (max_steps)
+        records[order[seq.index]] = _record(seq, leftover, sched)
+    done_records: list[RequestRecord] = records  # type: ignore[assignment]  # all filled
     pool = sched.pool
-    summary = summarize(records, stats, slo, final_blocks_used=pool.num_blocks - pool.free,
-                        itl=sched.gaps.itl)
-    return RunResult(config, clock.unit, records, log, engine.events, engine.batches, summary)
+    summary = summarize(done_records, stats, slo,
+                        final_blocks_used=pool.num_blocks - pool.free, itl=sched.gaps.itl)
+    return RunResult(config, clock.unit, done_records, log, events.kept, engine.batches,
+                     summary)
 
 
-def run_loop(engine: Engine, seqs: list[Seq], log: StepLog, max_steps: int,
-             whole_steps: bool) -> tuple[int, float, bool]:
+class Arrivals:
+    """The requests in arrival order (simultaneous ones in input order), each made into a
+    `Seq` only when the loop reaches it, and forgotten once its record is made: a long
+    trace never holds every request's run state at once."""
+
+    __slots__ = ("requests", "order", "times", "live", "_block_size", "_made")
+
+    def __init__(self, requests: Sequence[Request], block_size: int) -> None:
+        self.requests = requests
+        self.order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_time)
+        self.times = [requests[i].arrival_time for i in self.order]
+        self.live: dict[int, Seq] = {}  # made and not yet recorded, by arrival index
+        self._block_size = block_size
+        self._made = 0
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __getitem__(self, k: int) -> Seq:
+        seq = Seq.of(self.requests[self.order[k]], k, self._block_size)
+        self.live[k] = seq
+        self._made = max(self._made, k + 1)
+        return seq
+
+    def remaining(self) -> list[Seq]:
+        """Every request without a record yet, made now if it never arrived."""
+        for k in range(self._made, len(self.order)):
+            self[k]
+        return [self.live[k] for k in sorted(self.live)]
+
+
+EventSink = Callable[[list[tuple]], None]
+Progress = Callable[[int, float], None]
+
+DIAGNOSIS_EVENTS = frozenset({"hol_block", "hol_release", "backpressure", "reject", "starve"})
+"""The events a run keeps in memory when they are streamed to a file."""
+
+
+class EventStream:
+    """Hands the engine's events to a sink in chunks (when there is one), so a long run
+    does not hold them all; keeps those the diagnosis reads."""
+
+    __slots__ = ("events", "sink", "kept", "_chunk")
+
+    def __init__(self, events: list[tuple], sink: EventSink | None,
+                 chunk: int = 1 << 15) -> None:
+        self.events = events
+        self.sink = sink
+        self.kept: list[tuple] = events if sink is None else []
+        self._chunk = chunk if sink is not None else math.inf
+
+    def poll(self) -> None:
+        if len(self.events) >= self._chunk:
+            self.drain()
+
+    def drain(self) -> None:
+        if self.sink is None or not self.events:
+            return
+        chunk = self.events[:]
+        del self.events[:]
+        self.sink(chunk)
+        self.kept.extend(e for e in chunk if e[3] in DIAGNOSIS_EVENTS)
+
+    def close(self) -> None:
+        self.drain()
+
+
+def run_loop(engine: Engine, seqs: Arrivals | Sequence[Seq], log: StepLog, max_steps: int,
+             whole_steps: bool, events: EventStream | None = None,
+             progress: Progress | None = None) -> tuple[int, float, bool]:
     """Feed `seqs` (in arrival order) to `engine` on one clock until nothing is left to do.
 
     Returns the next step number, the time, and whether `max_steps` stopped the run."""
-    arrivals = [seq.request.arrival_time for seq in seqs]
+    arrivals = seqs.times if isinstance(seqs, Arrivals) else [
+        seq.request.arrival_time for seq in seqs]
     num_arrivals = len(seqs)
     next_arrival = 0
     step = 0
     executed = 0  # steps run (step numbers also jump over idle time on the step clock)
     now = 0.0
+    poll = events.poll if events is not None and events.sink is not None else None
+    turns = 0
     while True:
+        if poll is not None:
+            poll()
+        turns += 1
+        if progress is not None and not turns & 4095:
+            progress(next_arrival, now)
         # A hair of slack: times summed step by step drift (0.1 * 8 = 0.7999999999999999).
         horizon = now + 1e-9 * (1.0 + now)
         while next_arrival < num_arrivals and arrivals[next_arrival] <= horizon:

@@ -9,6 +9,7 @@ what the caller asked for.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
@@ -37,6 +38,72 @@ class RecordMode(StrEnum):
     SUMMARY = "summary"  # no steps.csv: requests, events and the summary only
 
 
+class Timeline:
+    """Busy time and waiting-queue length of the steps, in equal buckets of start time over
+    the arrival span `[start, end]`: what the overload detector reads, in bounded memory.
+    A figure over a time range is exact up to the one bucket at each end of the range
+    (1/`num_buckets` of the span)."""
+
+    __slots__ = ("start", "end", "width", "busy", "waiting", "count")
+
+    def __init__(self, start: float, end: float, num_buckets: int = 4096) -> None:
+        self.start = start
+        self.end = end
+        self.width = (end - start) / num_buckets if end > start else 0.0
+        size = num_buckets if end > start else 0
+        self.busy = [0.0] * size
+        self.waiting = [0] * size  # summed over the bucket's steps
+        self.count = [0] * size
+
+    def _bucket(self, time: float) -> int | None:
+        if not self.width or time < self.start or time >= self.end:
+            return None
+        return min(len(self.busy) - 1, int((time - self.start) / self.width))
+
+    def add_rows(self, starts: tuple, durations: tuple, waiting: tuple) -> None:
+        bucket_of, busy, queue, count = self._bucket, self.busy, self.waiting, self.count
+        for start, duration, num_waiting in zip(starts, durations, waiting, strict=True):
+            k = bucket_of(start)
+            if k is not None:
+                busy[k] += duration
+                queue[k] += num_waiting
+                count[k] += 1
+
+    def add_stretch(self, stretch: Stretch) -> None:
+        starts = stretch.starts
+        first, last = self._bucket(starts[0]), self._bucket(starts[-1])
+        if first is None and last is None and (starts[-1] < self.start
+                                               or starts[0] >= self.end):
+            return
+        if first is not None and first == last:
+            self.busy[first] += sum(stretch.durations)
+            self.waiting[first] += stretch.num_waiting * len(starts)
+            self.count[first] += len(starts)
+            return
+        # Several buckets: cut the stretch where its start times change bucket.
+        size = len(self.busy)
+
+        def key(time: float) -> int:  # monotone: -1 before the span, size after it
+            k = self._bucket(time)
+            return k if k is not None else (-1 if time < self.start else size)
+
+        durations, waiting = stretch.durations, stretch.num_waiting
+        lo = 0
+        while lo < len(starts):
+            k = key(starts[lo])
+            if k == size:
+                break
+            hi = bisect_right(starts, k, lo, key=key)
+            if k >= 0:
+                self.busy[k] += sum(durations[lo:hi])
+                self.waiting[k] += waiting * (hi - lo)
+                self.count[k] += hi - lo
+            lo = hi
+
+    def bucket_starts(self) -> list[float]:
+        return [self.start + k * self.width for k in range(len(self.busy))]
+
+
 @dataclass(slots=True)
 class StepStats:
     """Running sums over every step (in step order, so float sums match a plain sum)."""
@@ -52,11 +119,14 @@ class StepStats:
     peak_blocks_used: int = 0
     thrash_ratio_max: float = 0.0
     backpressure_steps: int = 0
+    timeline: Timeline | None = None
     mfu_sum: float | None = None  # None: no step had a figure (no hardware time model)
     mbu_sum: float | None = None
 
     def add_rows(self, rows: list[tuple]) -> None:
         columns = list(zip(*rows, strict=True))
+        if self.timeline is not None:
+            self.timeline.add_rows(columns[1], columns[2], columns[4])
         self.num_steps += len(rows)
         self.end = rows[-1][1] + rows[-1][2]
         self.busy_time = sum(columns[2], self.busy_time)
@@ -73,6 +143,8 @@ class StepStats:
             self.mbu_sum = sum(columns[20], self.mbu_sum or 0.0)
 
     def add_stretch(self, stretch: Stretch) -> None:
+        if self.timeline is not None:
+            self.timeline.add_stretch(stretch)
         self.num_steps += stretch.num_steps
         self.end = stretch.end
         self.busy_time = sum(stretch.durations, self.busy_time)

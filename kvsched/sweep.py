@@ -7,10 +7,12 @@ Values: `A..B` doubles from A up to B (128..8192: 128, 256, ..., 8192), `A..B:+S
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -18,11 +20,14 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from kvsched.backends import Backend, run_jobs
 from kvsched.diagnosis import diagnose, incident_flags
-from kvsched.errors import KvschedError, ScenarioError
+from kvsched.errors import KvschedError, ScenarioError, excerpt
+from kvsched.paths import replace_dir, write_error
 from kvsched.report import write_csv, write_json
-from kvsched.runner import run_variant, select, slo_of, thresholds_of
+from kvsched.runner import policy_of, run_variant, select, slo_of, thresholds_of
 from kvsched.scenario import Assignment, Scenario, load_scenario_text
+from kvsched.steplog import StepLog
 
 OPTION_PATHS = {
     "budget": "engine.max_num_batched_tokens",
@@ -34,7 +39,7 @@ OPTION_PATHS = {
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _RANGE = re.compile(rf"^({_NUMBER})\.\.({_NUMBER})(?::([+x*])({_NUMBER}))?$")
-MAX_POINTS = 100_000
+MAX_POINTS = 100_000  # runs in one sweep: grid points x variants
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,9 @@ def _expand_range(option: str, text: str, match: re.Match[str]) -> tuple[list[An
             raise ScenarioError(option, f"range '{text}': a multiplying range must start > 0")
         if factor <= 1:
             raise ScenarioError(option, f"range '{text}': the factor must be > 1")
+        count = int(math.log(end / start) / math.log(factor) + 1e-9) + 1
+        if count > MAX_POINTS:
+            raise _too_many(option, text, count)
         values, value = [], start
         while value <= end * (1 + 1e-9):
             values.append(_tidy(value))
@@ -87,10 +95,16 @@ def _expand_range(option: str, text: str, match: re.Match[str]) -> tuple[list[An
     increment = _scalar(step)
     if increment <= 0:
         raise ScenarioError(option, f"range '{text}': the step must be > 0")
-    count = int((end - start) / increment + 1e-9) + 1
+    count = (end - start) / increment + 1
     if count > MAX_POINTS:
-        raise ScenarioError(option, f"range '{text}' has {count:,} values; at most {MAX_POINTS:,}")
+        raise _too_many(option, text, count)
+    count = int(count + 1e-9)
     return [_tidy(start + k * increment) for k in range(count)], False
+
+
+def _too_many(option: str, text: str, count: float) -> ScenarioError:
+    return ScenarioError(option, f"range '{excerpt(text)}' has {count:,.0f} values; "
+                                 f"a sweep has at most {MAX_POINTS:,} points")
 
 
 def _tidy(value: float) -> int | float:
@@ -114,24 +128,35 @@ def _scalar(text: str) -> Any:
 
 
 def _bad(option: str, text: str) -> ScenarioError:
-    return ScenarioError(option, f"expected A..B, A..B:+S, A..B:xF or a comma list, got '{text}'")
+    return ScenarioError(option, "expected A..B, A..B:+S, A..B:xF or a comma list, "
+                                 f"got '{excerpt(text)}'")
 
 
 def parse_set_axis(text: str) -> Axis:
     """`--set KEY=V1,V2` (or a range) as an axis."""
     key, sep, values = text.partition("=")
     if not sep or not key.strip():
-        raise ScenarioError("--set", f"expected KEY=V1,V2,..., got '{text}'")
+        raise ScenarioError("--set", f"expected KEY=V1,V2,..., got '{excerpt(text)}'")
     return parse_axis(f"--set {key.strip()}", key.strip(), values)
 
 
 def grid(axes: Sequence[Axis]) -> list[dict[str, Any]]:
     """Every combination of the axes' values, the first axis varying slowest."""
-    points = [dict(zip([a.path for a in axes], combo, strict=True))
-              for combo in itertools.product(*(a.values for a in axes))]
-    if len(points) > MAX_POINTS:
-        raise KvschedError(f"the grid has {len(points):,} points; at most {MAX_POINTS:,}")
-    return points
+    check_size(axes)
+    return [dict(zip([a.path for a in axes], combo, strict=True))
+            for combo in itertools.product(*(a.values for a in axes))]
+
+
+def check_size(axes: Sequence[Axis], variants: int = 1) -> int:
+    """The number of runs in the grid (points x variants), refused over `MAX_POINTS` before
+    any point is built."""
+    count = math.prod(len(a.values) for a in axes) * variants
+    if count > MAX_POINTS:
+        sizes = " x ".join(f"{len(a.values):,}" for a in axes)
+        per = f" x {variants} variants" if variants > 1 else ""
+        raise KvschedError(f"the sweep has {count:,} points ({sizes}{per}); "
+                           f"at most {MAX_POINTS:,}")
+    return count
 
 
 # -- running ---------------------------------------------------------------------------
@@ -163,38 +188,33 @@ def _run_point(job: tuple[SweepSource, dict[str, Any], str]) -> dict[str, Any]:
     source, point, variant_name = job
     scenario = source.load(point)
     variant = next(v for v in scenario.variants if v.name == variant_name)
-    result = run_variant(variant)
+    # A point keeps only its summary (records: summary): nothing per step is held.
+    num_blocks = variant.spec.engine.to_config().num_blocks
+    result = run_variant(variant, step_log=StepLog(num_blocks, keep=False))
     spec = variant.spec
     incidents = diagnose(result, thresholds_of(spec), None, slo_of(spec))
-    return {"time_unit": result.time_unit, **result.summary, **incident_flags(incidents),
+    flags = incident_flags(incidents, spec.cluster is not None)
+    return {"time_unit": result.time_unit, **result.summary, **flags,
             "incidents": "; ".join(incident.kind for incident in incidents)}
 
 
 def run_sweep(source: SweepSource, axes: Sequence[Axis], variants: Sequence[str] = (),
-              jobs: int = 1, on_point: Callable[[], None] | None = None) -> pd.DataFrame:
+              jobs: int = 1, on_point: Callable[[], None] | None = None,
+              backend: Backend = Backend.LOCAL, address: str | None = None) -> pd.DataFrame:
     """One row per grid point and variant: the point's values, `variant`, the summary keys.
 
-    Every point is validated before anything runs; `jobs` > 1 runs points in processes.
+    Every point is validated before anything runs; `jobs` > 1 runs points in processes,
+    `backend` ray as Ray tasks (see `kvsched.backends`); the rows are the same either way.
     """
-    points = grid(axes)
     source = replace(source, options=tuple((a.path, a.option.split()[0]) for a in axes))
     names = [v.name for v in select(source.load({}), variants)]
-    for point in points:
-        source.load(point)  # refuse a bad value before spending time on the others
+    check_size(axes, len(names))
+    points = grid(axes)
+    for point in points:  # refuse a bad value before spending time on the others
+        for variant in select(source.load(point), names):
+            policy_of(variant)
     work = [(source, point, name) for point in points for name in names]
-    if jobs > 1 and len(work) > 1:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            summaries = []
-            for summary in pool.map(_run_point, work, chunksize=1):
-                summaries.append(summary)
-                if on_point:
-                    on_point()
-    else:
-        summaries = []
-        for job in work:
-            summaries.append(_run_point(job))
-            if on_point:
-                on_point()
+    summaries = run_jobs(_run_point, work, backend, jobs, address, on_point)
     rows = [{**point, "variant": name, **summary}
             for (_, point, name), summary in zip(work, summaries, strict=True)]
     return pd.DataFrame.from_records(rows)
@@ -202,13 +222,26 @@ def run_sweep(source: SweepSource, axes: Sequence[Axis], variants: Sequence[str]
 
 def write_sweep(folder: Path, frame: pd.DataFrame, axes: Sequence[Axis],
                 source: SweepSource) -> None:
-    """`summary.csv` and `sweep.json` (the grid), each written whole or not at all."""
-    folder.mkdir(parents=True, exist_ok=True)
+    """`summary.csv` and `sweep.json` (the grid), staged beside `folder` and renamed into its
+    place: a previous sweep of the same name is replaced whole, other sweeps are untouched,
+    and an OS error (disk full...) leaves nothing partial."""
     grid_spec = {"source": source.source, "seed": source.seed,
                  "axes": [{"path": a.path, "option": a.option, "values": list(a.values),
                            "geometric": a.geometric} for a in axes]}
-    for name, write in (("summary.csv", lambda p: write_csv(frame, p)),
-                        ("sweep.json", lambda p: write_json(grid_spec, p))):
-        staged = folder / f".{name}.{os.getpid()}"
-        write(staged)
-        os.replace(staged, folder / name)
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    except OSError as exc:
+        raise write_error(folder, exc) from None
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        staging.chmod(0o777 & ~umask)
+        write_csv(frame, staging / "summary.csv")
+        write_json(grid_spec, staging / "sweep.json")
+        replace_dir(staging, folder)
+    except BaseException as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise write_error(folder, exc) from None
+        raise

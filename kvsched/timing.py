@@ -40,6 +40,12 @@ def stretch_durations(model: TimeModel, num_decodes: int, kv_tokens_start: int,
     if fast is not None:
         out = fast(num_decodes, kv_tokens_start, num_steps)
         return out if isinstance(out, list) else list(map(float, out))
+    by_shape = getattr(model, "duration_shape", None)
+    if by_shape is not None:  # priced from the batch, as the engine prices its steps
+        from kvsched.roofline import BatchShape
+
+        return [by_shape(BatchShape((), num_decodes, kv_tokens_start + k * num_decodes))
+                for k in range(num_steps)]
     duration = model.duration
     return [duration(0, num_decodes, kv_tokens_start + k * num_decodes, 0)
             for k in range(num_steps)]

@@ -10,11 +10,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kvsched.errors import ScenarioError
+from kvsched.errors import ScenarioError, excerpt
 from kvsched.request import Request
 from kvsched.schema import (
+    MAX_PRIORITY,
     MAX_SYNTHETIC_REQUESTS,
+    MAX_TIME,
+    MAX_TOKENS,
     AllAtOnce,
+    ArrivalSpec,
     ConstantLen,
     EmpiricalLen,
     Fixed,
@@ -45,10 +49,42 @@ def build_requests(spec: WorkloadSpec, seed: int = 0, base_dir: Path = Path(".")
     elif isinstance(spec, SyntheticWorkload):
         requests = _synthetic(spec, np.random.default_rng(seed), base_dir, locate)
     else:
-        requests = _trace(spec, base_dir, locate)
+        requests = _trace(spec, base_dir, locate, np.random.default_rng(seed))
     if not requests:
         raise locate(("workload",), "the workload has no requests")
     return requests
+
+
+def count_requests(spec: WorkloadSpec, base_dir: Path = Path("."),
+                   locate: Locate = _default_locate) -> tuple[int, bool]:
+    """How many requests the workload holds, and whether exactly, checked without generating
+    it: trace and empirical-length files are read and checked, synthetic requests counted."""
+    if not isinstance(spec, SyntheticWorkload):
+        return len(build_requests(spec, 0, base_dir, locate)), True
+    lengths: list[tuple[LengthSpec | None, tuple]] = [
+        (spec.prompt_len, ("workload", "prompt_len")),
+        (spec.output_len, ("workload", "output_len"))]
+    for k, cls in enumerate(spec.mix or ()):
+        lengths += [(cls.prompt_len, ("workload", "mix", k, "prompt_len")),
+                    (cls.output_len, ("workload", "mix", k, "output_len"))]
+    for length, where in lengths:
+        if isinstance(length, EmpiricalLen):
+            _empirical_column(length, base_dir, where, locate)
+    if spec.num_requests is not None:
+        return spec.num_requests, True
+    return int(round(_expected_count(spec, locate))), False
+
+
+def _expected_count(spec: SyntheticWorkload, locate: Locate) -> float:
+    """Requests expected over `duration`, refused above the cap before any is drawn."""
+    process = spec.arrival
+    assert spec.duration is not None and not isinstance(process, AllAtOnce)
+    rate = 1 / process.interval if isinstance(process, Fixed) else process.rate
+    expected = rate * spec.duration
+    if expected > MAX_SYNTHETIC_REQUESTS:
+        raise locate(("workload", "duration"),
+                     f"about {expected:,.0f} requests; at most {MAX_SYNTHETIC_REQUESTS:,} allowed")
+    return expected
 
 
 # -- inline -----------------------------------------------------------------------------
@@ -64,7 +100,8 @@ def _inline(spec: InlineWorkload, locate: Locate) -> list[Request]:
                          f"duplicate request id '{request_id}'")
         seen.add(request_id)
         requests.append(Request(request_id, item.arrival, item.prompt_len, item.output_len,
-                                item.priority, item.class_))
+                                item.priority, item.class_,
+                                None if item.session is None else str(item.session)))
     return requests
 
 
@@ -104,32 +141,31 @@ def _arrival_times(spec: SyntheticWorkload, rng: np.random.Generator,
                    locate: Locate) -> np.ndarray:
     """Arrival times; the first request arrives at 0 (or at `at` for all_at_once)."""
     process = spec.arrival
-    if isinstance(process, AllAtOnce):
-        assert spec.num_requests is not None
-        return np.full(spec.num_requests, process.at)
-    rate = 1 / process.interval if isinstance(process, Fixed) else process.rate
-
-    def gaps(size: int) -> np.ndarray:
-        if isinstance(process, Poisson):
-            return rng.exponential(1 / process.rate, size)
-        if isinstance(process, Gamma):
-            shape = 1 / process.cv ** 2
-            return rng.gamma(shape, 1 / (rate * shape), size)
-        return np.full(size, process.interval)
-
     if spec.num_requests is not None:
-        n = spec.num_requests
-        return np.concatenate(([0.0], np.cumsum(gaps(n - 1))))
-    assert spec.duration is not None
-    expected = rate * spec.duration
-    if expected > MAX_SYNTHETIC_REQUESTS:
-        raise locate(("workload", "duration"),
-                     f"about {expected:,.0f} requests; at most {MAX_SYNTHETIC_REQUESTS:,} allowed")
+        return _process_times(process, spec.num_requests, rng)
+    assert spec.duration is not None and not isinstance(process, AllAtOnce)
+    expected = _expected_count(spec, locate)
     times = np.array([0.0])
     while times[-1] < spec.duration:
-        more = times[-1] + np.cumsum(gaps(int(expected * 0.2) + 16))
+        more = times[-1] + np.cumsum(_gaps(process, int(expected * 0.2) + 16, rng))
         times = np.concatenate((times, more))
     return times[times < spec.duration]
+
+
+def _process_times(process: ArrivalSpec, n: int, rng: np.random.Generator) -> np.ndarray:
+    """`n` arrival times from a process; the first at 0 (or at `at` for all_at_once)."""
+    if isinstance(process, AllAtOnce):
+        return np.full(n, process.at)
+    return np.concatenate(([0.0], np.cumsum(_gaps(process, n - 1, rng))))
+
+
+def _gaps(process: Poisson | Gamma | Fixed, size: int, rng: np.random.Generator) -> np.ndarray:
+    if isinstance(process, Poisson):
+        return rng.exponential(1 / process.rate, size)
+    if isinstance(process, Gamma):
+        shape = 1 / process.cv ** 2
+        return rng.gamma(shape, 1 / (process.rate * shape), size)
+    return np.full(size, process.interval)
 
 
 def _lengths(spec: LengthSpec, n: int, rng: np.random.Generator, base_dir: Path,
@@ -141,7 +177,7 @@ def _lengths(spec: LengthSpec, n: int, rng: np.random.Generator, base_dir: Path,
         return rng.integers(spec.low, spec.high + 1, size=n)
     if isinstance(spec, LognormalLen):
         values = np.rint(np.exp(rng.normal(np.log(spec.median), spec.sigma, n)))
-        return np.clip(values, spec.min, spec.max).astype(np.int64)
+        return np.clip(values, spec.min, spec.max or MAX_TOKENS).astype(np.int64)
     assert isinstance(spec, EmpiricalLen)
     column = _empirical_column(spec, base_dir, where, locate)
     return rng.choice(column, size=n)
@@ -154,7 +190,7 @@ def _empirical_column(spec: EmpiricalLen, base_dir: Path, where: tuple,
     if spec.column not in table.columns:
         raise locate((*where, "column"), _missing_column(spec.column, path, table))
     values = _numbers(table[spec.column], path, spec.column, (*where, "path"), locate,
-                      minimum=1, whole=True)
+                      minimum=1, whole=True, maximum=MAX_TOKENS)
     if not len(values):
         raise locate((*where, "path"), f"{path}: column '{spec.column}' is empty")
     return values.astype(np.int64)
@@ -167,7 +203,7 @@ def _empirical_column(spec: EmpiricalLen, base_dir: Path, where: tuple,
 class TraceLayout:
     """Where a trace format keeps each field, and the unit of its arrival column."""
 
-    arrival_time: str
+    arrival_time: str | None  # None: lengths only, times from the workload's arrival process
     prompt_len: str
     output_len: str
     priority: str | None = None
@@ -175,15 +211,18 @@ class TraceLayout:
     request_id: str | None = None
     arrival_unit: str = "s"  # s, ms, us or datetime (seconds since the first row)
     optional_extras: bool = False  # extra columns used only when present
+    session: str | None = None  # a conversation id (optional in every format)
 
 
 FORMATS = {
     "kvsched": TraceLayout("arrival_time", "prompt_len", "output_len", "priority", "class",
-                           "request_id", optional_extras=True),
+                           "request_id", optional_extras=True, session="session"),
     "azure": TraceLayout("TIMESTAMP", "ContextTokens", "GeneratedTokens",
                          arrival_unit="datetime"),
     "mooncake": TraceLayout("timestamp", "input_length", "output_length", arrival_unit="ms"),
     "vidur": TraceLayout("arrived_at", "num_prefill_tokens", "num_decode_tokens"),
+    # Length-only files as Sarathi-Serve and Vidur ship them (ShareGPT, arXiv summaries...).
+    "lengths": TraceLayout(None, "num_prefill_tokens", "num_decode_tokens"),
 }
 
 _UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
@@ -196,33 +235,39 @@ def _layout(spec: TraceWorkload) -> TraceLayout:
     assert columns is not None
     return TraceLayout(columns.arrival_time, columns.prompt_len, columns.output_len,
                        columns.priority, columns.class_, columns.request_id,
-                       columns.arrival_unit)
+                       columns.arrival_unit, session=columns.session)
 
 
-def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate) -> list[Request]:
+def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
+           rng: np.random.Generator) -> list[Request]:
     where = ("workload", "path")
     path = _resolve(base_dir, spec.path)
     table = _read_table(path, where, locate)
     layout = _layout(spec)
     for column in (layout.arrival_time, layout.prompt_len, layout.output_len):
-        if column not in table.columns:
+        if column is not None and column not in table.columns:
             raise locate(where, _missing_column(column, path, table))
     if not layout.optional_extras:
         for extra in (layout.priority, layout.class_name, layout.request_id):
             if extra is not None and extra not in table.columns:
                 raise locate(where, _missing_column(extra, path, table))
 
-    arrivals = _arrival_seconds(table[layout.arrival_time], layout.arrival_unit, path,
-                                where, locate)
+    if layout.arrival_time is None:
+        assert spec.arrival is not None
+        arrivals = _process_times(spec.arrival, len(table), rng)
+    else:
+        arrivals = _arrival_seconds(table[layout.arrival_time], layout.arrival_unit, path,
+                                    where, locate)
     prompts = _numbers(table[layout.prompt_len], path, layout.prompt_len, where, locate,
-                       minimum=1, whole=True)
+                       minimum=1, whole=True, maximum=MAX_TOKENS)
     outputs = _numbers(table[layout.output_len], path, layout.output_len, where, locate,
-                       minimum=1, whole=True)
+                       minimum=1, whole=True, maximum=MAX_TOKENS)
     n = len(table)
     priorities = np.zeros(n, dtype=np.int64)
     if layout.priority is not None and layout.priority in table.columns:
         priorities = _numbers(table[layout.priority], path, layout.priority, where, locate,
-                              minimum=None, whole=True).astype(np.int64)
+                              minimum=-MAX_PRIORITY, whole=True,
+                              maximum=MAX_PRIORITY).astype(np.int64)
     labels: list[str | None] = [None] * n
     if layout.class_name is not None and layout.class_name in table.columns:
         labels = [None if pd.isna(v) else str(v) for v in table[layout.class_name]]
@@ -230,6 +275,9 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate) -> list[Request]
         ids = [str(v) for v in table[layout.request_id]]
     else:
         ids = [f"r{i}" for i in range(n)]
+    sessions: list[str | None] = [None] * n
+    if layout.session is not None and layout.session in table.columns:
+        sessions = [None if pd.isna(v) else str(v) for v in table[layout.session]]
 
     keep = arrivals >= spec.start
     if spec.duration is not None:
@@ -245,7 +293,7 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate) -> list[Request]
         seen.add(ids[i])
         requests.append(Request(ids[i], float((arrivals[i] - spec.start) * spec.time_scale),
                                 int(prompts[i]), int(outputs[i]), int(priorities[i]),
-                                labels[i]))
+                                labels[i], sessions[i]))
     return requests
 
 
@@ -256,33 +304,47 @@ def _arrival_seconds(column: pd.Series, unit: str, path: Path, where: tuple,
         bad = np.flatnonzero(stamps.isna().to_numpy())
         if len(bad):
             raise locate(where, f"{path} {_row(path, bad[0])}: column '{column.name}': "
-                                f"expected a timestamp, got '{column.iloc[bad[0]]}'")
+                                f"expected a timestamp, got '{excerpt(column.iloc[bad[0]])}'")
         seconds = (stamps - stamps.min()).dt.total_seconds().to_numpy()
         return np.asarray(seconds, dtype=float)
-    values = _numbers(column, path, str(column.name), where, locate, minimum=0, whole=False)
+    values = _numbers(column, path, str(column.name), where, locate, minimum=0, whole=False,
+                      maximum=MAX_TIME / _UNIT_SECONDS[unit])
     return values * _UNIT_SECONDS[unit]
 
 
 def _numbers(column: pd.Series, path: Path, name: str, where: tuple, locate: Locate, *,
-             minimum: float | None, whole: bool) -> np.ndarray:
+             minimum: float | None, whole: bool, maximum: float | None = None) -> np.ndarray:
     """The column as numbers, or an error naming the first bad row."""
     values = pd.to_numeric(column, errors="coerce").to_numpy(dtype=float)
-    checks = [(np.isnan(values), "expected a number"),
-              (np.isinf(values), "expected a finite number")]
-    if whole:
-        checks.append((np.isfinite(values) & (values % 1 != 0), "expected a whole number"))
-    if minimum is not None:
-        checks.append((values < minimum, f"expected a number >= {minimum:g}"))
-    for bad, message in checks:
-        rows = np.flatnonzero(bad)
-        if len(rows):
-            raise locate(where, f"{path} {_row(path, rows[0])}: column '{name}': {message}, "
-                                f"got '{column.iloc[rows[0]]}'")
+    finite = np.isfinite(values)
+    with np.errstate(invalid="ignore"):
+        checks = [(np.isnan(values), "expected a number"),
+                  (np.isinf(values), "expected a finite number")]
+        if whole:
+            checks.append((finite & (np.where(finite, values, 0) % 1 != 0),
+                           "expected a whole number"))
+        if minimum is not None:
+            checks.append((finite & (values < minimum), f"expected a number >= {minimum:g}"))
+        if maximum is not None:
+            checks.append((finite & (values > maximum),
+                           f"expected a number <= {_bound(maximum)}"))
+    first = [(int(rows[0]), message) for bad, message in checks
+             if len(rows := np.flatnonzero(bad))]
+    if first:
+        row, message = min(first)
+        raise locate(where, f"{path} {_row(path, row)}: column '{name}': {message}, "
+                            f"got '{excerpt(column.iloc[row])}'")
     return values
+
+
+def _bound(value: float) -> str:
+    return f"{int(value):,}" if float(value).is_integer() and value < 1e15 else f"{value:g}"
 
 
 def _read_table(path: Path, where: tuple, locate: Locate) -> pd.DataFrame:
     if not path.is_file():
+        if path.exists():
+            raise locate(where, f"'{path}' is not a regular file (a folder, a FIFO...)")
         raise locate(where, f"no such file '{path}'")
     try:
         if path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
@@ -290,7 +352,7 @@ def _read_table(path: Path, where: tuple, locate: Locate) -> pd.DataFrame:
         return pd.read_csv(path)
     except (ValueError, pd.errors.ParserError, OSError, UnicodeDecodeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise locate(where, f"cannot parse '{path}': {first}") from None
+        raise locate(where, f"cannot parse '{path}': {excerpt(first, 120)}") from None
 
 
 def _row(path: Path, index: int | np.integer) -> str:
@@ -300,8 +362,11 @@ def _row(path: Path, index: int | np.integer) -> str:
 
 
 def _missing_column(column: str, path: Path, table: pd.DataFrame) -> str:
-    return (f"{path} has no column '{column}'; it has: "
-            f"{', '.join(map(str, table.columns)) or 'no columns'}")
+    # Column names only, each cut short: a file that is not a table (/proc/self/environ)
+    # would otherwise have its contents echoed.
+    names = ", ".join(f"'{excerpt(name, 24)}'" for name in map(str, table.columns[:10]))
+    more = f" (+{len(table.columns) - 10} more)" if len(table.columns) > 10 else ""
+    return f"{path} has no column '{column}'; it has: {names or 'no columns'}{more}"
 
 
 def _resolve(base_dir: Path, path: str) -> Path:

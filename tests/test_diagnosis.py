@@ -163,7 +163,7 @@ def test_head_of_line_on_a_run_where_nothing_ever_ran():
                  max_num_batched_tokens=100)
     assert result.summary["num_steps"] == 0
     incidents = diagnose(result)
-    assert kinds(incidents) == ["starvation", "head_of_line"]
+    assert kinds(incidents) == ["starvation", "head_of_line", "none_finished"]
     assert only(incidents, "head_of_line").evidence["head"] == "big"
 
 
@@ -484,4 +484,80 @@ def test_kvsched_run_names_a_head_that_blocks_from_the_first_step(tmp_path):
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "stuck" / "base" / "summary.json").read_text("utf-8"))
     assert [incident["kind"] for incident in summary["incidents"]] == [
-        "starvation", "head_of_line"]
+        "starvation", "head_of_line", "none_finished"]
+
+
+# -- overload, all_rejected, none_finished (through the CLI) ----------------------------------
+
+OVERLOAD = """\
+name: load
+engine: {max_num_batched_tokens: 1, chunked_prefill: true}
+workload: {kind: synthetic, num_requests: 300, arrival: {kind: poisson, rate: 0.05},
+           prompt_len: 100, output_len: 10}
+variants:
+  - {name: budget1}
+  - {name: rejectall, engine: {max_num_batched_tokens: 2048, chunked_prefill: false,
+                               num_blocks: 4, on_unschedulable: reject}}
+  - {name: healthy, engine: {max_num_batched_tokens: 2048, chunked_prefill: false}}
+  - {name: stuck, engine: {max_num_batched_tokens: 64, chunked_prefill: false},
+     workload: {kind: synthetic, num_requests: 300, arrival: {kind: poisson, rate: 0.05},
+                prompt_len: {kind: uniform, low: 10, high: 80}, output_len: 10}}
+  - {name: nothing, engine: {max_num_batched_tokens: 50, chunked_prefill: false}}
+"""
+
+
+@pytest.fixture(scope="module")
+def overload_runs(tmp_path_factory) -> dict[str, dict]:
+    """The OVERLOAD scenario's summaries by variant, run through `kvsched run --json`."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from kvsched.cli import app
+
+    folder = tmp_path_factory.mktemp("overload")
+    path = folder / "load.yaml"
+    path.write_text(OVERLOAD, encoding="utf-8")
+    result = CliRunner().invoke(app, ["run", str(path), "--out", str(folder / "out"), "--json"])
+    assert result.exit_code == 0, result.output
+    return {s["variant"]: s for s in json.loads(result.stdout)}
+
+
+def _kinds_of(summary: dict) -> list[str]:
+    return [incident["kind"] for incident in summary["incidents"]]
+
+
+def test_overload_is_named_with_its_evidence(overload_runs):
+    """Budget 1 with chunking: arrivals outrun service, the queue grows: overload, with the
+    rates and the queue lengths."""
+    summary = overload_runs["budget1"]
+    assert "overload" in _kinds_of(summary) and summary["incident_overload"] == 1
+    incident = next(i for i in summary["incidents"] if i["kind"] == "overload")
+    evidence = incident["evidence"]
+    assert evidence["arrival_rate"] > 1.2 * evidence["served_rate"]
+    assert evidence["waiting_last_quarter"] > 2 * evidence["waiting_first_quarter"]
+    assert "arrived at" in incident["message"] and "waiting queue grew" in incident["message"]
+
+
+def test_healthy_and_stuck_runs_are_not_overload(overload_runs):
+    """A stream the engine keeps up with, and an engine stuck behind a head that never runs
+    (idle, not overloaded), are not called overload."""
+    assert "overload" not in _kinds_of(overload_runs["healthy"])
+    assert overload_runs["healthy"]["num_incidents"] == 0
+    stuck = _kinds_of(overload_runs["stuck"])
+    assert "starvation" in stuck and "overload" not in stuck
+
+
+def test_everything_rejected_is_named(overload_runs):
+    """A pool no request fits, with on_unschedulable: reject: all_rejected with the reason."""
+    summary = overload_runs["rejectall"]
+    assert _kinds_of(summary) == ["all_rejected"]
+    assert "all 300 requests were rejected" in summary["incidents"][0]["message"]
+
+
+def test_nothing_finished_is_named(overload_runs):
+    """Every prompt over the budget: nothing finishes, and the diagnosis says so."""
+    summary = overload_runs["nothing"]
+    assert "none_finished" in _kinds_of(summary)
+    message = next(i["message"] for i in summary["incidents"] if i["kind"] == "none_finished")
+    assert "none of the 300 requests finished (300 starved)" in message

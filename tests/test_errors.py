@@ -170,7 +170,7 @@ def test_wrong_types(tmp_path, fragment, field, expected):
     ("workload: {kind: synthetic, num_requests: 0, arrival: {kind: all_at_once}, "
      "prompt_len: 10, output_len: 3}", "workload.num_requests", ">= 1, got 0"),
     ("workload: {kind: synthetic, num_requests: 5, arrival: {kind: poisson, rate: -2}, "
-     "prompt_len: 10, output_len: 3}", "workload.arrival.rate", "> 0, got -2"),
+     "prompt_len: 10, output_len: 3}", "workload.arrival.rate", ">= 1e-09, got -2"),
     ("workload: {kind: synthetic, num_requests: 5, arrival: {kind: all_at_once}, "
      "prompt_len: 0, output_len: 3}", "workload.prompt_len.value", ">= 1, got 0"),
 ])

@@ -127,8 +127,8 @@ def check_invariants(requests: list[Request], config: EngineConfig, result: RunR
 
     rows = steps_of(result)
     for row in rows:
-        assert 0 <= row["blocks_used"] <= config.num_blocks
-        assert row["blocks_used"] + row["blocks_free"] == config.num_blocks
+        assert 0 <= row["blocks_used"] <= config.usable_blocks
+        assert row["blocks_used"] + row["blocks_free"] == config.usable_blocks
         assert row["budget_used"] <= config.max_num_batched_tokens
         assert row["budget_used"] == (row["prefill_tokens"] + row["recomputed_tokens"]
                                       + row["decode_tokens"])

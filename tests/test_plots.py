@@ -291,3 +291,105 @@ def test_wide_range_means_more_than_two_decades():
     """A log axis is wanted once positive values span more than a factor of 100."""
     assert wide_range([1, 101]) and wide_range([0.01, np.nan, 5])
     assert not wide_range([1, 100]) and not wide_range([0, 1000]) and not wide_range([])
+
+
+# -- pictures that show the incident ----------------------------------------------------------
+
+
+def test_lifecycle_series_counts_to_the_end_of_the_run(starve_run):
+    """Requests over the run's clock: everyone arrives, the starved are counted by arrival,
+    and arrived = finished + waiting-or-running at every time."""
+    from kvsched.plots import lifecycle_series
+
+    requests = pd.read_csv(starve_run / "narrow" / "requests.csv")
+    series = lifecycle_series(requests)
+    last = series.iloc[-1]
+    assert last["arrived"] == len(requests)
+    assert last["starved"] == (requests["status"] == "starved").sum() > 0
+    assert last["finished"] == (requests["status"] == "finished").sum()
+    assert series["time"].iloc[-1] >= requests["arrival_time"].max()
+    assert (series["waiting"] >= series["starved"]).all()
+    assert (series["arrived"] >= series["finished"] + series["waiting"]).all()
+
+
+def test_timeline_reaches_the_end_of_the_run_and_scales_the_pool(starve_run):
+    """narrow starves requests long after its last step: the timeline's bottom panel runs to
+    the last arrival, and the KV panel is scaled to what was used (pool far above)."""
+    from kvsched.plots import draw_timeline, read_variant
+
+    records = read_variant(starve_run / "narrow")
+    fig = draw_timeline(records)
+    tokens_ax, blocks_ax, queue_ax = fig.subfigs[0].axes[:3]
+    lifecycle_ax = fig.subfigs[1].axes[0]
+    last_step_end = records.steps["step"].iloc[-1] + 1
+    assert queue_ax.get_xlim()[1] == last_step_end
+    assert lifecycle_ax.get_xlim()[1] >= records.requests["arrival_time"].max() > last_step_end
+    labels = lifecycle_ax.get_legend_handles_labels()[1]
+    starved = (records.requests["status"] == "starved").sum()
+    assert f"starved ({starved:,} at the end)" in labels
+    peak = records.steps["blocks_used"].max()
+    assert peak < records.num_blocks / 2
+    assert blocks_ax.get_ylim()[1] < records.num_blocks
+    assert any("above: peak use" in label for label in blocks_ax.get_legend_handles_labels()[1])
+
+
+def test_swap_thrash_and_slo_are_drawn(tmp_path):
+    """Under swap, the blocks moved and the thrash ratio are drawn; an SLO is a line in
+    ttft.png and latency.png; identical variants get different line styles."""
+    from kvsched.plots import draw_timeline, draw_ttft, read_run
+
+    text = (SCENARIOS / "pool60.yaml").read_text() + "slo: {ttft: 5}\n"
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    assert invoke("run", path, "--out", tmp_path, "--variant", "pool60",
+                  "--variant", "pool60_swap", "--set", "name=p").exit_code == 0
+    variants = read_run(tmp_path / "p")
+    swap = next(v for v in variants if v.name == "pool60_swap")
+    assert swap.ttft_slo == 5
+    labels = draw_timeline(swap).subfigs[0].axes[1].get_legend_handles_labels()[1]
+    assert any(label.startswith("swapped out + in") for label in labels)
+    assert any(label.startswith("thrash ratio") for label in labels)
+    ttft = draw_ttft(variants)
+    ax = ttft.axes[0]
+    assert any(label.startswith("TTFT SLO 5") for label in ax.get_legend_handles_labels()[1])
+    styles = {line.get_linestyle() for line in ax.get_lines() if line.get_label().startswith(
+        ("pool60:", "pool60_swap:"))}
+    assert len(styles) == 2
+
+
+def test_sweep_title_names_every_swept_axis(sweep_folder):
+    """The sweep picture's title names the axis along x and the ones that make the lines."""
+    from kvsched.plots import draw_sweep
+
+    info, axes, frame = read_sweep(sweep_folder)
+    title = draw_sweep(axes, frame, "t").get_suptitle()
+    assert "engine.max_num_batched_tokens (--budget) along x" in title
+    assert "one line per value of policy (--policy)" in title
+
+
+def test_compact_and_summary_records_still_draw(tmp_path):
+    """--records compact expands its stretches for the timeline; --records summary draws
+    what needs no steps (ttft.png, latency.png)."""
+    from typer.testing import CliRunner
+
+    from kvsched.cli import app
+    from kvsched.plots import expand_compact, read_csv
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "name: s\nengine: {num_blocks: 64}\ntime: {kind: constant, step_time: 0.01}\n"
+        "workload: {kind: inline, requests: [{arrival: 0, prompt_len: 30, output_len: 90},"
+        " {arrival: 0.2, prompt_len: 20, output_len: 60}]}\n")
+    runner = CliRunner()
+    for mode, pictures in (("full", 3), ("compact", 3), ("summary", 2)):
+        out = tmp_path / mode
+        result = runner.invoke(app, ["run", str(scenario), "--out", str(out), "--records",
+                                     mode, "--plot"])
+        assert result.exit_code == 0, result.output
+        assert "plots not drawn" not in result.output
+        assert len(list((out / "s").glob("*.png"))) == pictures
+    full = read_csv(tmp_path / "full" / "s" / "base" / "steps.csv")
+    expanded = expand_compact(read_csv(tmp_path / "compact" / "s" / "base" / "steps.csv"))
+    assert list(expanded["step"]) == list(full["step"])
+    assert list(expanded["blocks_used"])[-1] == list(full["blocks_used"])[-1]
+    assert abs(expanded["decode_tokens"].sum() - full["decode_tokens"].sum()) < 1e-9

@@ -99,9 +99,9 @@ def test_unknown_parameter_is_rejected():
 
 
 def test_builtin_policies_list_names_and_aging_param():
-    """builtin_policies names fcfs, spf, priority, each with its `aging` parameter (default 0)."""
+    """builtin_policies names fcfs, spf, priority, lof, each with its `aging` (default 0)."""
     infos = builtin_policies()
-    assert [info.name for info in infos] == ["fcfs", "spf", "priority"]
+    assert [info.name for info in infos] == ["fcfs", "spf", "priority", "lof"]
     for info in infos:
         assert info.params == {"aging": 0.0}
         assert info.summary  # a one-line description for `kvsched policies`

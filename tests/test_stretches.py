@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_invariants import clocks, configs, policies
+from test_invariants import check_invariants, clocks, configs, policies
 
 from kvsched import ConstantStep, EngineConfig, Request, StepLog, make_policy, simulate
 from kvsched.admission import SloAdmission
 from kvsched.backpressure import Backpressure
+from kvsched.presets import PRESETS, engine_config
 from kvsched.scheduler import GapTracker, Stretch
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -28,6 +29,34 @@ def long_workloads(draw):
                     draw(st.integers(1, 80)), draw(st.integers(1, 300)),
                     priority=draw(st.integers(0, 2)))
             for i in range(n)]
+
+
+@st.composite
+def preset_configs(draw):
+    """Every preset, with the knobs its rules read varied around it (tight pools included)."""
+    preset = draw(st.sampled_from(list(PRESETS)))
+    block_size = draw(st.sampled_from([1, 4, 16]))
+    keys = dict(
+        block_size=block_size,
+        num_blocks=max(2, draw(st.sampled_from([16, 48, 96, 200, 1000])) // block_size),
+        max_num_batched_tokens=draw(st.sampled_from([4, 16, 40, 64, 512])),
+        max_num_seqs=draw(st.integers(1, 8)),
+        max_steps=draw(st.sampled_from([2000, 2000, 25])),
+        long_prefill_token_threshold=draw(st.sampled_from([0, 0, 3, 16])),
+        watermark=draw(st.sampled_from([0.0, 0.0, 0.01, 0.1])),
+        max_model_len=draw(st.sampled_from([None, None, 64, 4096])),
+        scheduler_reserve_full_isl=draw(st.booleans()),
+    )
+    if draw(st.booleans()):
+        keys["enable_chunked_prefill"] = draw(st.booleans())
+    if draw(st.booleans()):
+        keys["admit_after_preempt"] = draw(st.booleans())
+    if preset != "vllm_v1" and draw(st.booleans()):
+        keys["preemption"] = "swap"
+        keys["swapped_fifo"] = draw(st.booleans())
+    keys["max_queued_requests"] = draw(st.sampled_from([None, None, 2, 5]))
+    keys["delay_factor"] = draw(st.sampled_from([0.0, 0.0, 0.5, 3.0]))
+    return engine_config(preset, **keys)
 
 
 def outcome(result):
@@ -57,6 +86,39 @@ def test_stretches_equal_the_exact_path_with_backpressure_and_admission(
     fast = simulate(requests, config, policy, clock, **kwargs)
     exact = simulate(requests, config, policy, clock, stretches=False, **kwargs)
     assert outcome(fast) == outcome(exact)
+
+
+@settings(max_examples=300, **SETTINGS)
+@given(long_workloads(), preset_configs(), policies, clocks)
+def test_stretches_equal_the_exact_path_under_every_preset(requests, config, policy, clock):
+    """vllm_v1's running loop, the null block, the full-prompt gate, max_model_len and the
+    other presets' rules: every record the same with stretches on and off."""
+    fast = simulate(requests, config, policy, clock)
+    exact = simulate(requests, config, policy, clock, stretches=False)
+    assert outcome(fast) == outcome(exact)
+    if config.max_model_len is None:  # a capped output finishes short of output_len
+        check_invariants(requests, config, exact)
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(long_workloads(), preset_configs(), policies, st.sampled_from(["pause", "reserve"]))
+def test_stretches_equal_the_exact_path_under_presets_with_backpressure(
+        requests, config, policy, act):
+    """Backpressure acting on a preset's admissions keeps stretches exact."""
+    kwargs = dict(backpressure=Backpressure(window=5, threshold=0.05, release=0.01, act=act))
+    fast = simulate(requests, config, policy, None, **kwargs)
+    exact = simulate(requests, config, policy, None, stretches=False, **kwargs)
+    assert outcome(fast) == outcome(exact)
+
+
+def test_a_steady_vllm_v1_run_is_mostly_stretches():
+    """Under vllm_v1 a pure-decode step is a fixed point too: stretches cover it."""
+    requests = [Request("a", 0, 100, 3000), Request("b", 0.5, 40, 2000)]
+    config = engine_config("vllm_v1", num_blocks=400)
+    log = StepLog(config.usable_blocks)
+    simulate(requests, config, None, None, step_log=log)
+    stretches = [s for s in log.kept if isinstance(s, Stretch)]
+    assert sum(s.num_steps for s in stretches) > 2990
 
 
 def test_a_steady_run_is_mostly_stretches():
@@ -109,3 +171,19 @@ def test_gap_tracker_answers_the_largest_gap_since_a_pass():
             want = max(b - a for a, b in zip(ends[since - 1:], ends[since:], strict=False))
             assert tracker.max_gap_since(since) == want
     assert tracker.max_gap_since(99) is None
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(long_workloads(), configs(), policies,
+       st.sampled_from([("meta-llama/Llama-3.1-8B", "h100-sxm", 1),
+                        ("meta-llama/Llama-2-70b-hf", "a100-80gb", 4)]))
+def test_stretches_equal_the_exact_path_on_the_roofline(requests, config, policy, hardware):
+    """The roofline prices a stretch's steps exactly as it prices them one by one."""
+    from kvsched.roofline import RooflineStep
+
+    clock = RooflineStep(*hardware)
+    seconds = [Request(r.request_id, r.arrival_time / 50, r.prompt_len, r.output_len,
+                       r.priority) for r in requests]
+    fast = simulate(seconds, config, policy, clock)
+    exact = simulate(seconds, config, policy, clock, stretches=False)
+    assert outcome(fast) == outcome(exact)

@@ -253,6 +253,21 @@ def test_kvsched_trace_with_optional_columns(tmp_path):
     assert requests == [Request("a", 0.0, 10, 5, 1, "short"), Request("b", 1.5, 900, 7, 0, "long")]
 
 
+def test_traces_and_inline_requests_carry_a_session(tmp_path):
+    """A kvsched trace's session column, columns.session, and inline `session` (for the
+    session router); empty cells and absent columns give None."""
+    write_csv(tmp_path / "t.csv", "arrival_time,prompt_len,output_len,session",
+              "0,10,5,chat1", "1,10,5,", "2,10,5,7")
+    requests = requests_for(tmp_path, trace("t.csv", format="kvsched"))
+    assert [r.session for r in requests] == ["chat1", None, "7"]
+    write_csv(tmp_path / "o.csv", "t,p,o,conv", "0,10,5,x")
+    columns = {"arrival_time": "t", "prompt_len": "p", "output_len": "o", "session": "conv"}
+    assert requests_for(tmp_path, trace("o.csv", columns=columns))[0].session == "x"
+    inline = requests_for(tmp_path, {"kind": "inline", "requests": [
+        {"prompt_len": 3, "output_len": 2, "session": 42}, {"prompt_len": 3, "output_len": 2}]})
+    assert [r.session for r in inline] == ["42", None]
+
+
 def test_kvsched_trace_without_optional_columns(tmp_path):
     """Without the optional columns: ids r0.., priority 0, no class."""
     write_csv(tmp_path / "t.csv", "arrival_time,prompt_len,output_len", "0,10,5", "2,20,6")

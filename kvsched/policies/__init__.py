@@ -9,11 +9,18 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
+import inspect
+import re
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from kvsched.errors import excerpt
 from kvsched.policies.base import Policy, SortKey
 from kvsched.policies.fcfs import Fcfs
+from kvsched.policies.lof import LongestOutputFirst
 from kvsched.policies.priority import PriorityFirst
 from kvsched.policies.spf import ShortestPromptFirst
 
@@ -21,6 +28,7 @@ BUILTIN: dict[str, type] = {
     "fcfs": Fcfs,
     "spf": ShortestPromptFirst,
     "priority": PriorityFirst,
+    "lof": LongestOutputFirst,
 }
 
 
@@ -31,54 +39,93 @@ class PolicyInfo:
     summary: str
 
 
-def _class_for(name: str) -> type:
-    if ":" in name:
-        module_name, _, class_name = name.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise ValueError(f"cannot import policy module '{module_name}': {exc}") from None
-        cls = getattr(module, class_name, None)
-        if cls is None:
-            raise ValueError(f"module '{module_name}' has no class '{class_name}'")
-        return cls
+_USER_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+
+
+def is_user_policy(name: str) -> bool:
+    """Whether `name` names a user's class (`package.module:Class`) rather than a built-in."""
+    return ":" in name
+
+
+def check_policy_name(name: str) -> None:
+    """Check a policy name without importing anything: a built-in, or the shape
+    `package.module:Class` (what that names is only checked when it is loaded)."""
+    if is_user_policy(name):
+        if not _USER_NAME.fullmatch(name):
+            raise ValueError(f"expected package.module:ClassName (Python identifiers), "
+                             f"got '{excerpt(name)}'")
+        return
+    _class_for(name)
+
+
+def _class_for(name: str, search_path: Sequence[Path] = ()) -> type:
+    if is_user_policy(name):
+        return _user_class(name, search_path)
     if name in BUILTIN:
         return BUILTIN[name]
     close = difflib.get_close_matches(name, BUILTIN, n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     raise ValueError(
-        f"unknown policy '{name}'{hint}; expected one of {', '.join(BUILTIN)} "
+        f"unknown policy '{excerpt(name)}'{hint}; expected one of {', '.join(BUILTIN)} "
         "or package.module:ClassName"
     )
 
 
-def param_names(name: str) -> list[str]:
+def _user_class(name: str, search_path: Sequence[Path]) -> type:
+    """Import `package.module` (also from the folders in `search_path`, e.g. the scenario's)
+    and return its class `Class`, checked to be a class with a `key` method before anything
+    of it is called. Importing runs the module's code, with the user's rights."""
+    check_policy_name(name)
+    module_name, _, class_name = name.partition(":")
+    extra = [str(Path(folder).resolve()) for folder in search_path]
+    extra = [folder for folder in dict.fromkeys(extra) if folder not in sys.path]
+    sys.path.extend(extra)  # after the user's own path: a folder never shadows a module
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - a user's module may raise anything
+        raise ValueError(f"cannot import policy module '{module_name}': "
+                         f"{type(exc).__name__}: {excerpt(exc, 200)}") from None
+    finally:
+        for folder in extra:
+            sys.path.remove(folder)
+    cls = inspect.getattr_static(module, class_name, None)
+    if cls is None:
+        raise ValueError(f"module '{module_name}' has no class '{class_name}'")
+    if not isinstance(cls, type):
+        raise ValueError(f"'{name}' is {type(cls).__name__}, not a class; a policy is a class "
+                         "with a key(request, enqueue_time) method")
+    if not callable(inspect.getattr_static(cls, "key", None)):
+        raise ValueError(f"'{name}' has no key(request, enqueue_time) method, so it is not a "
+                         "policy")
+    return cls
+
+
+def param_names(name: str, search_path: Sequence[Path] = ()) -> list[str]:
     """The parameters a policy accepts (its dataclass fields, or its __init__ arguments)."""
-    cls = _class_for(name)
+    cls = _class_for(name, search_path)
     if dataclasses.is_dataclass(cls):
         return [f.name for f in dataclasses.fields(cls)]
-    import inspect
-
     sig = inspect.signature(cls)
     return [p for p in sig.parameters if p not in ("self", "args", "kwargs")]
 
 
-def make_policy(name: str = "fcfs", **params: Any) -> Policy:
-    """Build a policy by registry name or `package.module:ClassName`, with its parameters."""
-    cls = _class_for(name)
-    accepted = param_names(name)
+def make_policy(name: str = "fcfs", /, search_path: Sequence[Path] = (), **params: Any) -> Policy:
+    """Build a policy by registry name or `package.module:ClassName`, with its parameters;
+    a user's module is imported from `sys.path` or, failing that, the `search_path` folders."""
+    cls = _class_for(name, search_path)
+    accepted = param_names(name, search_path)
     for key in params:
         if key not in accepted:
             close = difflib.get_close_matches(key, accepted, n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             expected = ", ".join(accepted) or "none"
             raise ValueError(
-                f"policy '{name}' has no parameter '{key}'{hint}; expected: {expected}"
+                f"policy '{name}' has no parameter '{excerpt(key)}'{hint}; expected: {expected}"
             )
     try:
         policy = cls(**params)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"policy '{name}': {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - a user's constructor may raise anything
+        raise ValueError(f"policy '{name}': {type(exc).__name__}: {excerpt(exc, 200)}") from None
     if not callable(getattr(policy, "key", None)):
         raise ValueError(f"policy '{name}' has no key(request, enqueue_time) method")
     return policy
@@ -103,6 +150,8 @@ __all__ = [
     "ShortestPromptFirst",
     "SortKey",
     "builtin_policies",
+    "check_policy_name",
+    "is_user_policy",
     "make_policy",
     "param_names",
 ]

@@ -1,0 +1,264 @@
+"""Capacity: the highest request rate at which a variant still meets its SLOs.
+
+The rate is scaled by a factor x applied to the variant's workload: a synthetic
+workload's arrival rate times x (a `fixed` interval divided by x), a trace's `time_scale`
+divided by x (arrivals x times denser). The search runs on the geometric grid
+x = (1 + tolerance)^k: it brackets from x = 1 by doubling k, then bisects on k, so the
+answer holds at x and fails at x * (1 + tolerance), one tolerance step above (with the
+same seed, the same requests, only denser). The SLOs hold when every `metric <= limit`
+(any summary key) and no request starved or was left unfinished.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pandas as pd
+
+from kvsched.backends import Backend, run_jobs
+from kvsched.errors import KvschedError, ScenarioError
+from kvsched.runner import run_variant, select
+from kvsched.scenario import Scenario, Variant, is_known_metric, known_classes, unknown_value
+from kvsched.schema import Fixed, SyntheticWorkload, TraceWorkload
+from kvsched.steplog import StepLog
+from kvsched.sweep import Axis, SweepSource, grid
+
+MAX_FACTOR = 1024.0  # the search looks no further than 1024x (or 1/1024x) the given rate
+DEFAULT_TOLERANCE = 0.02
+
+
+@dataclass(frozen=True)
+class SloTarget:
+    """`metric <= limit` on a run's summary."""
+
+    metric: str
+    limit: float
+
+    @classmethod
+    def parse(cls, text: str) -> SloTarget:
+        key, sep, value = text.partition("=")
+        key = key.strip()
+        try:
+            limit = float(value)
+        except ValueError:
+            limit = math.nan
+        if not sep or not key or not math.isfinite(limit):
+            raise ScenarioError("--slo", f"expected METRIC=LIMIT (e.g. ttft_p99=2), got '{text}'")
+        return cls(key, limit)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One run of the search: its scale, request rate, SLO figures and verdict."""
+
+    scale: float
+    rate: float
+    values: tuple[float | None, ...]
+    holds: bool
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """A variant's answer: the highest `scale` (and `rate`) on the grid that holds, and the
+    first that fails above it. None when even 1/MAX_FACTOR fails (`scale`) or when even
+    MAX_FACTOR holds (`scale_above`)."""
+
+    variant: str
+    point: dict[str, Any]
+    base_rate: float
+    scale: float | None
+    scale_above: float | None
+    probes: tuple[Probe, ...]
+
+    @property
+    def rate(self) -> float | None:
+        return None if self.scale is None else self.base_rate * self.scale
+
+    @property
+    def rate_above(self) -> float | None:
+        return None if self.scale_above is None else self.base_rate * self.scale_above
+
+    def probe_at(self, scale: float | None) -> Probe | None:
+        return next((p for p in self.probes if p.scale == scale), None)
+
+
+def check_targets(targets: Sequence[SloTarget], scenario: Scenario) -> None:
+    """Refuse an SLO on a key no summary has (before anything runs)."""
+    if not targets:
+        raise ScenarioError("--slo", "give at least one --slo METRIC=LIMIT (e.g. ttft_p99=2)")
+    from kvsched.cluster import CLUSTER_KEYS
+    from kvsched.diagnosis import INCIDENT_KEYS
+    from kvsched.metrics import SUMMARY_KEYS
+
+    classes = known_classes(scenario)
+    diagnosis = {*INCIDENT_KEYS, "incident_imbalance"}  # not in a run's summary: no SLO
+    for target in targets:
+        if target.metric in diagnosis or not is_known_metric(target.metric, classes):
+            keys = [k for k in (*SUMMARY_KEYS, *CLUSTER_KEYS) if k not in diagnosis]
+            raise ScenarioError("--slo", unknown_value("summary key", target.metric, keys))
+
+
+def scalable(variant: Variant) -> None:
+    """Refuse a workload whose rate cannot be scaled."""
+    workload = variant.spec.workload
+    if isinstance(workload, TraceWorkload):
+        return
+    if isinstance(workload, SyntheticWorkload) and workload.arrival.kind != "all_at_once":
+        return
+    raise variant.error(("workload",), "capacity scales the arrival rate: it needs a trace or "
+                        "a synthetic workload with poisson, gamma or fixed arrivals")
+
+
+def scaled(variant: Variant, scale: float) -> Variant:
+    """The variant with its arrival rate multiplied by `scale`."""
+    workload = variant.spec.workload
+    new: TraceWorkload | SyntheticWorkload
+    if isinstance(workload, TraceWorkload):
+        new = workload.model_copy(update={"time_scale": workload.time_scale / scale})
+    else:
+        assert isinstance(workload, SyntheticWorkload)
+        arrival = workload.arrival
+        if isinstance(arrival, Fixed):
+            arrival = arrival.model_copy(update={"interval": arrival.interval / scale})
+        else:
+            arrival = arrival.model_copy(update={"rate": arrival.rate * scale})  # type: ignore[union-attr]
+        new = workload.model_copy(update={"arrival": arrival})
+    return replace(variant, spec=variant.spec.model_copy(update={"workload": new}))
+
+
+def base_rate(variant: Variant) -> float:
+    """Requests per time unit at scale 1: the synthetic rate as given, or a trace's
+    requests over the span of its (scaled) arrivals."""
+    workload = variant.spec.workload
+    if isinstance(workload, SyntheticWorkload):
+        arrival = workload.arrival
+        return 1.0 / arrival.interval if isinstance(arrival, Fixed) else arrival.rate  # type: ignore[union-attr]
+    from kvsched.runner import requests_of
+
+    arrivals = [r.arrival_time for r in requests_of(variant)]
+    span = max(arrivals) - min(arrivals)
+    return (len(arrivals) - 1) / span if span > 0 else math.inf
+
+
+def holds(summary: dict[str, Any], targets: Sequence[SloTarget]) -> tuple[bool, tuple]:
+    values = tuple(summary.get(t.metric) for t in targets)
+    ok = (summary["num_starved"] == 0 and summary["num_unfinished"] == 0
+          and all(v is not None and v <= t.limit for v, t in zip(values, targets, strict=True)))
+    return ok, values
+
+
+def search(variant: Variant, targets: Sequence[SloTarget], tolerance: float,
+           point: dict[str, Any] | None = None) -> Capacity:
+    """Bisect `variant`'s capacity on the grid (1 + tolerance)^k (see the module docstring)."""
+    step = math.log1p(tolerance)
+    k_max = int(math.log(MAX_FACTOR) / step)
+    rate = base_rate(variant)
+    probes: dict[int, Probe] = {}
+
+    def probe(k: int) -> bool:
+        if k not in probes:
+            scale = math.exp(k * step)
+            run = scaled(variant, scale)
+            log = StepLog(run.spec.engine.to_config().num_blocks, keep=False)  # sums only
+            summary = run_variant(run, step_log=log).summary
+            ok, values = holds(summary, targets)
+            probes[k] = Probe(scale, rate * scale, values, ok)
+        return probes[k].holds
+
+    # Bracket: lo holds, hi fails (exponential steps in k from 0).
+    if probe(0):
+        lo, jump = 0, 1
+        while True:
+            hi = min(lo + jump, k_max)
+            if not probe(hi):
+                break
+            lo = hi
+            if hi == k_max:
+                return _answer(variant, point, rate, probes, lo, None)
+            jump *= 2
+    else:
+        hi, jump = 0, 1
+        while True:
+            lo = max(hi - jump, -k_max)
+            if probe(lo):
+                break
+            hi = lo
+            if lo == -k_max:
+                return _answer(variant, point, rate, probes, None, hi)
+            jump *= 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if probe(mid):
+            lo = mid
+        else:
+            hi = mid
+    return _answer(variant, point, rate, probes, lo, hi)
+
+
+def _answer(variant: Variant, point: dict[str, Any] | None, rate: float,
+            probes: dict[int, Probe], lo: int | None, hi: int | None) -> Capacity:
+    ordered = tuple(probes[k] for k in sorted(probes))
+    return Capacity(variant.name, dict(point or {}), rate,
+                    None if lo is None else probes[lo].scale,
+                    None if hi is None else probes[hi].scale, ordered)
+
+
+def _search_job(job: tuple[SweepSource, dict[str, Any], str, tuple[SloTarget, ...], float]
+                ) -> Capacity:
+    source, point, name, targets, tolerance = job
+    scenario = source.load(point)
+    variant = next(v for v in scenario.variants if v.name == name)
+    return search(variant, targets, tolerance, point)
+
+
+def run_capacity(source: SweepSource, targets: Sequence[SloTarget], axes: Sequence[Axis] = (),
+                 variants: Sequence[str] = (), tolerance: float = DEFAULT_TOLERANCE,
+                 backend: Backend = Backend.LOCAL, jobs: int = 1, address: str | None = None,
+                 on_done: Callable[[], None] | None = None) -> list[Capacity]:
+    """A capacity per grid point (one point without axes) and selected variant."""
+    if not 0 < tolerance < 1:
+        raise KvschedError(f"--tolerance: expected a value in (0, 1), got {tolerance:g}")
+    points = grid(axes) if axes else [{}]
+    source = replace(source, options=tuple((a.path, a.option.split()[0]) for a in axes))
+    scenario = source.load({})
+    check_targets(targets, scenario)
+    names = [v.name for v in select(scenario, variants)]
+    for point in points:  # refuse a bad value or workload before anything runs
+        loaded = source.load(point)
+        for variant in loaded.variants:
+            if variant.name in names:
+                scalable(variant)
+    work = [(source, point, name, tuple(targets), tolerance) for point in points
+            for name in names]
+    return run_jobs(_search_job, work, backend, jobs, address, on_done)
+
+
+def capacity_frame(results: Sequence[Capacity], targets: Sequence[SloTarget]) -> pd.DataFrame:
+    """capacity.csv: one row per point and variant: the axes, `variant`, `rate` (requests
+    per time unit, the highest that holds), `scale` (its factor on the scenario's rate),
+    `rate_above`/`scale_above` (the first that fails), `tolerance`-step SLO figures at both
+    (`<metric>` and `<metric>_above`), and `num_runs`."""
+    rows = []
+    for result in results:
+        at, above = result.probe_at(result.scale), result.probe_at(result.scale_above)
+        row: dict[str, Any] = {**result.point, "variant": result.variant,
+                               "rate": result.rate, "scale": result.scale,
+                               "rate_above": result.rate_above,
+                               "scale_above": result.scale_above}
+        for i, target in enumerate(targets):
+            row[target.metric] = at.values[i] if at else None
+            row[f"{target.metric}_above"] = above.values[i] if above else None
+        row["num_runs"] = len(result.probes)
+        rows.append(row)
+    return pd.DataFrame.from_records(rows)
+
+
+def probes_frame(results: Sequence[Capacity], targets: Sequence[SloTarget]) -> pd.DataFrame:
+    """capacity_probes.csv: every run of the searches (what `--plot` draws)."""
+    rows = [{**result.point, "variant": result.variant, "scale": p.scale, "rate": p.rate,
+             **{t.metric: v for t, v in zip(targets, p.values, strict=True)},
+             "holds": p.holds} for result in results for p in result.probes]
+    return pd.DataFrame.from_records(rows)

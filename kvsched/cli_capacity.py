@@ -1,0 +1,123 @@
+"""`kvsched capacity`: the highest request rate within SLOs (registered on `kvsched.cli.app`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from kvsched.backends import Backend
+from kvsched.cli import Out, Range, Seed, Variants, app, friendly, lesson_scenario_path
+from kvsched.errors import KvschedError
+
+if TYPE_CHECKING:
+    from kvsched.scenario import Scenario
+
+BackendOpt = Annotated[str, typer.Option(
+    "--backend", metavar="local|ray",
+    help="Run the points here (-j processes) or as Ray tasks.")]
+AddressOpt = Annotated[str | None, typer.Option(
+    "--address", metavar="ADDR", help="With --backend ray: an existing Ray cluster "
+    "(default: start a local Ray).")]
+
+
+def backend_of(name: str) -> Backend:
+    """The --backend value, or one clear error line (Ray not installed included)."""
+    from kvsched.backends import RAY_MISSING, Backend, ray_available
+
+    try:
+        backend = Backend(name)
+    except ValueError:
+        raise KvschedError(f"--backend: unknown backend '{name}'; expected local or ray") from None
+    if backend is Backend.RAY and not ray_available():
+        raise KvschedError(RAY_MISSING)
+    return backend
+
+
+@app.command(epilog="Example: kvsched capacity scenarios/pool60.yaml --slo ttft_p99=2 "
+                    "--slo e2e_p99=30 --variant baseline")
+@friendly
+def capacity(
+    scenario: Annotated[Path | None, typer.Argument(
+        metavar="[SCENARIO]", help="Scenario file (default: the lesson's demo).")] = None,
+    slo: Annotated[list[str], typer.Option(
+        "--slo", metavar="METRIC=LIMIT",
+        help="An SLO on any summary key: holds when METRIC <= LIMIT (repeatable).")] = [],  # noqa: B006
+    tolerance: Annotated[float, typer.Option(
+        metavar="T", help="Relative step of the search: the answer holds and x(1+T) "
+        "fails.")] = 0.02,
+    budget: Annotated[str | None, typer.Option(
+        metavar=Range, help="A grid of max_num_batched_tokens, as in sweep.")] = None,
+    blocks: Annotated[str | None, typer.Option(
+        metavar=Range, help="A grid of num_blocks, as in sweep.")] = None,
+    policy: Annotated[str | None, typer.Option(metavar="NAMES", help="Policies.")] = None,
+    preemption: Annotated[str | None, typer.Option(
+        metavar="MODES", help="Preemption modes.")] = None,
+    set_: Annotated[list[str], typer.Option(
+        "--set", metavar="KEY=V1,V2", help="Any field, fixed or as a grid axis.")] = [],  # noqa: B006
+    variant: Variants = [],  # noqa: B006
+    seed: Seed = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, metavar="N",
+                                      help="Parallel processes (local backend).")] = 1,
+    backend: BackendOpt = "local",
+    address: AddressOpt = None,
+    out: Out = Path("results"),
+    name: Annotated[str | None, typer.Option(
+        metavar="NAME", help="Results go to OUT/capacity-NAME/.")] = None,
+    plot: Annotated[bool, typer.Option("--plot", help="Also draw capacity.png.")] = False,
+) -> None:
+    """For each variant (or grid point), the highest request rate at which every --slo
+    holds (and no request starves), by bisection on a geometric grid of step --tolerance."""
+    from tabulate import tabulate
+
+    from kvsched.capacity import SloTarget, capacity_frame, probes_frame, run_capacity
+    from kvsched.report import write_csv
+    from kvsched.scenario import load_scenario
+    from kvsched.sweep import OPTION_PATHS, SweepSource, parse_axis, parse_set_axis
+
+    chosen = backend_of(backend)
+    targets = [SloTarget.parse(text) for text in slo]
+    axes = []
+    for option, text in (("budget", budget), ("blocks", blocks), ("policy", policy),
+                         ("preemption", preemption)):
+        if text is not None:
+            axes.append(parse_axis(f"--{option}", OPTION_PATHS[option], text))
+    axes += [parse_set_axis(text) for text in set_]
+    path = scenario or lesson_scenario_path()
+    loaded = load_scenario(path, (), seed)
+    source = SweepSource(path.read_text(encoding="utf-8"), str(scenario or "lesson (embedded)"),
+                         path.parent, (), seed)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    searches = len(variant or loaded.variants)
+    for axis in axes:
+        searches *= len(axis.values)
+    console = Console(stderr=True)
+    with Progress(TextColumn("capacity"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True, disable=not console.is_terminal) as progress:
+        task = progress.add_task("capacity", total=searches)
+        results = run_capacity(source, targets, axes, variant, tolerance, chosen, jobs, address,
+                               lambda: progress.advance(task))
+    if not results:
+        raise KvschedError("nothing to search")
+    frame = capacity_frame(results, targets)
+    folder = out / f"capacity-{name or loaded.name}"
+    folder.mkdir(parents=True, exist_ok=True)
+    write_csv(frame, folder / "capacity.csv")
+    write_csv(probes_frame(results, targets), folder / "capacity_probes.csv")
+    unit = "requests/s" if _seconds(loaded) else "requests/step"
+    slos = ", ".join(f"{t.metric} <= {t.limit:g}" for t in targets)
+    typer.echo(f"capacity: highest rate with {slos} (tolerance {tolerance:g}; {unit})")
+    typer.echo(tabulate(frame.to_dict("records"), headers="keys", floatfmt=".4g",
+                        missingval="-"))
+    if plot:
+        from kvsched.plots_capacity import draw_capacity
+
+        draw_capacity(results, targets).savefig(folder / "capacity.png", dpi=110)
+    typer.echo(f"records: {folder}/capacity.csv")
+
+
+def _seconds(scenario: Scenario) -> bool:
+    return scenario.variants[0].spec.time.kind != "steps"

@@ -1,0 +1,415 @@
+"""A cluster: N engine replicas behind a router, on one clock.
+
+The loop keeps a heap of `(time, kind, replica, seq_no)` for each replica's next step
+(kind 1, keyed by the time it starts) and merges into it the arrivals, already in time order,
+as kind-0 entries: the router sends each to one replica, where it joins at that replica's
+next step, through its own admission gate. It always handles the earliest entry; an
+arrival goes before a step that starts at the same time (as in the single-replica loop),
+steps at the same time go in replica order. Each
+replica is a full `Engine` (its own queue, KV pool, rules and time model); a replica's
+decode stretch is bounded by the next arrival anywhere in the cluster, since the router
+may send it there.
+
+One replica behind any router gives `simulate()`'s records (tested); a run without
+`cluster:` does not come here at all.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kvsched.admission import Slo, SloAdmission
+from kvsched.backpressure import Backpressure
+from kvsched.config import EngineConfig
+from kvsched.engine import Engine
+from kvsched.histogram import GapHistogram
+from kvsched.metrics import summarize
+from kvsched.policies.base import Policy
+from kvsched.records import RequestRecord, RunResult
+from kvsched.request import Request, Status
+from kvsched.routers import EngineView, Router, RouteRequest
+from kvsched.sequence import Seq
+from kvsched.simulator import _explain_starvation, _record
+from kvsched.steplog import StepLog, StepStats
+from kvsched.timing import TimeModel
+
+ARRIVAL, STEP = 0, 1  # heap kinds: an arrival before a step starting at the same time
+_PRUNE = 4096  # delayed views: drop snapshots and routing times older than this many
+
+REPLICA_KEYS = ("num_requests", "num_finished", "num_rejected", "ttft_p50", "ttft_p99",
+                "e2e_p99", "num_preemptions", "busy_fraction", "peak_blocks_used",
+                "num_steps", "duration")
+"""What each entry of the summary's `replicas` list holds (with `replica` and `num_blocks`)."""
+
+CLUSTER_KEYS = (
+    "num_replicas", "replica_requests_min", "replica_requests_max", "replica_load_imbalance",
+    "replica_ttft_p99_min", "replica_ttft_p99_max", "replica_ttft_p99_ratio",
+    "replica_busy_fraction_min", "replica_busy_fraction_max", "max_queue_while_idle",
+    "incident_imbalance",
+)
+"""Summary keys a cluster run adds (after SUMMARY_KEYS, before `replicas`).
+`replica_load_imbalance` = the most requests routed to one replica / the mean per replica
+(1 = perfectly even); `replica_ttft_p99_ratio` = highest / lowest replica p99 TTFT;
+`max_queue_while_idle` = the longest queue one replica had at an arrival while another
+replica had nothing queued or running; `incident_imbalance` is the diagnosis flag."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSetup:
+    """What one replica is built from."""
+
+    config: EngineConfig
+    clock: TimeModel
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterResult(RunResult):
+    """A cluster run: the cluster's records (every request, events of all replicas
+    interleaved by time) and summary, plus each replica's own `RunResult` in `replicas`.
+    `replica_of[i]`: the replica request i (input order) was routed to;
+    `event_replicas[k]`: the replica of `events[k]`."""
+
+    replicas: tuple[RunResult, ...] = ()
+    replica_of: tuple[int, ...] = ()
+    event_replicas: tuple[int, ...] = ()
+    imbalance_ttft_ratio: float = 3.0
+    imbalance_queue: int = 8
+    idle_witness: tuple[int, int, float, int] | None = None  # queue, replica, time, idle one
+
+
+class _Replica:
+    """A replica's engine and its place on the cluster clock."""
+
+    __slots__ = ("index", "engine", "log", "whole_steps", "max_steps", "step", "now",
+                 "executed", "pending", "idle", "stopped", "snapshot", "history", "num_blocks")
+
+    def __init__(self, index: int, engine: Engine, log: StepLog, whole_steps: bool,
+                 max_steps: int) -> None:
+        self.index = index
+        self.engine = engine
+        self.log = log
+        self.whole_steps = whole_steps
+        self.max_steps = max_steps
+        self.num_blocks = engine.config.num_blocks
+        self.step = 0
+        self.now = 0.0
+        self.executed = 0
+        self.pending: list[Seq] = []  # routed here, to be taken in by its next step
+        self.idle = False  # no step scheduled: waits for an arrival
+        self.stopped = False  # reached max_steps: steps no more
+        # (time, waiting, running, free blocks) as its current batch runs; pending not counted
+        self.snapshot: tuple[float, int, int, int] = (0.0, 0, 0, self.num_blocks)
+        self.history: list[tuple[float, int, int, int]] | None = None
+
+    def observe(self, time: float, waiting: int, running: int, free: int) -> None:
+        self.snapshot = (time, waiting, running, free)
+        if self.history is not None:
+            self.history.append(self.snapshot)
+
+    def view(self, now: float, delay: float, routed_at: list[float]) -> EngineView:
+        """As a router may see it at `now`: live, or as of `now - delay`."""
+        if self.history is None or delay == 0:
+            _, waiting, running, free = self.snapshot
+            return EngineView(self.index, self.num_blocks, waiting + len(self.pending),
+                              running, free)
+        seen = now - delay
+        history = self.history
+        k = bisect_right(history, seen, key=lambda s: s[0])
+        _, waiting, running, free = history[k - 1] if k else (0.0, 0, 0, self.num_blocks)
+        # Requests routed here after that snapshot and by `seen` were queued then.
+        since = history[k - 1][0] if k else -math.inf
+        lo = bisect_right(routed_at, since)
+        hi = bisect_right(routed_at, seen)
+        # Arrivals come in time order: what is older than this view is never needed again.
+        if k > _PRUNE:
+            del history[:k - 1]
+        if lo > _PRUNE:
+            del routed_at[:lo]
+        return EngineView(self.index, self.num_blocks, waiting + max(0, hi - lo), running,
+                          free)
+
+
+def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], policies:
+                Sequence[Policy], router: Router, *, signal_delay: float = 0.0,
+                admissions: Sequence[SloAdmission | None] | None = None,
+                slo: Slo | None = None, backpressure: Backpressure | None = None,
+                keep_steps: bool = True, imbalance_ttft_ratio: float = 3.0,
+                imbalance_queue: int = 8, stretches: bool = True) -> ClusterResult:
+    """Run `requests` through the replicas built from `setups`, routed by `router`, until
+    nothing is left to do. A replica that reaches its `max_steps` stops there (what it holds
+    or is sent later ends `unfinished`, as in a single run) while the others go on: a stop
+    that does not depend on how far another replica's stretch jumped. Same inputs, same
+    records. `stretches=False` runs every step on its own (the exact path, for checking the
+    stretch bound)."""
+    ids = [r.request_id for r in requests]
+    if len(set(ids)) != len(ids):
+        seen: set[str] = set()
+        duplicate = next(i for i in ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
+        raise ValueError(f"duplicate request_id '{duplicate}'")
+    if not setups:
+        raise ValueError("a cluster needs at least one replica")
+    if slo is None and admissions and admissions[0] is not None:
+        slo = Slo(ttft=admissions[0].ttft_slo)
+    order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_time)
+    replicas = []
+    for index, setup in enumerate(setups):
+        config = setup.config
+        admission = admissions[index] if admissions else None
+        engine = Engine(config, policies[index], setup.clock, admission, backpressure,
+                        stretches=stretches)
+        log = StepLog(config.num_blocks, keep=keep_steps)
+        replica = _Replica(index, engine, log, setup.clock.whole_steps, config.max_steps)
+        if signal_delay > 0:
+            replica.history = [replica.snapshot]
+        replicas.append(replica)
+    # Blocks of a request depend on the block size of the replica it lands on: a Seq is
+    # made when the router has chosen.
+    routed: list[int | None] = [None] * len(requests)  # all set by the loop
+    seqs: list[Seq | None] = [None] * len(requests)
+    loop = _Loop(replicas, router, signal_delay, [requests[i] for i in order])
+    loop.run()
+    for k, i in enumerate(order):
+        routed[i] = loop.routed[k]
+        seqs[i] = loop.seqs[k]
+
+    replica_results = []
+    records: list[RequestRecord] = [None] * len(requests)  # type: ignore[list-item]
+    for replica in replicas:
+        sched = replica.engine.sched
+        if replica.stopped:
+            sched.close_all_runs()
+        else:
+            _explain_starvation(sched, replica.step, replica.now)
+    for i in range(len(requests)):
+        replica = replicas[routed[i]]  # type: ignore[index]
+        leftover = Status.UNFINISHED if replica.stopped else Status.STARVED
+        records[i] = _record(seqs[i], leftover, replica.engine.sched)  # type: ignore[arg-type]
+    for replica in replicas:
+        stats = replica.log.close()
+        mine = [records[i] for i in range(len(requests)) if routed[i] == replica.index]
+        pool = replica.engine.sched.pool
+        summary = summarize(mine, stats, slo, final_blocks_used=pool.num_blocks - pool.free,
+                            itl=replica.engine.sched.gaps.itl)
+        replica_results.append(RunResult(replica.engine.config, setups[replica.index].clock.unit,
+                                         mine, replica.log, replica.engine.events, None,
+                                         summary))
+    events, event_replicas = _merged_events(replica_results)
+    summary = _cluster_summary(records, replicas, replica_results, slo, loop.idle_witness)
+    return ClusterResult(setups[0].config, setups[0].clock.unit, records,
+                         ClusterSteps(replica_results), events, None, summary,
+                         tuple(replica_results), tuple(k for k in routed if k is not None),
+                         tuple(event_replicas),
+                         imbalance_ttft_ratio, imbalance_queue, loop.idle_witness)
+
+
+@dataclass
+class _Loop:
+    replicas: list[_Replica]
+    router: Router
+    delay: float
+    arrivals: list[Request]  # in arrival order
+    routed: list[int | None] = field(default_factory=list)
+    seqs: list[Seq | None] = field(default_factory=list)
+    idle_witness: tuple[int, int, float, int] | None = None
+    _routed_at: list[list[float]] = field(default_factory=list)
+
+    def run(self) -> None:
+        """Run until every arrival is routed and no replica has a step left."""
+        replicas, arrivals = self.replicas, self.arrivals
+        n = len(arrivals)
+        self.routed = [None] * n
+        self.seqs = [None] * n
+        self._routed_at = [[] for _ in replicas]
+        times = [r.arrival_time for r in arrivals]
+        heap: list[tuple[float, int, int, int]] = [(0.0, STEP, r.index, 0) for r in replicas]
+        heapq.heapify(heap)
+        nxt = 0
+        while True:
+            if nxt < n:
+                arrival = times[nxt]
+                if not heap:
+                    self._route(nxt, arrival, heap)
+                    nxt += 1
+                    continue
+                start = heap[0][0]
+                # A hair of slack, as in run_loop: an arrival by a step's start joins it.
+                if arrival <= start + 1e-9 * (1.0 + start):
+                    self._route(nxt, arrival, heap)
+                    nxt += 1
+                    continue
+            elif not heap:
+                return
+            _, _, index, _ = heapq.heappop(heap)
+            replica = replicas[index]
+            upcoming = times[nxt] if nxt < n else math.inf
+            if self._advance(replica, upcoming):
+                replica.stopped = True
+            elif not replica.idle:
+                heapq.heappush(heap, (replica.now, STEP, index, replica.executed))
+
+    def _route(self, k: int, now: float, heap: list[tuple[float, int, int, int]]) -> None:
+        request = self.arrivals[k]
+        replicas = self.replicas
+        seen = RouteRequest(request.request_id, request.arrival_time, request.prompt_len,
+                            request.priority, request.class_name, request.session)
+        views = [r.view(now, self.delay, self._routed_at[r.index]) for r in replicas]
+        self._watch_idle(views, now)
+        choice = self.router.route(seen, views)
+        if isinstance(choice, bool) or not isinstance(choice, int | np.integer) \
+                or not 0 <= choice < len(replicas):
+            raise ValueError(f"router returned {choice!r} for {request.request_id}; expected "
+                             f"a replica index 0..{len(replicas) - 1}")
+        replica = replicas[int(choice)]
+        seq = Seq.of(request, k, replica.engine.config.block_size)
+        self.routed[k] = replica.index
+        self.seqs[k] = seq
+        replica.pending.append(seq)
+        if self.delay > 0:
+            self._routed_at[replica.index].append(now)
+        if replica.idle and not replica.stopped:  # wake it: its next step starts now
+            replica.idle = False
+            if replica.whole_steps:
+                replica.step = max(replica.step, math.ceil(now))
+                replica.now = float(replica.step)
+            else:
+                replica.now = max(replica.now, now)
+            heapq.heappush(heap, (replica.now, STEP, replica.index, replica.executed))
+
+    def _watch_idle(self, views: list[EngineView], now: float) -> None:
+        """Remember the longest queue seen while another replica had nothing to do."""
+        idle = next((v.index for v in views if v.num_outstanding == 0), None)
+        if idle is None:
+            return
+        worst = max(views, key=lambda v: (v.num_waiting, -v.index))
+        if worst.num_waiting and (self.idle_witness is None
+                                  or worst.num_waiting > self.idle_witness[0]):
+            self.idle_witness = (worst.num_waiting, worst.index, now, idle)
+
+    def _advance(self, replica: _Replica, upcoming: float) -> bool:
+        """Take in what was routed to `replica`, then run its next step or stretch.
+        True when it reached `max_steps`."""
+        engine = replica.engine
+        for seq in replica.pending:
+            replica.now = max(replica.now, seq.request.arrival_time)  # never start early
+            engine.arrive(seq, replica.step, replica.now)
+        replica.pending.clear()
+        stretch = engine.stretch(replica.step, replica.now, upcoming,
+                                 replica.max_steps - replica.executed)
+        if stretch is not None:
+            replica.log.stretch(stretch)
+            if replica.history is not None:
+                for start, used in zip(stretch.starts, stretch.blocks_used, strict=True):
+                    replica.observe(start, stretch.num_waiting, stretch.num_running,
+                                    replica.num_blocks - used)
+            else:
+                replica.observe(stretch.starts[-1], stretch.num_waiting, stretch.num_running,
+                                replica.num_blocks - stretch.blocks_used[-1])
+            replica.step += stretch.num_steps
+            replica.executed += stretch.num_steps
+            replica.now = stretch.end
+        else:
+            row = engine.step(replica.step, replica.now)
+            if row is None:  # nothing runs, nothing can be admitted: wait for an arrival
+                replica.idle = True
+                sched = engine.sched
+                replica.observe(replica.now, len(sched.waiting),
+                                len(sched.running) + len(sched.prefilling), sched.pool.free)
+                return False
+            replica.log.row(row)
+            replica.observe(row[1], row[4], row[3], row[11])
+            replica.step += 1
+            replica.executed += 1
+            replica.now = row[1] + row[2]
+        return replica.executed >= replica.max_steps
+
+
+class ClusterSteps:
+    """The cluster's step records: each replica's `StepLog`, read together."""
+
+    def __init__(self, replicas: Sequence[RunResult]) -> None:
+        self.logs = [r.step_log for r in replicas]
+        self.num_blocks = sum(log.num_blocks for log in self.logs)
+        self.kept: list | None = None if any(log.kept is None for log in self.logs) else []
+
+    def rows(self) -> list[tuple]:
+        """Every step of every replica (STEP_COLUMNS rows), by start time then replica."""
+        tagged = [(row[1], index, row) for index, log in enumerate(self.logs)
+                  for row in log.rows()]
+        tagged.sort(key=lambda t: (t[0], t[1]))
+        return [row for _, _, row in tagged]
+
+    def rows_by_replica(self) -> list[tuple[int, list[tuple]]]:
+        return [(index, log.rows()) for index, log in enumerate(self.logs)]
+
+
+def _merged_events(results: Sequence[RunResult]) -> tuple[list[tuple], list[int]]:
+    """Every replica's events interleaved by time (ties: replica order), each replica's kept
+    in the order it made them (a finish, stamped at its step's end, may precede the next
+    step's events in time order but not in the record)."""
+    streams = [[(event[1], index, event) for event in result.events]
+               for index, result in enumerate(results)]
+    merged = list(heapq.merge(*streams, key=lambda t: (t[0], t[1])))
+    return [t[2] for t in merged], [t[1] for t in merged]
+
+
+def _merged_stats(replicas: Sequence[_Replica]) -> StepStats:
+    """The replicas' step sums added up (`end`: the last replica's; peaks: the highest)."""
+    total = StepStats()
+    for replica in replicas:
+        s = replica.log.stats
+        total.num_steps += s.num_steps
+        total.end = max(total.end, s.end)
+        total.busy_time += s.busy_time
+        total.prefill_tokens += s.prefill_tokens
+        total.decode_tokens += s.decode_tokens
+        total.recomputed_tokens += s.recomputed_tokens
+        total.swapped_blocks += s.swapped_blocks
+        total.blocks_used_sum += s.blocks_used_sum
+        total.peak_blocks_used = max(total.peak_blocks_used, s.peak_blocks_used)
+        total.thrash_ratio_max = max(total.thrash_ratio_max, s.thrash_ratio_max)
+        total.backpressure_steps += s.backpressure_steps
+    return total
+
+
+def _cluster_summary(records: list[RequestRecord], replicas: Sequence[_Replica],
+                     results: Sequence[RunResult], slo: Slo | None,
+                     witness: tuple[int, int, float, int] | None) -> dict[str, Any]:
+    """SUMMARY_KEYS over every request (steps summed over the replicas: `num_steps` counts
+    replica steps, `busy_fraction` is the mean replica's, `peak_blocks_used` the highest
+    replica's), then CLUSTER_KEYS, then `replicas`: one entry per replica."""
+    final = sum(r.engine.sched.pool.num_blocks - r.engine.sched.pool.free for r in replicas)
+    stats = _merged_stats(replicas)
+    itl = GapHistogram.merged([r.engine.sched.gaps.itl for r in replicas])
+    summary = summarize(records, stats, slo, final_blocks_used=final, itl=itl)
+    n = len(replicas)
+    if stats.num_steps and stats.end:
+        summary["busy_fraction"] = stats.busy_time / (stats.end * n)
+    per = [r.summary for r in results]
+    counts = [s["num_requests"] for s in per]
+    p99s = [s["ttft_p99"] for s in per if s["ttft_p99"] is not None]
+    busy = [s["busy_fraction"] for s in per if s["busy_fraction"] is not None]
+    mean = sum(counts) / n
+    summary |= {
+        "num_replicas": n,
+        "replica_requests_min": min(counts),
+        "replica_requests_max": max(counts),
+        "replica_load_imbalance": max(counts) / mean if mean else None,
+        "replica_ttft_p99_min": min(p99s) if p99s else None,
+        "replica_ttft_p99_max": max(p99s) if p99s else None,
+        "replica_ttft_p99_ratio": max(p99s) / min(p99s) if p99s and min(p99s) > 0 else None,
+        "replica_busy_fraction_min": min(busy) if busy else None,
+        "replica_busy_fraction_max": max(busy) if busy else None,
+        "max_queue_while_idle": witness[0] if witness else 0,
+    }
+    summary["replicas"] = [
+        {"replica": i, "num_blocks": replicas[i].num_blocks,
+         **{key: s[key] for key in REPLICA_KEYS}} for i, s in enumerate(per)]
+    return summary
+

@@ -1,0 +1,97 @@
+"""kvsched's `vllm_v1` preset on the conformance harness's step clock.
+
+`vllm_v1_decisions(config, workload)` answers what `conformance/compare.py` asks (see
+conformance/README.md): per step, who ran with how many tokens, who was preempted, who
+finished or was rejected; per request its first-token step, finish step, preemptions and
+status. It runs the public API only: `simulate` with the `vllm_v1` preset on the step
+clock, and reads the step numbers back from the batches and events.
+
+The step clock: harness step k is kvsched step k + 1 (arrivals of step k arrive just before
+time k + 1, in the order of vLLM's `(arrival_time, index)`, so that simultaneous arrivals
+keep vLLM's distinct arrival times and kvsched's ties never decide).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvsched.policies import make_policy
+from kvsched.request import Request, Status
+from kvsched.schema import EngineSpec
+from kvsched.simulator import simulate
+from kvsched.timing import StepClock
+
+# The harness's defaults (vLLM 0.33.0's, as conformance/vllm_driver.py fills them in).
+HARNESS_DEFAULTS: dict[str, Any] = {
+    "num_blocks": 10000, "block_size": 16, "max_num_batched_tokens": 2048,
+    "max_num_seqs": 128, "enable_chunked_prefill": True, "long_prefill_token_threshold": 0,
+    "policy": "fcfs", "max_model_len": 8192, "scheduler_reserve_full_isl": True,
+    "watermark": 0.0,
+}
+_ENGINE_KEYS = ("num_blocks", "block_size", "max_num_batched_tokens", "max_num_seqs",
+                "enable_chunked_prefill", "long_prefill_token_threshold", "max_model_len",
+                "scheduler_reserve_full_isl", "watermark")
+_SPACING = 1e-6  # between arrivals of one step, in steps
+
+
+def vllm_v1_decisions(config: dict[str, Any], workload: dict[str, Any],
+                      max_steps: int = 100_000) -> dict[str, Any]:
+    """kvsched's decisions for a harness `(config, workload)`, in the record's structure."""
+    cfg = {**HARNESS_DEFAULTS, **config}
+    if cfg.get("enable_prefix_caching"):
+        raise ValueError("prefix caching is not modelled")
+    engine = EngineSpec.model_validate(
+        {"preset": "vllm_v1", "max_steps": max_steps,
+         **{key: cfg[key] for key in _ENGINE_KEYS}}).to_config()
+    specs = workload["requests"]
+
+    def vllm_time(i: int) -> float:
+        spec = specs[i]
+        return float(spec.get("arrival_time", int(spec["arrival_step"]) + i * 1e-6))
+
+    order = sorted(range(len(specs)), key=lambda i: (int(specs[i]["arrival_step"]),
+                                                     vllm_time(i), i))
+    requests = []
+    for rank, i in enumerate(order):
+        spec = specs[i]
+        arrival = int(spec["arrival_step"]) + 1 - (len(specs) - rank) * _SPACING
+        requests.append(Request(str(spec["id"]), arrival, int(spec["prompt_len"]),
+                                int(spec["output_len"]), int(spec.get("priority", 0))))
+    result = simulate(requests, engine, make_policy(cfg["policy"]), StepClock(),
+                      record_batches=True)
+
+    steps: dict[int, dict[str, list]] = {}
+
+    def at(step: int) -> dict[str, list]:
+        return steps.setdefault(step - 1, {"scheduled": [], "preempted": [], "finished": [],
+                                           "rejected": []})
+
+    for step, _time, rid, _kind, tokens in result.batches or ():
+        at(step)["scheduled"].append([rid, int(tokens)])
+    finish_step: dict[str, int] = {}
+    for step, _time, rid, event, _detail in result.events:
+        if event == "preempt":
+            at(step)["preempted"].append(rid)
+        elif event == "finish":
+            at(step)["finished"].append(rid)
+            finish_step[rid] = step - 1
+        elif event == "reject":
+            at(step)["rejected"].append(rid)
+            finish_step[rid] = step - 1
+    stalled = any(r.status == Status.STARVED for r in result.requests)
+    out_requests: dict[str, dict[str, Any]] = {}
+    for record in result.requests:
+        first = record.first_token_time
+        status = {Status.FINISHED: "finished", Status.REJECTED: "rejected",
+                  Status.STARVED: "stalled"}.get(Status(record.status), "unfinished")
+        if stalled and status == "unfinished":
+            status = "stalled"
+        out_requests[record.request_id] = {
+            # a step k (kvsched k + 1) ends at time k + 2
+            "first_token_step": None if first is None else round(first) - 2,
+            "finish_step": finish_step.get(record.request_id),
+            "num_preemptions": record.num_preemptions,
+            "status": status,
+        }
+    return {"steps": [{"step": k, **v} for k, v in sorted(steps.items())],
+            "requests": out_requests}

@@ -1,0 +1,56 @@
+"""The protocol every KV cache implements, in blocks of `block_size` tokens.
+
+An owner (a request's run) holds a list of blocks covering its computed tokens. `match`
+finds how much of a prefix is already cached; `allocate` gives an owner its hit blocks and
+fresh ones; `commit` records which of its blocks are now full (and so shareable); `free`
+gives them all back. Blocks shared by several owners are counted once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from kvsched.prefix import Prefix
+
+
+class KVCache(Protocol):
+    num_blocks: int
+    block_size: int
+
+    @property
+    def num_free(self) -> int:
+        """Blocks a new allocation may take now (free ones, cached or not)."""
+        ...
+
+    @property
+    def num_cached(self) -> int:
+        """Blocks that hold a reusable prefix (in use or free)."""
+        ...
+
+    def match(self, prefix: Prefix | None, num_tokens: int) -> int:
+        """Tokens of the first `num_tokens` of `prefix` already cached, in whole blocks and
+        at most `num_tokens - 1` (the last token is always computed, for its logits)."""
+        ...
+
+    def can_allocate(self, prefix: Prefix | None, hit_tokens: int, num_new: int) -> bool:
+        """Whether `num_new` fresh blocks can be had after taking the hit blocks."""
+        ...
+
+    def allocate(self, owner: int, prefix: Prefix | None, hit_tokens: int,
+                 num_new: int) -> None:
+        """`owner` takes its hit blocks (shared) and `num_new` fresh ones at its tail."""
+        ...
+
+    def commit(self, owner: int, prefix: Prefix | None, num_tokens: int) -> None:
+        """`owner`'s first `num_tokens` tokens are computed: its full blocks become
+        shareable."""
+        ...
+
+    def free(self, owner: int) -> None:
+        """`owner` gives back every block, tail first (freed tail blocks are evicted
+        first)."""
+        ...
+
+    def blocks_of(self, owner: int) -> Sequence[int]:
+        ...

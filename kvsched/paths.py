@@ -1,0 +1,99 @@
+"""Names that become paths: a scenario's name is a folder under `--out`, a variant's a folder
+under it, a sweep's `--name` the folder `sweep-<name>`. Each must be one plain path component
+that cannot reach outside its parent or land on a file a run writes."""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from kvsched.errors import KvschedError, excerpt
+
+MAX_NAME_CHARS = 100
+RESULT_SUFFIXES = (".csv", ".json", ".png", ".yaml")
+"""Files a run writes beside the variant folders (summary.csv, ttft.png...) end so."""
+_COMPONENT = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` cannot be a results folder, or None if it can."""
+    if not _COMPONENT.fullmatch(name):
+        return f"expected letters, digits, '_', '-' or '.', got '{excerpt(name)}'"
+    if len(name) > MAX_NAME_CHARS:
+        return f"expected at most {MAX_NAME_CHARS} characters, got {len(name)}"
+    if name.startswith("."):
+        return (f"'{name}' starts with '.': such names are hidden and kvsched stages its "
+                "results in '.<name>.*' folders")
+    if name.lower().endswith(RESULT_SUFFIXES):
+        return (f"'{name}' ends like a file a run writes ({', '.join(RESULT_SUFFIXES)}): "
+                "it would collide with summary.csv, run.json, ttft.png...")
+    return None
+
+
+def scenario_name_problem(name: str) -> str | None:
+    """A scenario's name also must not look like a sweep's folder (`sweep-<name>`)."""
+    problem = name_problem(name)
+    if problem is None and name.startswith("sweep-"):
+        return f"'{name}' starts with 'sweep-', which names a sweep's results folder"
+    return problem
+
+
+def out_problem(out: Path) -> str | None:
+    """Why `--out` cannot hold results (a file, under a file, not writable), or None."""
+    probe = out
+    while not probe.exists() and probe != probe.parent and not probe.is_symlink():
+        probe = probe.parent
+    if probe.is_symlink() and not probe.exists():
+        return f"{probe} is a broken symbolic link"
+    if not probe.is_dir():
+        where = "is" if probe == out else f"is under {probe}, which is"
+        return f"{out} {where} a file, not a folder"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable"
+    return None
+
+
+def write_error(folder: Path, exc: OSError) -> KvschedError:
+    """An OS error while writing results, as one line (the disk is full, a folder is
+    read-only...): nothing partial is left behind by the writers."""
+    reason = exc.strerror or type(exc).__name__
+    if exc.errno == errno.ENOSPC:
+        reason += " (disk full)"
+    return KvschedError(f"cannot write results to {folder}/: {reason}; nothing was written")
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM while results are renamed into place: a signal between moving
+    the old folder aside and moving the new one in would lose both. It arrives just after."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def replace_dir(staging: Path, final: Path) -> None:
+    """Put the finished `staging` folder in the place of `final` (which may not exist), the
+    previous `final` removed only once the new one is in place."""
+    if not final.exists():
+        os.replace(staging, final)
+        return
+    old = final.with_name(f".{final.name}.old-{os.getpid()}")
+    try:
+        with signals_held():
+            os.replace(final, old)
+            try:
+                os.replace(staging, final)
+            except OSError:
+                os.replace(old, final)  # put the previous results back
+                raise
+    finally:  # also when a held signal is delivered on leaving the block
+        shutil.rmtree(old, ignore_errors=True)

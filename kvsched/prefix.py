@@ -1,0 +1,78 @@
+"""Prefix identity without token lists: a request's tokens as a chain of segments.
+
+A segment is a run of tokens named by an integer id and a length: two requests share their
+first N tokens exactly when their segment lists agree that far (same ids, and within a
+differing segment, only as far as the shorter run of the same id). A shared system prompt
+is one segment of the group; a multi-turn session's next prompt is the previous prompt's
+segments + its answer + new user tokens; a Mooncake `hash_ids` entry is a segment of 512
+tokens. From segments come the hashes of full KV blocks (a block is identified by its
+parent's hash and its own tokens, as vLLM hashes them) and the pieces a radix tree needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+Segment = tuple[int, int]  # (segment id, number of tokens)
+
+_ROOT = 0x6B76  # the parent hash of a first block
+
+
+@dataclass(frozen=True, slots=True)
+class Prefix:
+    """A request's token sequence as segments (prompt and, where the workload knows them,
+    the answer's tokens too)."""
+
+    segments: tuple[Segment, ...]
+
+    def __post_init__(self) -> None:
+        for seg_id, length in self.segments:
+            if length < 1:
+                raise ValueError(f"segment {seg_id} has {length} tokens; expected >= 1")
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(length for _, length in self.segments)
+
+    def pieces(self, upto: int) -> Iterator[tuple[int, int, int]]:
+        """(segment id, first offset, end offset) covering the first `upto` tokens."""
+        left = upto
+        for seg_id, length in self.segments:
+            if left <= 0:
+                return
+            take = min(length, left)
+            yield seg_id, 0, take
+            left -= take
+
+    def block_hashes(self, block_size: int, upto: int | None = None) -> list[int]:
+        """Hashes of the full blocks among the first `upto` tokens (all by default): block k's
+        hash covers its parent's hash and the (segment, offsets) pieces it holds."""
+        total = self.num_tokens if upto is None else min(upto, self.num_tokens)
+        hashes: list[int] = []
+        parent = _ROOT
+        block: list[tuple[int, int, int]] = []
+        room = block_size
+        for seg_id, start, end in self.pieces(total):
+            while start < end:
+                take = min(room, end - start)
+                block.append((seg_id, start, start + take))
+                start += take
+                room -= take
+                if not room:
+                    parent = hash((parent, tuple(block)))
+                    hashes.append(parent)
+                    block, room = [], block_size
+        return hashes
+
+
+def common_prefix(a: Sequence[Segment], b: Sequence[Segment]) -> int:
+    """Tokens two segment lists share from the start."""
+    shared = 0
+    for (id_a, len_a), (id_b, len_b) in zip(a, b, strict=False):
+        if id_a != id_b:
+            break
+        shared += min(len_a, len_b)
+        if len_a != len_b:
+            break
+    return shared

@@ -1,0 +1,127 @@
+"""Engine presets: named bundles of rule choices and defaults, one per engine version.
+
+A preset is data. `engine: {preset: vllm_v1, num_blocks: 4000}` is read as the preset's
+settings with the keys written beside it on top; variants and `--set` merge into the
+scenario before that, so `--set engine.preset=vllm_v0,vllm_v1,sglang` sweeps presets.
+Keys are the `engine:` keys of a scenario (`kvsched.schema.EngineSpec`).
+
+`exact` says whether the preset is checked decision for decision against the real engine
+(`vllm_v1`: conformance/ and tests/test_presets_vllm_v1.py); `missing` names the engine's
+rules that kvsched does not model yet, so that a preset never claims more than it does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kvsched.config import EngineConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Preset:
+    name: str
+    engine: str  # the engine and version it reproduces
+    summary: str
+    settings: Mapping[str, Any]
+    exact: bool = False
+    missing: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _preset(name: str, engine: str, summary: str, settings: dict[str, Any], *,
+            exact: bool = False, missing: tuple[str, ...] = ()) -> Preset:
+    return Preset(name, engine, summary, MappingProxyType(settings), exact, missing)
+
+
+PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
+    _preset("lesson", "the lesson's demo engine",
+            "today's defaults: decodes first, then chunks, then admissions; whole prompt "
+            "reserved at admission; a step that preempted may still admit", {}),
+    _preset("vllm_v1", "vLLM 0.33.0, V1 engine (sync Scheduler)",
+            "one running loop in admission order (decodes and chunks mixed, blocks per "
+            "chunk), victims from the tail (fcfs) or max (priority, arrival) with tokens given "
+            "back; no admission in a step that preempted; the full-prompt gate; "
+            "num_blocks counts the null block",
+            {"step_order": "running_loop", "victim": "by_policy", "requeue": "by_policy",
+             "admit_after_preempt": False, "chunked_prefill": True,
+             "long_prefill_token_threshold": 0, "scheduler_reserve_full_isl": True,
+             "null_block": True, "watermark": 0.0, "preemption": "recompute",
+             "max_num_batched_tokens": 2048, "max_num_seqs": 128},
+            exact=True,
+            missing=("prefix caching", "async scheduling (the server's default)",
+                     "speculative decoding", "multi-sequence requests (n > 1)",
+                     "KV connectors, LoRA, multimodal")),
+    _preset("vllm_v0", "vLLM 0.8.5, V0 engine (approximate)",
+            "prefill-first steps without chunking, victims from the tail re-queued at the "
+            "head in admission order, no prefill while a swapped request waits, swap-in only "
+            "in a step that preempted nothing, watermark 1%, the preemption warning",
+            {"step_order": "prefill_first", "victim": "last_admitted", "requeue": "front",
+             "admit_after_preempt": False, "chunked_prefill": False,
+             "long_prefill_token_threshold": 0, "watermark": 0.01, "preemption": "recompute",
+             "max_num_batched_tokens": 2048, "max_num_seqs": 256,
+             "on_unschedulable": "reject", "preemption_warning": True,
+             "swapped_fifo": True, "delay_factor": 0.0},
+            missing=(
+                     "max_num_partial_prefills / max_long_partial_prefills",
+                     "V0's own rejection messages (kvsched's reasons are given)",
+                     "chunked-prefill V0 (it mixes decodes and chunks)",
+                     "multi-sequence groups")),
+    _preset("sglang", "SGLang 0.5.23 (approximate)",
+            "prefill-first steps with chunking (one chunked request at a time, continued "
+            "first), retraction victim = fewest generated then longest prompt, re-queued by "
+            "the policy",
+            {"step_order": "prefill_first", "victim": "fewest_generated", "requeue": "back",
+             "admit_after_preempt": True, "chunked_prefill": True,
+             "long_prefill_token_threshold": 0, "watermark": 0.0, "preemption": "recompute",
+             "max_num_batched_tokens": 8192, "max_num_seqs": 256},
+            missing=("new_token_ratio admission reserving future decode tokens",
+                     "max_prefill_tokens apart from the step budget",
+                     "schedule_conservativeness", "the random policy", "radix cache")),
+)})
+
+
+def expand(engine: Mapping[str, Any]) -> dict[str, Any]:
+    """An `engine:` mapping with its preset's settings filled in under the keys written."""
+    name = engine.get("preset", "lesson")
+    preset = PRESETS.get(name) if isinstance(name, str) else None
+    if preset is None:
+        return dict(engine)  # the schema refuses the name, listing the presets
+    return {**preset.settings, **engine}
+
+
+def engine_config(preset: str = "lesson", **keys: Any) -> EngineConfig:
+    """The `EngineConfig` of `preset` with `keys` (scenario `engine:` keys) on top."""
+    from kvsched.schema import EngineSpec  # pydantic only when asked
+
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset '{preset}'; known: {', '.join(PRESETS)}")
+    return EngineSpec.model_validate({"preset": preset, **keys}).to_config()
+
+
+def describe() -> str:
+    """Every preset: the engine it reproduces, each setting, and what it leaves out."""
+    lines: list[str] = []
+    for preset in PRESETS.values():
+        check = ("checked step by step against the real engine" if preset.exact
+                 else "not checked against the real engine")
+        lines.append(f"{preset.name}: {preset.engine} ({check})")
+        lines.append(f"  {preset.summary}")
+        if preset.settings:
+            width = max(map(len, preset.settings))
+            lines.extend(f"  {key:<{width}}  {_show(value)}"
+                         for key, value in preset.settings.items())
+        else:
+            lines.append("  (every engine default, see `EngineConfig`)")
+        if preset.missing:
+            lines.append("  not modelled: " + "; ".join(preset.missing))
+        lines.append("")
+    lines.append("Use: engine: {preset: vllm_v1, num_blocks: 4000}; keys beside the preset "
+                 "override it.")
+    return "\n".join(lines)
+
+
+def _show(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)

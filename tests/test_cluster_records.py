@@ -1,0 +1,178 @@
+"""A cluster run's files: `replica` columns appended, per-replica summary, single runs untouched."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from kvsched.cli import app
+from kvsched.records import EVENT_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SCENARIO = """
+name: fleet
+seed: 1
+engine: {max_num_batched_tokens: 512, num_blocks: 200, block_size: 16}
+time: {kind: linear, base: 0.01, per_prefill_token: 0.0001, per_decode: 0.001}
+workload:
+  kind: synthetic
+  num_requests: 40
+  arrival: {kind: poisson, rate: 20}
+  prompt_len: {kind: uniform, low: 20, high: 200}
+  output_len: {kind: uniform, low: 5, high: 40}
+{cluster}
+variants:
+  - {name: a}
+"""
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def header(path: Path) -> list[str]:
+    with path.open() as handle:
+        return next(csv.reader(handle))
+
+
+def run(tmp_path: Path, cluster: str, *extra: str) -> Path:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(SCENARIO.replace("{cluster}", cluster))
+    result = invoke("run", path, "--out", tmp_path / "out", *extra)
+    assert result.exit_code == 0, result.output
+    return tmp_path / "out" / "fleet"
+
+
+def test_cluster_records_gain_a_replica_column(tmp_path):
+    folder = run(tmp_path, "cluster: {replicas: 3, router: least_outstanding}")
+    assert header(folder / "a" / "requests.csv") == [*REQUEST_COLUMNS, "replica"]
+    assert header(folder / "a" / "steps.csv") == [*STEP_COLUMNS, "replica"]
+    assert header(folder / "a" / "events.csv") == [*EVENT_COLUMNS, "replica"]
+    with (folder / "a" / "requests.csv").open() as handle:
+        replicas = [row["replica"] for row in csv.DictReader(handle)]
+    assert len(replicas) == 40 and set(replicas) == {"0", "1", "2"}
+    summary = json.loads((folder / "a" / "summary.json").read_text())
+    assert summary["num_replicas"] == 3 and len(summary["replicas"]) == 3
+    assert "incident_imbalance" in summary
+    columns = header(folder / "summary.csv")
+    assert "r2_ttft_p99" in columns and "replicas" not in columns
+
+
+def test_compact_and_summary_records_for_a_cluster(tmp_path):
+    folder = run(tmp_path, "cluster: {replicas: 2}", "--records", "compact")
+    assert header(folder / "a" / "steps.csv")[-1] == "replica"
+    assert header(folder / "a" / "steps.csv")[1] == "num_steps"
+    folder = run(tmp_path, "cluster: {replicas: 2}", "--records", "summary")
+    assert not (folder / "a" / "steps.csv").exists()
+
+
+def test_single_replica_records_have_no_replica_column(tmp_path):
+    folder = run(tmp_path, "")
+    assert header(folder / "a" / "requests.csv") == list(REQUEST_COLUMNS)
+    assert header(folder / "a" / "steps.csv") == list(STEP_COLUMNS)
+    summary = json.loads((folder / "a" / "summary.json").read_text())
+    assert "replicas" not in summary and "incident_imbalance" not in summary
+
+
+def test_bad_cluster_input_is_one_line_and_writes_nothing(tmp_path):
+    path = tmp_path / "fleet.yaml"
+    path.write_text(SCENARIO.replace("{cluster}", "cluster: {replicas: 2, router: least_kb}"))
+    result = invoke("run", path, "--out", tmp_path / "out")
+    assert result.exit_code == 2
+    line = result.output.strip()
+    assert "\n" not in line and "fleet.yaml:" in line and "cluster.router" in line
+    assert "did you mean 'least_kv'" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_routing_scenario_holds_its_checks(tmp_path):
+    result = invoke("run", ROOT / "scenarios" / "routing.yaml", "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "FAIL" not in result.output
+
+
+def summary_of(folder: Path, variant: str = "a") -> dict:
+    return json.loads((folder / variant / "summary.json").read_text())
+
+
+def test_one_session_on_one_replica_is_named_an_imbalance(tmp_path):
+    """All requests share a session: the session router piles them on replica 0 while
+    replica 1 idles, and the diagnosis says so."""
+    requests = "\n".join(f"    - {{arrival: {i * 0.01:.2f}, prompt_len: 100, output_len: 50, "
+                         f"session: chat}}" for i in range(30))
+    path = tmp_path / "s.yaml"
+    path.write_text(f"""
+name: sticky
+engine: {{max_num_batched_tokens: 512, max_num_seqs: 4, num_blocks: 400}}
+time: {{kind: linear, base: 0.01, per_prefill_token: 0.0001, per_decode: 0.001}}
+workload:
+  kind: inline
+  requests:
+{requests}
+cluster: {{replicas: 2, router: session}}
+variants:
+  - {{name: a}}
+  - {{name: spread, cluster: {{router: least_outstanding}}}}
+expect:
+  - {{variant: a, metric: incident_imbalance, op: "==", value: 1}}
+  - {{variant: spread, metric: incident_imbalance, op: "==", value: 0}}
+  - {{variant: a, metric: replica_requests_max, op: "==", value: 30}}
+""")
+    result = invoke("run", path, "--out", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    assert "FAIL" not in result.output
+    assert "imbalance: replica 0 had" in result.output and "replica 1 had nothing" in result.output
+    summary = summary_of(tmp_path / "out" / "sticky")
+    assert summary["max_queue_while_idle"] >= 8
+
+
+def test_a_slow_replica_behind_round_robin_shows_in_its_p99(tmp_path):
+    """A mixed fleet: one replica 20x slower; round-robin feeds it a quarter of the traffic
+    anyway, and its p99 TTFT is named as far above the others'."""
+    folder = run(tmp_path, """cluster:
+  replicas:
+    - {count: 3}
+    - {time: {kind: linear, base: 0.2, per_prefill_token: 0.002, per_decode: 0.02}}
+  router: round_robin""")
+    summary = summary_of(folder)
+    slow, *fast = summary["replicas"][::-1]
+    assert slow["replica"] == 3 and all(slow["ttft_p99"] > 3 * f["ttft_p99"] for f in fast)
+    assert summary["incident_imbalance"] == 1
+    assert any(i["kind"] == "imbalance" and i["evidence"]["worst_replica"] == 3
+               for i in summary["incidents"])
+
+
+def test_a_mixed_fleet_takes_each_replicas_engine(tmp_path):
+    folder = run(tmp_path, """cluster:
+  replicas: [{engine: {num_blocks: 50}}, {count: 2, engine: {num_blocks: 300}}]""")
+    summary = summary_of(folder)
+    assert [r["num_blocks"] for r in summary["replicas"]] == [50, 300, 300]
+    with (folder / "a" / "steps.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:
+        total = {"0": 50, "1": 300, "2": 300}[row["replica"]]
+        assert int(row["blocks_used"]) + int(row["blocks_free"]) == total
+
+
+def test_validate_never_imports_a_user_router_and_run_names_it(tmp_path):
+    path = tmp_path / "fleet.yaml"
+    path.write_text(SCENARIO.replace("{cluster}",
+                                     "cluster: {replicas: 2, router: no_such_pkg.routers:Mine}"))
+    assert invoke("validate", path).exit_code == 0
+    result = invoke("run", path, "--out", tmp_path / "out")
+    assert result.exit_code == 2
+    assert "cannot import router module 'no_such_pkg.routers'" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_plot_draws_a_timeline_per_replica(tmp_path):
+    folder = run(tmp_path, "cluster: {replicas: [{engine: {num_blocks: 80}}, {count: 1}]}",
+                 "--plot")
+    assert (folder / "timeline-a-r0.png").exists() and (folder / "timeline-a-r1.png").exists()
+    assert not (folder / "timeline-a.png").exists()
+    assert (folder / "ttft.png").exists()

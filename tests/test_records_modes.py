@@ -1,0 +1,137 @@
+"""Step and event records: streamed in chunks, written full or compact, byte-identical CSVs."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from test_stretches import long_workloads
+from typer.testing import CliRunner
+
+from kvsched import STEP_COLUMNS, ConstantStep, EngineConfig, Request, StepLog, simulate
+from kvsched.cli import app
+from kvsched.csvout import StepCsv, write_rows
+from kvsched.simulator import DIAGNOSIS_EVENTS
+from kvsched.steplog import COMPACT_COLUMNS, RecordMode
+
+ENGINE = EngineConfig(num_blocks=64, max_num_batched_tokens=256)
+
+
+def read(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(long_workloads())
+def test_streamed_events_are_the_events_in_order(requests):
+    """Chunks handed to the sink add up to the run's events; the kept ones are the
+    diagnosis's."""
+    whole = simulate(requests, ENGINE, time_model=ConstantStep(0.01))
+    chunks: list[list[tuple]] = []
+    streamed = simulate(requests, ENGINE, time_model=ConstantStep(0.01),
+                        event_sink=chunks.append)
+    assert [e for chunk in chunks for e in chunk] == whole.events
+    assert streamed.events == [e for e in whole.events if e[3] in DIAGNOSIS_EVENTS]
+    assert streamed.summary == whole.summary
+
+
+def test_step_csv_full_equals_the_rows_written_one_by_one(tmp_path):
+    """The pyarrow writer, fed stretches, writes the bytes the csv module writes for rows."""
+    requests = [Request(f"r{i}", i * 3.5, 20 + 7 * i, 60 + 11 * i) for i in range(12)]
+    log = StepLog(ENGINE.num_blocks)
+    result = simulate(requests, ENGINE, time_model=ConstantStep(0.0039), step_log=log)
+    writer = StepCsv(tmp_path / "fast.csv", RecordMode.FULL, ENGINE.num_blocks)
+    writer(log.kept[:7])
+    writer(log.kept[7:])
+    writer.close()
+    write_rows(tmp_path / "slow.csv", STEP_COLUMNS, result.steps)
+    assert (tmp_path / "fast.csv").read_bytes() == (tmp_path / "slow.csv").read_bytes()
+
+
+def test_compact_rows_add_up_to_the_full_record(tmp_path):
+    requests = [Request(f"r{i}", i * 2.0, 30, 200) for i in range(6)]
+    log = StepLog(ENGINE.num_blocks)
+    result = simulate(requests, ENGINE, time_model=ConstantStep(0.01), step_log=log)
+    writer = StepCsv(tmp_path / "compact.csv", RecordMode.COMPACT, ENGINE.num_blocks)
+    writer(log.kept)
+    writer.close()
+    rows = read(tmp_path / "compact.csv")
+    assert tuple(rows[0]) == COMPACT_COLUMNS
+    assert len(rows) < result.summary["num_steps"] / 5
+    assert sum(int(r["num_steps"]) for r in rows) == result.summary["num_steps"]
+    assert sum(int(r["decode_tokens"]) for r in rows) == result.summary["decode_tokens"]
+    assert sum(int(r["num_finished"]) for r in rows) == result.summary["num_finished"]
+    assert max(int(r["blocks_used"]) for r in rows) == result.summary["peak_blocks_used"]
+    starts = [int(r["step"]) for r in rows]
+    ends = [int(r["step"]) + int(r["num_steps"]) for r in rows]
+    assert starts[1:] == ends[:-1]  # every step in exactly one row
+
+
+SCENARIO = """
+name: modes
+engine: {num_blocks: 64, max_num_batched_tokens: 256}
+time: {kind: constant, step_time: 0.01}
+workload:
+  kind: inline
+  requests:
+    - {arrival: 0, prompt_len: 30, output_len: 200}
+    - {arrival: 0.5, prompt_len: 50, output_len: 150}
+    - {arrival: 3, prompt_len: 10, output_len: 100}
+"""
+
+
+def test_cli_records_modes(tmp_path):
+    """--records full (the default), compact and summary, through the CLI."""
+    path = tmp_path / "modes.yaml"
+    path.write_text(SCENARIO)
+    runner = CliRunner()
+    outputs = {}
+    for mode in ("default", "full", "compact", "summary"):
+        args = ["run", str(path), "--out", str(tmp_path / mode)]
+        if mode != "default":
+            args += ["--records", mode]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        outputs[mode] = tmp_path / mode / "modes" / "base"
+    full = (outputs["full"] / "steps.csv").read_bytes()
+    assert full == (outputs["default"] / "steps.csv").read_bytes()
+    assert tuple(read(outputs["compact"] / "steps.csv")[0]) == COMPACT_COLUMNS
+    assert not (outputs["summary"] / "steps.csv").exists()
+    for mode in ("compact", "summary"):
+        for name in ("requests.csv", "events.csv", "summary.json"):
+            assert (outputs[mode] / name).read_bytes() == (outputs["full"] / name).read_bytes()
+    bad = runner.invoke(app, ["run", str(path), "--out", str(tmp_path / "x"),
+                              "--records", "everything"])
+    assert bad.exit_code == 2
+    assert not (tmp_path / "x").exists()
+
+
+def test_progress_is_reported_with_arrivals_and_time():
+    """A long run calls `progress` with non-decreasing arrivals and times."""
+    requests = [Request(f"r{i}", i * 0.05, 5, 3) for i in range(3000)]
+    calls: list[tuple[int, float]] = []
+    simulate(requests, EngineConfig(num_blocks=400), time_model=ConstantStep(0.01),
+             progress=lambda arrived, now: calls.append((arrived, now)))
+    assert len(calls) >= 2
+    assert calls == sorted(calls) and calls[-1][0] <= 3000 and calls[-1][1] > 0
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(long_workloads())
+def test_the_timeline_buckets_every_step_of_the_arrival_span(requests):
+    """Busy time and queue sums per bucket equal those of the steps that start in it."""
+    result = simulate(requests, ENGINE, time_model=ConstantStep(0.01))
+    timeline = result.step_log.stats.timeline
+    if timeline is None or not timeline.width:
+        return
+    busy = [0.0] * len(timeline.busy)
+    waiting = [0] * len(timeline.busy)
+    for row in result.steps:
+        if timeline.start <= row[1] < timeline.end:
+            k = min(len(busy) - 1, int((row[1] - timeline.start) / timeline.width))
+            busy[k] += row[2]
+            waiting[k] += row[4]
+    assert waiting == timeline.waiting
+    assert all(abs(a - b) < 1e-9 for a, b in zip(busy, timeline.busy, strict=True))
