@@ -131,7 +131,7 @@ def run(
     check_out(out)
     workloads = [prepare(scenario, variant) for scenario in loaded]  # all valid before any run
     for scenario in loaded:
-        _unit_warnings(scenario)
+        _unit_warnings(scenario, variant)
     payload: list[dict[str, Any]] = []
     failed = False
     for scenario, requests in zip(loaded, workloads, strict=True):
@@ -158,12 +158,19 @@ def run(
         raise typer.Exit(1)
 
 
-def _unit_warnings(scenario: Scenario) -> None:
-    """Valid values that look like a unit slip, one stderr line each (as `validate`)."""
-    from kvsched.schema import unit_warnings
+def _unit_warnings(scenario: Scenario, names: list[str]) -> None:
+    """Valid values that look like a unit slip, one stderr line each (as `validate`), and the
+    KV pool each `num_blocks: auto` variant derived from its GPU."""
+    from kvsched.schema import derived_pool, unit_warnings
 
     for message in dict.fromkeys(m for v in scenario.variants for m in unit_warnings(v.spec)):
         typer.echo(f"warning: {scenario.source}: {message}", err=True)
+    for variant in scenario.variants:
+        if names and variant.name not in names:
+            continue
+        pool = derived_pool(variant.resolved, variant.spec)
+        if pool is not None:
+            typer.echo(one_line(f"{scenario.name}/{variant.name}: {pool}"), err=True)
 
 
 @contextmanager

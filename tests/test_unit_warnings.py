@@ -57,3 +57,22 @@ def test_run_prints_them_on_stderr_and_runs(tmp_path):
     assert f"warning: {path}: slo.e2e: 9000 s is over an hour" in result.stderr
     assert "warning" not in result.stdout
     assert (tmp_path / "out" / "slip" / "summary.csv").exists()
+
+
+def test_run_prints_the_pool_it_derived(tmp_path):
+    """num_blocks: auto: `kvsched run` names the pool it derived, for the variants it runs."""
+    from typer.testing import CliRunner
+
+    from kvsched.cli import app
+
+    path = tmp_path / "auto.yaml"
+    path.write_text(
+        "name: auto\nengine: {num_blocks: auto}\n"
+        "time: {kind: roofline, model: meta-llama/Llama-3.1-8B, gpu: h100-sxm}\n"
+        "workload: {kind: inline, requests: [{arrival: 0, prompt_len: 10, output_len: 3}]}\n"
+        "variants: [{name: a}, {name: b, engine: {block_size: 32}}]\n")
+    result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "o"),
+                                      "--variant", "b"])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if "num_blocks: auto =" in line]
+    assert len(lines) == 1 and lines[0].startswith("auto/b:")
