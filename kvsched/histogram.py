@@ -20,7 +20,11 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from itertools import accumulate
+from collections import Counter
+from functools import reduce
+from itertools import accumulate, repeat
+from operator import add as add_
+from operator import mul, sub
 
 import numpy as np
 
@@ -81,10 +85,22 @@ class GapHistogram:
         value (or bucket), never per gap."""
         if len(ends) < 2 or not count:
             return
-        if len(ends) <= SHORT:  # numpy's call overhead would dominate
-            add = self.add
-            for start, end in zip(ends, ends[1:], strict=False):
-                add(end - start, count)
+        if len(ends) <= SHORT:  # numpy's call overhead would dominate: count in C instead
+            gaps = list(map(sub, ends[1:], ends))
+            self.count += count * len(gaps)
+            # Sequential, value x count at a time, as `add` would have summed them.
+            self.total = reduce(add_, map(mul, gaps, repeat(count)), self.total)
+            exact = self._exact
+            if exact is not None:
+                for value, n in Counter(gaps).items():
+                    exact[value] = exact.get(value, 0) + n * count
+                if len(exact) > self._max_exact:
+                    self._to_buckets()
+                return
+            buckets, bucket = self._buckets, self._bucket
+            for value, n in Counter(gaps).items():
+                key = bucket(value)
+                buckets[key] = buckets.get(key, 0) + n * count
             return
         values = np.diff(np.asarray(ends, dtype=float))
         self.count += count * len(values)
