@@ -9,12 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
-from kvsched.admission import Estimator, SloAdmission
 from kvsched.backpressure import Action, Backpressure
 from kvsched.cluster import ClusterResult, ReplicaSetup, run_cluster
 from kvsched.csvout import write_rows
 from kvsched.errors import KvschedError
-from kvsched.policies import make_policy
 from kvsched.records import EVENT_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS
 from kvsched.request import Request
 from kvsched.routers import load_router, make_router
@@ -53,7 +51,7 @@ def check_router_loads(variant: Variant) -> None:
 def run_cluster_variant(variant: Variant, requests: list[Request],
                         keep_steps: bool = True) -> ClusterResult:
     """Simulate a variant that has `cluster:`."""
-    from kvsched.runner import slo_of, time_model_of
+    from kvsched.runner import admission_of, policy_of, slo_of, time_model_of
 
     spec = variant.spec
     cluster: ClusterSpec = spec.cluster  # type: ignore[assignment]
@@ -63,15 +61,8 @@ def run_cluster_variant(variant: Variant, requests: list[Request],
     if len(units) > 1:
         raise variant.error(("cluster", "replicas"), "every replica's time model must count "
                             "in the same unit (steps or seconds), got " + ", ".join(sorted(units)))
-    policies = [make_policy(spec.policy.name, **spec.policy.all_params()) for _ in specs]
-    admission = None
-    if spec.admission is not None:
-        target = spec.admission.ttft_slo
-        if target is None:
-            assert spec.slo is not None and spec.slo.ttft is not None
-            target = spec.slo.ttft
-        admission = SloAdmission(target, Estimator(spec.admission.estimator),
-                                 spec.admission.window)
+    policies = [policy_of(variant) for _ in specs]
+    admission = admission_of(spec)
     pressure = spec.backpressure
     rng = np.random.default_rng([spec.seed, ROUTER_SEED_TAG])
     try:

@@ -137,6 +137,17 @@ def policy_of(variant: Variant) -> Policy:
         raise variant.error(("policy", "name"), str(exc)) from None
 
 
+def admission_of(spec: RunSpec) -> SloAdmission | None:
+    """The variant's SLO admission gate (its target defaults to `slo.ttft`), if it has one."""
+    if spec.admission is None:
+        return None
+    target = spec.admission.ttft_slo
+    if target is None:
+        assert spec.slo is not None and spec.slo.ttft is not None
+        target = spec.slo.ttft
+    return SloAdmission(target, Estimator(spec.admission.estimator), spec.admission.window)
+
+
 def run_variant(variant: Variant, record_batches: bool = False,
                 requests: list[Request] | None = None,
                 step_log: StepLog | None = None,
@@ -146,14 +157,7 @@ def run_variant(variant: Variant, record_batches: bool = False,
     the step records go, by default all kept in memory)."""
     spec = variant.spec
     policy = policy_of(variant)
-    admission = None
-    if spec.admission is not None:
-        target = spec.admission.ttft_slo
-        if target is None:
-            assert spec.slo is not None and spec.slo.ttft is not None
-            target = spec.slo.ttft
-        admission = SloAdmission(target, Estimator(spec.admission.estimator),
-                                 spec.admission.window)
+    admission = admission_of(spec)
     pressure = spec.backpressure
     if requests is None:
         requests = requests_of(variant)

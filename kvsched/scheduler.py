@@ -556,6 +556,12 @@ class Scheduler:
             seq.decoded_tick = tick
             decoded.append(seq)
             budget -= 1
+        self._settle_pass(plan, tick, decoded)
+        return budget
+
+    def _settle_pass(self, plan: StepPlan, tick: int, decoded: list[Seq]) -> None:
+        """After an exact decode pass: who was left out stands still (its lazy counters
+        move back a pass), and the plan counts who decoded."""
         for seq in self.running.values():
             if seq.decoded_tick != tick:  # left out this pass: its counters stand still
                 seq.base -= 1
@@ -570,7 +576,6 @@ class Scheduler:
         self.kv_tokens += len(decoded)
         if self.record_batches:
             plan.decoded = decoded
-        return budget
 
     def _pick_victim(self) -> Seq:
         rule = self._victim
@@ -701,20 +706,7 @@ class Scheduler:
                 chunks[seq] = n
             budget -= n
         if tick:
-            for seq in self.running.values():
-                if seq.decoded_tick != tick:  # left out this pass: its counters stand still
-                    seq.base -= 1
-                    seq.epoch += 1
-                    self._close_run(seq, tick - 1)
-                    seq.run_tick = tick + 1
-                    self.gaps.want(seq.run_tick, seq)
-                    self._push_block_due(seq)
-                    self._push_finish_due(seq)
-            plan.num_decodes = len(decoded)
-            plan.kv_read_tokens += sum(s.prompt_len + s.base + tick - 1 for s in decoded)
-            self.kv_tokens += len(decoded)
-            if self.record_batches:
-                plan.decoded = decoded
+            self._settle_pass(plan, tick, decoded)
         for seq, n in chunks.items():
             self._prefill_chunk(plan, seq, n)
         return budget
