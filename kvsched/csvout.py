@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterable, Sequence
-from itertools import repeat
+from itertools import chain, repeat
 from pathlib import Path
 from typing import IO, Any, cast
 
 from kvsched.records import STEP_COLUMNS
 from kvsched.scheduler import Stretch
-from kvsched.steplog import COMPACT_COLUMNS, RecordMode, Segment, compact_row, segment_runs
+from kvsched.steplog import COMPACT_COLUMNS, RecordMode, Segment, compact_row
 
 FLOAT_FORMAT = "%.10g"
 
 _STEP_FLOATS = frozenset({"time", "duration", "thrash_ratio", "mfu", "mbu"})
+_CONSTANT = (3, 4, 5, 6, 7, 8, 9, 12, 13, 15, 16, 17, 18)
+"""STEP_COLUMNS indices a decode stretch holds constant over its steps."""
 
 
 def cell_text(value: Any) -> str:
@@ -117,33 +119,73 @@ class StepCsv:
         self._writer.close()
         self._handle.close()
 
-    def _full_columns(self, chunk: list[Segment]) -> list[list[Any]]:
-        cols: list[list[Any]] = [[] for _ in STEP_COLUMNS]
+    def _full_columns(self, chunk: list[Segment]) -> list[Any]:
+        """One column per STEP_COLUMNS name, a row per step: the columns a stretch holds
+        constant are repeated by numpy, segment by segment; the ones that change per step
+        (times, blocks, utilisation) are chained from the stretches' lists."""
+        import numpy as np
+
         num_blocks = self.num_blocks
-        for is_row, group in segment_runs(chunk):
-            if is_row:
-                for col, values in zip(cols, zip(*group, strict=True), strict=True):
-                    col.extend(values)
+        lengths: list[int] = []
+        firsts: list[int] = []
+        constant: list[list[Any]] = [[] for _ in _CONSTANT]
+        finished: list[int] = []
+        times: list[list[float]] = []
+        durations: list[list[float]] = []
+        used: list[list[int]] = []
+        free: list[list[int]] = []
+        mfu: list[Any] = []
+        mbu: list[Any] = []
+        for segment in chunk:
+            if type(segment) is tuple:
+                row = cast(tuple, segment)
+                lengths.append(1)
+                firsts.append(row[0])
+                for values, index in zip(constant, _CONSTANT, strict=True):
+                    values.append(row[index])
+                finished.append(row[14])
+                times.append([row[1]])
+                durations.append([row[2]])
+                used.append([row[10]])
+                free.append([row[11]])
+                mfu.append((row[19],))
+                mbu.append((row[20],))
                 continue
-            for segment in group:
-                stretch = cast(Stretch, segment)
-                steps, n = stretch.num_steps, stretch.num_decodes
-                cols[0].extend(range(stretch.step, stretch.step + steps))
-                cols[1].extend(stretch.starts)
-                cols[2].extend(stretch.durations)
-                cols[3].extend(repeat(stretch.num_running, steps))
-                cols[4].extend(repeat(stretch.num_waiting, steps))
-                for i in (5, 6, 8, 12, 13, 15, 16, 18):
-                    cols[i].extend(repeat(0, steps))
-                cols[7].extend(repeat(n, steps))
-                cols[9].extend(repeat(n, steps))
-                cols[10].extend(stretch.blocks_used)
-                cols[11].extend([num_blocks - used for used in stretch.blocks_used])
-                cols[14].extend(repeat(0, steps - 1))
-                cols[14].append(stretch.num_finished)
-                cols[17].extend(repeat(0.0, steps))
-                cols[19].extend(stretch.mfu or repeat(None, steps))
-                cols[20].extend(stretch.mbu or repeat(None, steps))
+            stretch = cast(Stretch, segment)
+            steps, n = stretch.num_steps, stretch.num_decodes
+            lengths.append(steps)
+            firsts.append(stretch.step)
+            for values, value in zip(constant, (stretch.num_running, stretch.num_waiting, 0,
+                                                0, n, 0, n, 0, 0, 0, 0, 0.0, 0), strict=True):
+                values.append(value)
+            finished.append(stretch.num_finished)
+            times.append(stretch.starts)
+            durations.append(stretch.durations)
+            used.append(stretch.blocks_used)
+            free.append([num_blocks - u for u in stretch.blocks_used])
+            mfu.append(stretch.mfu or repeat(None, steps))
+            mbu.append(stretch.mbu or repeat(None, steps))
+        counts = np.array(lengths, dtype=np.int64)
+        total = int(counts.sum())
+        starts = np.cumsum(counts) - counts
+        offsets = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
+        cols: list[Any] = [None] * len(STEP_COLUMNS)
+        cols[0] = np.repeat(np.array(firsts, dtype=np.int64), counts) + offsets
+        for values, index in zip(constant, _CONSTANT, strict=True):
+            if index == 17:  # thrash_ratio: a float column, formatted as text later
+                cols[index] = list(chain.from_iterable(
+                    repeat(v, k) for v, k in zip(values, lengths, strict=True)))
+            else:
+                cols[index] = np.repeat(np.array(values, dtype=np.int64), counts)
+        last = np.zeros(total, dtype=np.int64)
+        last[starts + counts - 1] = finished
+        cols[14] = last
+        cols[1] = list(chain.from_iterable(times))
+        cols[2] = list(chain.from_iterable(durations))
+        cols[10] = np.fromiter(chain.from_iterable(used), dtype=np.int64, count=total)
+        cols[11] = np.fromiter(chain.from_iterable(free), dtype=np.int64, count=total)
+        cols[19] = list(chain.from_iterable(mfu))
+        cols[20] = list(chain.from_iterable(mbu))
         return cols
 
     def _compact_columns(self, chunk: list[Segment]) -> list[list[Any]]:
