@@ -1,9 +1,8 @@
 """One replica: its scheduler, time model, thrash monitor and admission gate.
 
-The loop (`kvsched.loop`) owns the clock and the arrivals; an `Engine` only answers "run
-your next step starting at `now`" (`step`) and "run, in one move, the pure-decode steps
-that would follow" (`stretch`). Nothing outside reads its internals except through these
-calls and `view`.
+The loop (`kvsched.simulator.run_loop`, or `kvsched.cluster` for several replicas) owns the
+clock and the arrivals; an `Engine` only answers "run your next step starting at `now`"
+(`step`) and "run, in one move, the pure-decode steps that would follow" (`stretch`).
 """
 
 from __future__ import annotations
@@ -125,10 +124,8 @@ class Engine:
         if stretch is None:
             return None
         if self._utilisation is not None:
-            n, k = stretch.num_decodes, stretch.num_steps
-            first = (stretch.kv_read_tokens - n * k * (k - 1) // 2) // k  # KV read by step 0
             stretch.mfu, stretch.mbu = self.clock.stretch_utilisation(  # type: ignore[attr-defined]
-                n, first, stretch.durations)
+                stretch.num_decodes, stretch.kv_first, stretch.durations)
         self.monitor.skip(stretch.num_steps, stretch.num_decodes)
         if self.gate is not None:
             self.gate.observe_quiet(stretch.starts, stretch.durations)

@@ -358,31 +358,27 @@ def staging(out_dir: Path, name: str) -> Iterator[Path]:
 def write_scenario(run: ScenarioRun, out_dir: Path,
                    extra_files: Callable[[Path, ScenarioRun], None] | None = None,
                    staged: Path | None = None) -> Path:
-    """Write `<out_dir>/<scenario>/` whole: into a temporary folder (`staged`, when the run
-    streamed into one), then renamed into place.
+    """Write `<out_dir>/<scenario>/` whole: into a temporary folder (`staged`, from `staging`,
+    when the run streamed into one), then renamed into place.
 
     Only what this run produced is replaced: the folders and `summary.csv` rows of the
     variants that ran. Other variants' folders, rows and pictures already there are kept.
-    An OS error (disk full, read-only folder) leaves nothing partial and is one line.
+    An OS error (disk full, read-only folder) leaves nothing partial and is one line (the
+    `staging` context turns it into one and removes the folder).
     """
+    if staged is None:
+        with staging(out_dir, run.scenario.name) as folder:
+            return write_scenario(run, out_dir, extra_files, folder)
     final = out_dir / run.scenario.name
-    staging_dir = staged if staged is not None else _make_staging(out_dir, run.scenario.name)
-    try:
-        for variant_run in run.runs:
-            _write_variant(staging_dir / variant_run.name, variant_run)
-        rows = [(r.name, r.summary) for r in run.runs]
-        header, body = summary_rows(rows)
-        if final.is_dir():
-            header, body = _keep_others(final, staging_dir, header, body, run)
-        write_rows(staging_dir / "summary.csv", header, body)
-        if extra_files:
-            extra_files(staging_dir, run)
-        _replace_dir(staging_dir, final)
-    except BaseException as exc:
-        shutil.rmtree(staging_dir, ignore_errors=True)
-        if isinstance(exc, OSError):
-            raise write_error(final, exc) from None
-        raise
+    for variant_run in run.runs:
+        _write_variant(staged / variant_run.name, variant_run)
+    header, body = summary_rows([(r.name, r.summary) for r in run.runs])
+    if final.is_dir():
+        header, body = _keep_others(final, staged, header, body, run)
+    write_rows(staged / "summary.csv", header, body)
+    if extra_files:
+        extra_files(staged, run)
+    replace_dir(staged, final)
     return final
 
 
@@ -502,7 +498,3 @@ def run_record(variant: Variant, result: RunResult) -> dict[str, Any]:
         "watermark_blocks": result.config.watermark_blocks,
         "resolved": {"name": f"{scenario.name}-{variant.name}", **resolved},
     }
-
-
-def _replace_dir(staging: Path, final: Path) -> None:
-    replace_dir(staging, final)

@@ -97,7 +97,7 @@ class Stretch:
     starts: list[float]
     durations: list[float]
     blocks_used: list[int]
-    kv_read_tokens: int  # summed over the stretch
+    kv_first: int  # KV tokens its first step reads (each later one reads num_decodes more)
     num_finished: int = 0
     mfu: list[float] | None = None  # per step, with a hardware time model (set by the engine)
     mbu: list[float] | None = None
@@ -480,12 +480,11 @@ class Scheduler:
                 self._last_prompt_latency = ends[0] - self._prev_time
             self._prev_time, self._prev_prompt = ends[k - 1], False
             self._delay_passed = True  # nothing waits during a stretch
-        kv_read = k * kv + n * k * (k + 1) // 2
         del durations[k:]
         starts = ends[:k]
         self.gaps.complete_many(first, ends[:k + 1], n)
         stretch = Stretch(step, k, n, n + len(self.prefilling), len(self.waiting), starts,
-                          durations, used, kv_read)
+                          durations, used, kv + n)
         if tick == finish:
             last, end = step + k - 1, ends[k]
             for seq, epoch in self._finish_due.pop(tick):
@@ -746,17 +745,8 @@ class Scheduler:
             if need + floor > pool.free:
                 self._stopped_at = (seq, f"needs {need} blocks", budget)
                 break
-            self._take_head(plan, seq, need)
-            seq.prefill_left = tokens
-            if seq.first_scheduled_time is None:
-                seq.first_scheduled_time = plan.time
-            kind = "recompute" if seq.state is SeqState.PREEMPTED else "prefill"
-            detail = f"{kind} {tokens} tokens"
-            if n < tokens:
-                detail += f", first chunk {n}"
-            self.events.append((plan.step, plan.time, seq.request.request_id, "admit", detail))
+            self._start_prefill(plan, seq, need, tokens, n)
             budget -= n
-            self._prefill_chunk(plan, seq, n)
 
     # -- prefills and admissions -------------------------------------------------------
 
@@ -826,18 +816,23 @@ class Scheduler:
                 if not pool.can_admit(need):
                     self._stopped_at = (seq, f"needs {need} blocks", budget)
                     break
-                self._take_head(plan, seq, need)
-                seq.prefill_left = tokens
-                if seq.first_scheduled_time is None:
-                    seq.first_scheduled_time = plan.time
-                kind = "recompute" if seq.state is SeqState.PREEMPTED else "prefill"
-                detail = f"{kind} {tokens} tokens"
-                if chunk < tokens:
-                    detail += f", first chunk {chunk}"
-                self.events.append((plan.step, plan.time, request.request_id, "admit", detail))
+                self._start_prefill(plan, seq, need, tokens, chunk)
                 budget -= chunk
-                self._prefill_chunk(plan, seq, chunk)
         return budget
+
+    def _start_prefill(self, plan: StepPlan, seq: Seq, blocks: int, tokens: int,
+                       chunk: int) -> None:
+        """Admit the head for a (re)prefill of `tokens`, computing `chunk` of them now."""
+        self._take_head(plan, seq, blocks)
+        seq.prefill_left = tokens
+        if seq.first_scheduled_time is None:
+            seq.first_scheduled_time = plan.time
+        kind = "recompute" if seq.state is SeqState.PREEMPTED else "prefill"
+        detail = f"{kind} {tokens} tokens"
+        if chunk < tokens:
+            detail += f", first chunk {chunk}"
+        self.events.append((plan.step, plan.time, seq.request.request_id, "admit", detail))
+        self._prefill_chunk(plan, seq, chunk)
 
     def _take_head(self, plan: StepPlan, seq: Seq, blocks: int) -> None:
         """Admit the head of the waiting queue: pop it, give it `blocks`, count it."""

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import re
-import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,9 +20,9 @@ import yaml
 from kvsched.backends import Backend, run_jobs
 from kvsched.diagnosis import diagnose, incident_flags
 from kvsched.errors import KvschedError, ScenarioError, excerpt
-from kvsched.paths import replace_dir, write_error
+from kvsched.paths import replace_dir
 from kvsched.report import write_csv, write_json
-from kvsched.runner import policy_of, run_variant, select, slo_of, thresholds_of
+from kvsched.runner import policy_of, run_variant, select, slo_of, staging, thresholds_of
 from kvsched.scenario import Assignment, Scenario, load_scenario_text
 from kvsched.steplog import StepLog
 
@@ -228,20 +225,7 @@ def write_sweep(folder: Path, frame: pd.DataFrame, axes: Sequence[Axis],
     grid_spec = {"source": source.source, "seed": source.seed,
                  "axes": [{"path": a.path, "option": a.option, "values": list(a.values),
                            "geometric": a.geometric} for a in axes]}
-    try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    except OSError as exc:
-        raise write_error(folder, exc) from None
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        staging.chmod(0o777 & ~umask)
-        write_csv(frame, staging / "summary.csv")
-        write_json(grid_spec, staging / "sweep.json")
-        replace_dir(staging, folder)
-    except BaseException as exc:
-        shutil.rmtree(staging, ignore_errors=True)
-        if isinstance(exc, OSError):
-            raise write_error(folder, exc) from None
-        raise
+    with staging(folder.parent, folder.name) as staged:
+        write_csv(frame, staged / "summary.csv")
+        write_json(grid_spec, staged / "sweep.json")
+        replace_dir(staged, folder)
