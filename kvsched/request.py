@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from kvsched.prefix import Prefix
+
 
 class Status(StrEnum):
     """How a request ended a run."""
@@ -24,6 +26,12 @@ class Request:
     `class_name` is a free label (e.g. "short", "long") carried into the records so that
     metrics can be split per class. `session` groups a conversation's turns (the `session`
     router keeps them on one replica); None when the workload gives none.
+
+    `prefix` names the request's tokens as segments (`kvsched.prefix`), so that a prefix
+    cache can recognise what two requests share: it covers the first tokens of the prompt
+    (the rest is the request's own), or the whole prompt and the answer (a conversation's
+    next turn repeats them). `after` holds a conversation's next turn back until the request
+    with that id has ended; it then arrives `think_time` later (`arrival_time` is ignored).
     """
 
     request_id: str
@@ -33,6 +41,9 @@ class Request:
     priority: int = 0
     class_name: str | None = None
     session: str | None = None
+    prefix: Prefix | None = None
+    after: str | None = None
+    think_time: float = 0.0
 
     def __post_init__(self) -> None:
         if self.prompt_len < 1:
@@ -41,3 +52,10 @@ class Request:
             raise ValueError(f"request {self.request_id}: output_len must be >= 1")
         if not self.arrival_time >= 0:  # also refuses NaN
             raise ValueError(f"request {self.request_id}: arrival_time must be >= 0")
+        if self.prefix is not None:
+            covered = self.prefix.num_tokens
+            if covered > self.prompt_len and covered != self.prompt_len + self.output_len:
+                raise ValueError(f"request {self.request_id}: its prefix covers {covered} "
+                                 f"tokens, more than its prompt ({self.prompt_len})")
+        if not self.think_time >= 0:
+            raise ValueError(f"request {self.request_id}: think_time must be >= 0")

@@ -9,9 +9,12 @@ gives them all back. Blocks shared by several owners are counted once.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kvsched.prefix import Prefix
+
+if TYPE_CHECKING:
+    from kvsched.sequence import Seq
 
 
 class KVCache(Protocol):
@@ -54,3 +57,19 @@ class KVCache(Protocol):
 
     def blocks_of(self, owner: int) -> Sequence[int]:
         ...
+
+
+class CacheView(Protocol):
+    """What a cache-aware policy or a router may read of a running engine's KV cache: never
+    a way to change it. `match(seq)` is how many tokens of `seq`'s next (re)prefill the cache
+    holds right now (what its admission would hit), in whole blocks."""
+
+    block_size: int
+
+    @property
+    def num_free(self) -> int: ...
+
+    @property
+    def num_cached(self) -> int: ...
+
+    def match(self, seq: Seq) -> int: ...
