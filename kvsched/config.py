@@ -53,6 +53,14 @@ class Unschedulable(StrEnum):
     REJECT = "reject"  # turn it away at arrival with the reason, as vLLM does
 
 
+class PrefixAccounting(StrEnum):
+    """What a prefix-cache hit changes at admission (both compute only the uncached tokens)."""
+
+    V1 = "v1"  # cached tokens are not scheduled; fresh blocks + idle hit blocks must be free
+    V0 = "v0"  # cached tokens are free for the budget (charged >= 1 token), every prompt
+    #            block is counted against the free ones, partial chunks round down to blocks
+
+
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     """Limits and rules of one simulated engine. Defaults are the lesson's demo engine.
@@ -89,6 +97,9 @@ class EngineConfig:
       of the waiting queue (vLLM V0); false: on the preempted stack, newest first.
     - `max_queued_requests` (None = no limit): an arrival that finds this many requests
       waiting is rejected with SGLang's message (preempted requests waiting count too).
+    - `enable_prefix_caching`: blocks have identity (`kvsched.kvcache`): a request finds the
+      full blocks of its prefix that earlier requests computed, and its own on resume.
+      `prefix_accounting` says what a hit changes at admission (`PrefixAccounting`).
     """
 
     max_num_batched_tokens: int = 2048
@@ -113,6 +124,8 @@ class EngineConfig:
     swapped_fifo: bool = False
     delay_factor: float = 0.0
     max_queued_requests: int | None = None
+    enable_prefix_caching: bool = False
+    prefix_accounting: PrefixAccounting = PrefixAccounting.V1
 
     def __post_init__(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_blocks",
@@ -136,6 +149,7 @@ class EngineConfig:
         object.__setattr__(self, "victim", Victim(self.victim))
         object.__setattr__(self, "requeue", Requeue(self.requeue))
         object.__setattr__(self, "on_unschedulable", Unschedulable(self.on_unschedulable))
+        object.__setattr__(self, "prefix_accounting", PrefixAccounting(self.prefix_accounting))
         order = StepOrder(self.step_order)
         if order is StepOrder.DECODE_FIRST and not self.mix_prefill_decode:
             order = StepOrder.PREFILL_FIRST

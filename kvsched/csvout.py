@@ -136,6 +136,8 @@ class StepCsv:
         free: list[list[int]] = []
         mfu: list[Any] = []
         mbu: list[Any] = []
+        cached: list[Any] = []
+        evicted: list[Any] = []
         for segment in chunk:
             if type(segment) is tuple:
                 row = cast(tuple, segment)
@@ -150,6 +152,8 @@ class StepCsv:
                 free.append([row[11]])
                 mfu.append((row[19],))
                 mbu.append((row[20],))
+                cached.append((row[21],))
+                evicted.append((row[22],))
                 continue
             stretch = cast(Stretch, segment)
             steps, n = stretch.num_steps, stretch.num_decodes
@@ -165,6 +169,8 @@ class StepCsv:
             free.append([num_blocks - u for u in stretch.blocks_used])
             mfu.append(stretch.mfu or repeat(None, steps))
             mbu.append(stretch.mbu or repeat(None, steps))
+            cached.append(stretch.cached_blocks or repeat(0, steps))
+            evicted.append(stretch.evicted_blocks or repeat(0, steps))
         counts = np.array(lengths, dtype=np.int64)
         total = int(counts.sum())
         starts = np.cumsum(counts) - counts
@@ -186,6 +192,8 @@ class StepCsv:
         cols[11] = np.fromiter(chain.from_iterable(free), dtype=np.int64, count=total)
         cols[19] = list(chain.from_iterable(mfu))
         cols[20] = list(chain.from_iterable(mbu))
+        cols[21] = np.fromiter(chain.from_iterable(cached), dtype=np.int64, count=total)
+        cols[22] = np.fromiter(chain.from_iterable(evicted), dtype=np.int64, count=total)
         return cols
 
     def _compact_columns(self, chunk: list[Segment]) -> list[list[Any]]:

@@ -105,13 +105,17 @@ class Engine:
             self.gate.observe(now, end, plan.num_admitted)
         if self.batches is not None:
             _record_batch(self.batches, plan, self._batch_in_admission_order)
+        cached = evicted = 0
+        prefix = sched.prefix
+        if prefix is not None:
+            cached, evicted = prefix.num_cached, prefix.take_evicted()
         self._steady = self.stretches and not changed and (
             plan.is_pure_decode and plan.num_decodes == len(sched.running) or self._settled())
         return (step, now, duration, num_running, num_waiting, len(plan.prefills),
                 plan.prefill_tokens, num_decodes, plan.recomputed_tokens, computed + num_decodes,
                 pool.num_blocks - blocks_free, blocks_free, len(plan.preempted),
                 plan.num_admitted, plan.num_finished, plan.swapped_out_blocks,
-                plan.swapped_in_blocks, ratio, int(monitor.signal), mfu, mbu)
+                plan.swapped_in_blocks, ratio, int(monitor.signal), mfu, mbu, cached, evicted)
 
     def stretch(self, step: int, now: float, next_arrival: float,
                 max_steps: int) -> Stretch | None:

@@ -36,7 +36,7 @@ LATE_KEYS = (
     "ttft_p90", "tpot_mean", "tpot_p50", "tpot_p90", "tpot_p95", "tpot_p99",
     "itl_mean", "itl_p50", "itl_p90", "itl_p95", "itl_p99", "e2e_p90", "e2e_p95",
     "request_throughput", "output_throughput", "total_token_throughput", "request_goodput",
-    "mfu_mean", "mbu_mean",
+    "mfu_mean", "mbu_mean", "prefix_hit_rate", "prefill_tokens_saved", "evicted_blocks",
 )
 """Summary keys added after summary.csv's layout was in use: `summary_rows` writes them
 after every other column (per-class and incident keys included), so older columns keep
@@ -161,6 +161,12 @@ def summarize(requests: list[RequestRecord], steps: StepStats | list[tuple],
     summary["request_goodput"] = summary["goodput"]
     for name, total in (("mfu", steps.mfu_sum), ("mbu", steps.mbu_sum)):
         summary[f"{name}_mean"] = None if total is None or not num_steps else total / num_steps
+    admitted = [r for r in requests if r.prefix_hit_tokens is not None]
+    prompts = sum(r.prompt_len for r in admitted)
+    summary["prefix_hit_rate"] = (sum(r.prefix_hit_tokens or 0 for r in admitted) / prompts
+                                  if prompts else 0.0)
+    summary["prefill_tokens_saved"] = sum(r.cached_tokens for r in requests)
+    summary["evicted_blocks"] = steps.evicted_blocks
 
     classes = sorted({r.class_name for r in requests if r.class_name is not None})
     for name in classes:

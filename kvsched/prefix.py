@@ -12,7 +12,7 @@ parent's hash and its own tokens, as vLLM hashes them) and the pieces a radix tr
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 Segment = tuple[int, int]  # (segment id, number of tokens)
 
@@ -25,6 +25,9 @@ class Prefix:
     the answer's tokens too)."""
 
     segments: tuple[Segment, ...]
+    # block size -> hashes of every full block (a request's identity is hashed once)
+    _memo: dict[int, list[int]] = field(default_factory=dict, compare=False, hash=False,
+                                        repr=False)
 
     def __post_init__(self) -> None:
         for seg_id, length in self.segments:
@@ -47,8 +50,16 @@ class Prefix:
 
     def block_hashes(self, block_size: int, upto: int | None = None) -> list[int]:
         """Hashes of the full blocks among the first `upto` tokens (all by default): block k's
-        hash covers its parent's hash and the (segment, offsets) pieces it holds."""
-        total = self.num_tokens if upto is None else min(upto, self.num_tokens)
+        hash covers its parent's hash and the (segment, offsets) pieces it holds. Computed
+        once per block size; a call costs a slice after that."""
+        hashes = self._memo.get(block_size)
+        if hashes is None:
+            hashes = self._memo[block_size] = self._hash_blocks(block_size, self.num_tokens)
+        if upto is None or upto >= self.num_tokens:
+            return hashes
+        return hashes[:max(0, upto) // block_size]
+
+    def _hash_blocks(self, block_size: int, total: int) -> list[int]:
         hashes: list[int] = []
         parent = _ROOT
         block: list[tuple[int, int, int]] = []

@@ -49,9 +49,10 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
              "admit_after_preempt": False, "chunked_prefill": True,
              "long_prefill_token_threshold": 0, "scheduler_reserve_full_isl": True,
              "null_block": True, "watermark": 0.0, "preemption": "recompute",
-             "max_num_batched_tokens": 2048, "max_num_seqs": 128},
+             "max_num_batched_tokens": 2048, "max_num_seqs": 128,
+             "enable_prefix_caching": True, "prefix_accounting": "v1"},
             exact=True,
-            missing=("prefix caching", "async scheduling (the server's default)",
+            missing=("async scheduling (the server's default)",
                      "speculative decoding", "multi-sequence requests (n > 1)",
                      "KV connectors, LoRA, multimodal")),
     _preset("vllm_v0", "vLLM 0.8.5, V0 engine (approximate)",
@@ -63,7 +64,8 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
              "long_prefill_token_threshold": 0, "watermark": 0.01, "preemption": "recompute",
              "max_num_batched_tokens": 2048, "max_num_seqs": 256,
              "on_unschedulable": "reject", "preemption_warning": True,
-             "swapped_fifo": True, "delay_factor": 0.0},
+             "swapped_fifo": True, "delay_factor": 0.0,
+             "enable_prefix_caching": False, "prefix_accounting": "v0"},
             missing=(
                      "max_num_partial_prefills / max_long_partial_prefills",
                      "V0's own rejection messages (kvsched's reasons are given)",
@@ -76,10 +78,13 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
             {"step_order": "prefill_first", "victim": "fewest_generated", "requeue": "back",
              "admit_after_preempt": True, "chunked_prefill": True,
              "long_prefill_token_threshold": 0, "watermark": 0.0, "preemption": "recompute",
-             "max_num_batched_tokens": 8192, "max_num_seqs": 256},
+             "max_num_batched_tokens": 8192, "max_num_seqs": 256,
+             "enable_prefix_caching": True, "prefix_accounting": "v1"},
             missing=("new_token_ratio admission reserving future decode tokens",
                      "max_prefill_tokens apart from the step budget",
-                     "schedule_conservativeness", "the random policy", "radix cache")),
+                     "schedule_conservativeness", "the random policy",
+                     "the radix cache at token granularity (its prefix cache here is "
+                     "vLLM's hashed blocks, one page = one block)")),
 )})
 
 

@@ -16,6 +16,7 @@ REQUEST_COLUMNS = (
     "first_scheduled_time", "first_token_time", "finish_time", "ttft", "ttft_steps",
     "e2e_latency", "queue_time", "num_preemptions", "num_recomputed_tokens",
     "num_swapped_blocks", "max_token_gap", "generated_tokens", "reason", "tpot",
+    "prefix_hit_tokens", "cached_tokens",
 )
 """Per request. `ttft` = first token time - arrival (a request admitted on its arrival step
 has ttft 1 on the step clock); `ttft_steps` = steps from the one it joined the queue in to
@@ -25,13 +26,16 @@ the one that produced its first token, inclusive; `queue_time` = first scheduled
 `max_token_gap` = longest time between two of its consecutive tokens; `reason` = why it
 starved or was rejected; `tpot` = time per output token after the first, as vLLM's
 benchmark defines it: (e2e_latency - ttft) / (output_len - 1), for finished requests of
-at least two tokens (None otherwise)."""
+at least two tokens (None otherwise); `prefix_hit_tokens` = prompt tokens found in the
+prefix cache at its first admission (0 without prefix caching; empty if never admitted),
+`cached_tokens` = tokens found cached over all its admissions, resumes included."""
 
 STEP_COLUMNS = (
     "step", "time", "duration", "num_running", "num_waiting", "num_prefill_requests",
     "prefill_tokens", "decode_tokens", "recomputed_tokens", "budget_used", "blocks_used",
     "blocks_free", "num_preempted", "num_admitted", "num_finished", "swapped_out_blocks",
     "swapped_in_blocks", "thrash_ratio", "backpressure", "mfu", "mbu",
+    "cached_blocks", "evicted_blocks",
 )
 """Per executed step. `time` = its start; queue lengths and blocks are as the batch runs
 (after admissions and preemptions, before finishes); `prefill_tokens` are first-time prefill
@@ -41,7 +45,10 @@ per decoding request (swap-ins included); `budget_used` is their sum; `thrash_ra
 step (swapped: tokens of KV moved to host and back), and
 `backpressure` 1 while that signal is up. With a hardware time model (roofline), `mfu` and
 `mbu` are the step's model-FLOPs and memory-bandwidth utilisation of one GPU (useful FLOPs,
-and weight + KV bytes, over the step's duration x the datasheet peaks); empty otherwise."""
+and weight + KV bytes, over the step's duration x the datasheet peaks); empty otherwise.
+With prefix caching on, `cached_blocks` counts the blocks holding a cached prefix after the
+step (in use or free) and `evicted_blocks` the cached blocks the step evicted for new ones
+(both 0 otherwise)."""
 
 EVENT_COLUMNS = ("step", "time", "request_id", "event", "detail")
 """arrive, admit, preempt, swap_out, swap_in, finish, starve, reject, and backpressure
@@ -76,6 +83,8 @@ class RequestRecord:
     generated_tokens: int
     reason: str | None
     tpot: float | None = None
+    prefix_hit_tokens: int | None = None
+    cached_tokens: int = 0
 
     def as_row(self) -> tuple:
         return (self.request_id, self.arrival_time, self.prompt_len, self.output_len,
@@ -83,7 +92,8 @@ class RequestRecord:
                 self.first_token_time, self.finish_time, self.ttft, self.ttft_steps,
                 self.e2e_latency, self.queue_time, self.num_preemptions,
                 self.num_recomputed_tokens, self.num_swapped_blocks, self.max_token_gap,
-                self.generated_tokens, self.reason, self.tpot)
+                self.generated_tokens, self.reason, self.tpot, self.prefix_hit_tokens,
+                self.cached_tokens)
 
 
 @dataclass(frozen=True, slots=True)

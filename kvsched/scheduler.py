@@ -27,12 +27,15 @@ from kvsched.blocks import BlockPool, blocks_for
 from kvsched.config import (
     EngineConfig,
     PreemptionMode,
+    PrefixAccounting,
     Requeue,
     StepOrder,
     Unschedulable,
     Victim,
 )
 from kvsched.histogram import GapHistogram
+from kvsched.kvcache.hashed import HashedBlockCache
+from kvsched.kvcache.tracker import PrefixTracker
 from kvsched.policies.base import Policy
 from kvsched.policies.fcfs import Fcfs
 from kvsched.policies.priority import PriorityFirst
@@ -101,6 +104,8 @@ class Stretch:
     num_finished: int = 0
     mfu: list[float] | None = None  # per step, with a hardware time model (set by the engine)
     mbu: list[float] | None = None
+    cached_blocks: list[int] | None = None  # per step, with prefix caching on
+    evicted_blocks: list[int] | None = None
 
     @property
     def end(self) -> float:
@@ -227,6 +232,13 @@ class Scheduler:
         if requeue is Requeue.BY_POLICY:
             requeue = Requeue.FRONT if isinstance(policy, Fcfs) else Requeue.BY_POLICY
         self._requeue = requeue  # BY_POLICY here: back in policy order by original arrival
+        # Prefix caching: blocks with identity beside the counts (kvsched.kvcache.tracker).
+        self.prefix: PrefixTracker | None = None
+        if config.enable_prefix_caching:
+            self.prefix = PrefixTracker(
+                HashedBlockCache(config.usable_blocks, config.block_size), self.pool)
+        self._v0_prefix = config.prefix_accounting is PrefixAccounting.V0
+        self._dynamic = bool(getattr(self.waiting, "dynamic", False))  # re-ranked each step
         self._order = {StepOrder.DECODE_FIRST: self._decode_first,
                        StepOrder.PREFILL_FIRST: self._prefill_first,
                        StepOrder.RUNNING_LOOP: self._running_loop}[config.step_order]
@@ -296,6 +308,8 @@ class Scheduler:
     def schedule(self, step: int, now: float) -> StepPlan:
         """Decide step `step`, starting at `now`."""
         plan = StepPlan(step, now)
+        if self._dynamic:
+            self.waiting.reorder(now, self.prefix)  # type: ignore[attr-defined]
         if self.config.delay_factor:
             self._delay_passed = self._passed_delay(now)
         self._order(plan)
@@ -394,6 +408,8 @@ class Scheduler:
         if behind is None:
             return 0
         need = blocks_for(behind.prompt_len + behind.generated, self._block_size)
+        if self.prefix is not None and behind.state is not SeqState.SWAPPED:
+            need = self._blocks_with_hit(behind, need)[0]
         return need + self.pool.watermark_blocks
 
     def decode_stretch(self, step: int, now: float, clock: TimeModel, next_arrival: float,
@@ -414,6 +430,11 @@ class Scheduler:
             return None
         if self.config.delay_factor and len(self.waiting):
             return None  # the delay passes with time alone: admissions may open mid-stretch
+        if self._dynamic and len(self.waiting):
+            return None  # the order changes with time and the cache: a new head may fit
+        prefix = self.prefix
+        if prefix is not None and len(self.waiting) and not self.config.chunked_prefill:
+            return None  # an eviction may lengthen a waiting prompt's uncached part
         finish = self.next_finish_tick()
         limit = min(max_steps, MAX_STRETCH)
         if finish is not None:
@@ -437,6 +458,7 @@ class Scheduler:
         block_size = self._block_size
         tick, num_blocks = self.tick, pool.num_blocks
         used: list[int] = []
+        evictions: dict[int, int] = {}  # pass -> cached blocks its growth evicted
         blocks_used = num_blocks - pool.free
         # Only passes at which someone crosses a block boundary need work: visit those in
         # order (a boundary crossed moves that request's next one a block later).
@@ -457,6 +479,12 @@ class Scheduler:
                 blocks_used += len(growing)
                 for seq, _epoch in growing:
                     seq.blocks += 1
+                if prefix is not None:
+                    for seq, _epoch in growing:
+                        prefix.grow(seq, 1)
+                    evicted = prefix.take_evicted()
+                    if evicted:
+                        evictions[t] = evicted
                 later = block_due.get(t + block_size)
                 if later is None:
                     block_due[t + block_size] = growing
@@ -471,7 +499,8 @@ class Scheduler:
         k = len(used)
         if not k:
             return None
-        pool.allocate(blocks_used - (num_blocks - pool.free))
+        if prefix is None:
+            pool.allocate(blocks_used - (num_blocks - pool.free))
         first = self.tick + 1
         self.tick = tick
         self.kv_tokens = kv + n * k
@@ -485,6 +514,15 @@ class Scheduler:
         self.gaps.complete_many(first, ends[:k + 1], n)
         stretch = Stretch(step, k, n, n + len(self.prefilling), len(self.waiting), starts,
                           durations, used, kv + n)
+        if prefix is not None:
+            cached = prefix.num_cached  # evictions only shrink it, pass by pass
+            stretch.evicted_blocks = evicted_list = [0] * k
+            stretch.cached_blocks = cached_list = [0] * k
+            for t, evicted in evictions.items():
+                evicted_list[t - first] = evicted
+            for j in range(k - 1, -1, -1):
+                cached_list[j] = cached
+                cached += evicted_list[j]
         if tick == finish:
             last, end = step + k - 1, ends[k]
             for seq, epoch in self._finish_due.pop(tick):
@@ -492,6 +530,9 @@ class Scheduler:
                     self._close_run(seq, tick)
                     self._finish(seq, last, end)
                     stretch.num_finished += 1
+            if prefix is not None:
+                assert stretch.cached_blocks is not None
+                stretch.cached_blocks[-1] = prefix.num_cached  # the finished cached theirs
         return stretch
 
     def generated(self, seq: Seq) -> int:
@@ -518,8 +559,12 @@ class Scheduler:
         if n > budget or len(growing) > self.pool.free:
             return self._decode_exact(plan, budget, tick)
         if growing:
-            self.pool.allocate(len(growing))
+            prefix = self.prefix
+            if prefix is None:
+                self.pool.allocate(len(growing))
             for seq in growing:
+                if prefix is not None:
+                    prefix.grow(seq, 1)
                 seq.blocks += 1
                 self._push_block_due(seq)
         if self.record_batches:
@@ -548,8 +593,7 @@ class Scheduler:
                     if victim.decoded_tick == tick:  # already decoded this pass: undo it
                         decoded.remove(victim)
                         budget += 1
-                pool.allocate(1)
-                seq.blocks += 1
+                self._grow(seq, 1)
                 seq.grew_tick = tick
                 self._push_block_due(seq)
             seq.decoded_tick = tick
@@ -595,20 +639,27 @@ class Scheduler:
         was_decoding = victim.state is RUNNING
         if was_decoding:
             victim.generated = victim.base + tick - 1  # its decode in this pass is undone
+            computed = victim.prompt_len + victim.generated - 1
             self.kv_tokens -= victim.prompt_len + victim.generated - 1
             self._close_run(victim, tick - 1)
             del self.running[victim.index]
             if victim.grew_tick == tick and victim.decoded_tick == tick:
                 victim.blocks -= 1  # the block it just took holds nothing yet
-                self.pool.release(1)
+                if self.prefix is not None:
+                    self.prefix.shrink(victim, 1)
+                else:
+                    self.pool.release(1)
             # The re-prefill recomputes its context and the token it was about to decode.
             victim.recompute_upto = victim.prompt_len + victim.generated
         else:  # mid-prefill: the chunks computed so far are lost
             del self.prefilling[victim.index]
-            done = victim.prompt_len + victim.generated - victim.prefill_left
+            done = computed = victim.prompt_len + victim.generated - victim.prefill_left
             victim.recompute_upto = max(victim.recompute_upto, done)
             victim.prefill_left = 0
-        self.pool.release(victim.blocks)
+        if self.prefix is not None:  # its computed blocks stay cached: it may find them again
+            self.prefix.release(victim, computed)
+        else:
+            self.pool.release(victim.blocks)
         self.committed_blocks -= victim.lifetime_blocks
         victim.epoch += 1
         victim.num_preemptions += 1
@@ -693,8 +744,7 @@ class Scheduler:
             if seq.state is not state:
                 continue  # it preempted itself; under fcfs nothing is left after it
             if need:
-                pool.allocate(need)
-                seq.blocks += need
+                self._grow(seq, need)
             if state is RUNNING:
                 if need:
                     seq.grew_tick = tick
@@ -719,6 +769,7 @@ class Scheduler:
         block_size = self._block_size
         chunked = cfg.chunked_prefill
         full_isl = cfg.scheduler_reserve_full_isl
+        prefix = self.prefix
         self._stopped_at = None
         while budget > 0 and len(self.running) + len(self.prefilling) < cfg.max_num_seqs:
             seq = waiting.peek()
@@ -730,22 +781,28 @@ class Scheduler:
             if self.reserving and self.committed_blocks + seq.lifetime_blocks > pool.num_blocks:
                 break  # backpressure: the pool could not carry it to the end
             tokens = seq.prompt_len + seq.generated
-            n = threshold if 0 < threshold < tokens else tokens
+            hit = cost = 0
+            if prefix is not None:
+                hit = prefix.match(seq)
+                cost = prefix.hit_cost(seq, hit)
+            todo = tokens - hit
+            n = threshold if 0 < threshold < todo else todo
             if not chunked and n > budget:
                 self._stopped_at = (seq, f"needs {n} tokens", budget)
                 break
             n = min(n, budget)
             # The watermark applies only when something else is running (has_scheduled_reqs).
             floor = pool.watermark_blocks if self.running or self.prefilling else 0
-            whole = blocks_for(tokens, block_size)
+            held = hit // block_size
+            whole = blocks_for(tokens, block_size) - held + cost
             if full_isl and whole + floor > pool.free:
                 self._stopped_at = (seq, f"needs {whole} blocks", budget)
                 break
-            need = blocks_for(n, block_size)
-            if need + floor > pool.free:
-                self._stopped_at = (seq, f"needs {need} blocks", budget)
+            need = blocks_for(hit + n, block_size) - held
+            if need + cost + floor > pool.free:
+                self._stopped_at = (seq, f"needs {need + cost} blocks", budget)
                 break
-            self._start_prefill(plan, seq, need, tokens, n)
+            self._start_prefill(plan, seq, need, tokens, n, hit)
             budget -= n
 
     # -- prefills and admissions -------------------------------------------------------
@@ -805,40 +862,63 @@ class Scheduler:
                 if not allow_prefill or not self._delay_passed:
                     break
                 tokens = seq.prompt_len + seq.generated
+                need = blocks_for(tokens, block_size)
+                hit = 0
+                gate = need
+                if self.prefix is not None:
+                    hit = self.prefix.match(seq)
+                    need, cost = self._blocks_with_hit(seq, need, hit)
+                    gate = blocks_for(tokens, block_size) if self._v0_prefix else need
+                todo = tokens - hit
                 if chunked:
-                    chunk = min(tokens, budget, self._chunk_cap)
-                elif tokens > budget:
-                    self._stopped_at = (seq, f"needs {tokens} tokens", budget)
+                    chunk = min(todo, budget, self._chunk_cap)
+                    if hit and self._v0_prefix and chunk < todo:  # V0: whole blocks only
+                        chunk -= chunk % block_size
+                        if not chunk:
+                            self._stopped_at = (seq, f"needs {block_size} tokens", budget)
+                            break
+                elif todo > budget:
+                    self._stopped_at = (seq, f"needs {todo} tokens", budget)
                     break
                 else:
-                    chunk = tokens
-                need = blocks_for(tokens, block_size)
-                if not pool.can_admit(need):
-                    self._stopped_at = (seq, f"needs {need} blocks", budget)
+                    chunk = todo
+                if not pool.can_admit(gate):
+                    self._stopped_at = (seq, f"needs {gate} blocks", budget)
                     break
-                self._start_prefill(plan, seq, need, tokens, chunk)
+                fresh = need - cost if self.prefix is not None else need
+                self._start_prefill(plan, seq, fresh, tokens, chunk, hit)
                 budget -= chunk
         return budget
 
     def _start_prefill(self, plan: StepPlan, seq: Seq, blocks: int, tokens: int,
-                       chunk: int) -> None:
-        """Admit the head for a (re)prefill of `tokens`, computing `chunk` of them now."""
-        self._take_head(plan, seq, blocks)
-        seq.prefill_left = tokens
+                       chunk: int, hit: int = 0) -> None:
+        """Admit the head for a (re)prefill of `tokens`, `hit` of them found cached and
+        `chunk` computed now; it takes `blocks` fresh blocks (beside its hit blocks)."""
+        self._take_head(plan, seq, blocks, hit)
+        seq.prefill_left = tokens - hit
         if seq.first_scheduled_time is None:
             seq.first_scheduled_time = plan.time
+        if seq.prefix_hit_tokens is None:
+            seq.prefix_hit_tokens = hit
+        seq.cached_tokens += hit
         kind = "recompute" if seq.state is SeqState.PREEMPTED else "prefill"
         detail = f"{kind} {tokens} tokens"
-        if chunk < tokens:
+        if hit:
+            detail += f", {hit} cached"
+        if chunk < tokens - hit:
             detail += f", first chunk {chunk}"
         self.events.append((plan.step, plan.time, seq.request.request_id, "admit", detail))
         self._prefill_chunk(plan, seq, chunk)
 
-    def _take_head(self, plan: StepPlan, seq: Seq, blocks: int) -> None:
-        """Admit the head of the waiting queue: pop it, give it `blocks`, count it."""
+    def _take_head(self, plan: StepPlan, seq: Seq, blocks: int, hit: int = 0) -> None:
+        """Admit the head of the waiting queue: pop it, give it its `hit` tokens' cached
+        blocks and `blocks` fresh ones, count it."""
         self.waiting.pop()
-        self.pool.allocate(blocks)
-        seq.blocks = blocks
+        if self.prefix is not None:
+            self.prefix.admit(seq, hit, blocks)
+        else:
+            self.pool.allocate(blocks)
+        seq.blocks = blocks + hit // self._block_size
         self._admissions += 1
         seq.admit_seq = self._admissions
         self.committed_blocks += seq.lifetime_blocks
@@ -876,12 +956,39 @@ class Scheduler:
             return False
         cached = seq.prompt_len + seq.generated
         swap_or_chunk = seq.state is SeqState.SWAPPED or self.config.chunked_prefill
-        tokens = 1 if swap_or_chunk else cached
-        return tokens <= budget and self.pool.can_admit(blocks_for(cached, self._block_size))
+        need = blocks_for(cached, self._block_size)
+        hit = 0
+        if self.prefix is not None and seq.state is not SeqState.SWAPPED:
+            hit = self.prefix.match(seq)
+            if not self._v0_prefix:
+                need = self._blocks_with_hit(seq, need, hit)[0]
+        tokens = 1 if swap_or_chunk else cached - hit
+        return tokens <= budget and self.pool.can_admit(need)
+
+    def _blocks_with_hit(self, seq: Seq, need: int, hit: int | None = None) -> tuple[int, int]:
+        """Free blocks admitting `seq` takes for `need` blocks of KV when its prefix is
+        cached: the fresh ones plus the hit blocks nobody holds (they leave the free queue);
+        and the latter alone."""
+        prefix = self.prefix
+        assert prefix is not None
+        if hit is None:
+            hit = prefix.match(seq)
+        cost = prefix.hit_cost(seq, hit)
+        return need - hit // self._block_size + cost, cost
+
+    def _grow(self, seq: Seq, blocks: int) -> None:
+        """`seq` takes `blocks` fresh blocks for the tokens it computes next."""
+        if self.prefix is not None:
+            self.prefix.grow(seq, blocks)
+        else:
+            self.pool.allocate(blocks)
+        seq.blocks += blocks
 
     def _prefill_chunk(self, plan: StepPlan, seq: Seq, chunk: int) -> None:
         start = seq.prompt_len + seq.generated - seq.prefill_left  # context tokens done so far
         seq.prefill_left -= chunk
+        if self.prefix is not None:  # vLLM caches a chunk's full blocks as it schedules it
+            self.prefix.computed(seq, start + chunk)
         plan.prefills.append((seq, chunk))
         plan.prefill_chunks.append((chunk, start))
         recomputed = min(chunk, max(0, seq.recompute_upto - start))
@@ -910,7 +1017,10 @@ class Scheduler:
         seq.state = SeqState.FINISHED
         seq.generated = seq.output_len
         seq.finish_time = end_time
-        self.pool.release(seq.blocks)
+        if self.prefix is not None:  # its answer's full blocks join the cache
+            self.prefix.release(seq, seq.prompt_len + seq.output_len - 1)
+        else:
+            self.pool.release(seq.blocks)
         self.committed_blocks -= seq.lifetime_blocks
         seq.blocks = 0
         self.kv_tokens -= seq.prompt_len + seq.output_len - 1

@@ -105,6 +105,8 @@ class EngineSpec(Strict):
     swapped_fifo: bool = _ENGINE.swapped_fifo
     delay_factor: NonNegativeFloat = _ENGINE.delay_factor
     max_queued_requests: PositiveInt | None = None
+    enable_prefix_caching: bool = _ENGINE.enable_prefix_caching
+    prefix_accounting: Literal["v1", "v0"] = _ENGINE.prefix_accounting.value
 
     @model_validator(mode="before")
     @classmethod

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from kvsched.blocks import blocks_for
+from kvsched.prefix import Prefix
 from kvsched.request import Request
 
 
@@ -59,6 +60,9 @@ class Seq:
     run_first_gap: float = 0.0  # that tick's pass-to-pass gap (counted in the ITL for it)
     unschedulable: str | None = None  # why this request can never run, if it cannot
     end_reason: str | None = None  # why it was starved or rejected
+    identity: Prefix | None = None  # its tokens as segments, with prefix caching on
+    prefix_hit_tokens: int | None = None  # prompt tokens found cached at its first admission
+    cached_tokens: int = 0  # tokens found cached over all its admissions (resumes included)
 
     @classmethod
     def of(cls, request: Request, index: int, block_size: int) -> Seq:

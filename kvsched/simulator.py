@@ -271,4 +271,6 @@ def _record(seq: Seq, leftover: Status, sched: Scheduler) -> RequestRecord:
         generated_tokens=sched.generated(seq),
         reason=seq.end_reason,
         tpot=tpot,
+        prefix_hit_tokens=seq.prefix_hit_tokens,
+        cached_tokens=seq.cached_tokens,
     )

@@ -122,6 +122,7 @@ class StepStats:
     timeline: Timeline | None = None
     mfu_sum: float | None = None  # None: no step had a figure (no hardware time model)
     mbu_sum: float | None = None
+    evicted_blocks: int = 0
 
     def add_rows(self, rows: list[tuple]) -> None:
         columns = list(zip(*rows, strict=True))
@@ -141,6 +142,7 @@ class StepStats:
         if columns[19][0] is not None:  # one time model per run: all steps or none
             self.mfu_sum = sum(columns[19], self.mfu_sum or 0.0)
             self.mbu_sum = sum(columns[20], self.mbu_sum or 0.0)
+        self.evicted_blocks += sum(columns[22])
 
     def add_stretch(self, stretch: Stretch) -> None:
         if self.timeline is not None:
@@ -154,6 +156,8 @@ class StepStats:
         if stretch.mfu is not None and stretch.mbu is not None:
             self.mfu_sum = sum(stretch.mfu, self.mfu_sum or 0.0)
             self.mbu_sum = sum(stretch.mbu, self.mbu_sum or 0.0)
+        if stretch.evicted_blocks:
+            self.evicted_blocks += sum(stretch.evicted_blocks)
 
 
 def stretch_rows(stretch: Stretch, num_blocks: int) -> Iterator[tuple]:
@@ -166,7 +170,9 @@ def stretch_rows(stretch: Stretch, num_blocks: int) -> Iterator[tuple]:
             stretch.starts, stretch.durations, stretch.blocks_used, mfu, mbu, strict=True)):
         yield (stretch.step + k, start, duration, running, waiting, 0, 0, n, 0, n, used,
                num_blocks - used, 0, 0, stretch.num_finished if k == last else 0, 0, 0,
-               0.0, 0, step_mfu, step_mbu)
+               0.0, 0, step_mfu, step_mbu,
+               stretch.cached_blocks[k] if stretch.cached_blocks else 0,
+               stretch.evicted_blocks[k] if stretch.evicted_blocks else 0)
 
 
 def compact_row(stretch: Stretch, num_blocks: int) -> tuple:
@@ -180,7 +186,9 @@ def compact_row(stretch: Stretch, num_blocks: int) -> tuple:
         mbu = sum(map(mul, stretch.mbu, stretch.durations)) / duration
     return (stretch.step, steps, stretch.starts[0], duration,
             stretch.num_running, stretch.num_waiting, 0, 0, n * steps, 0, n * steps, used,
-            num_blocks - used, 0, 0, stretch.num_finished, 0, 0, 0.0, 0, mfu, mbu)
+            num_blocks - used, 0, 0, stretch.num_finished, 0, 0, 0.0, 0, mfu, mbu,
+            stretch.cached_blocks[-1] if stretch.cached_blocks else 0,
+            sum(stretch.evicted_blocks) if stretch.evicted_blocks else 0)
 
 
 def segment_runs(segments: list[Segment]) -> Iterator[tuple[bool, list[Segment]]]:

@@ -127,7 +127,7 @@ def test_shipped_engines_scenario_holds_its_claims():
 
     path = Path(__file__).resolve().parent.parent / "scenarios" / "engines.yaml"
     scenario_run = run_scenario(load_scenario(path))
-    assert len(scenario_run.checks) == 6
+    assert len(scenario_run.checks) == 7
     assert all(check.passed for check in scenario_run.checks)
     assert {run.name for run in scenario_run.runs} == {"lesson", "vllm_v0", "vllm_v1", "sglang"}
 

@@ -52,9 +52,11 @@ class Run:
 
 
 def run_v1(requests: list[Request], policy: str = "fcfs", **engine: object) -> Run:
-    """`requests` under the vllm_v1 preset on the step clock (vLLM's tests' engine)."""
+    """`requests` under the vllm_v1 preset on the step clock (vLLM's tests' engine: its
+    `create_scheduler` leaves prefix caching off unless a test turns it on)."""
     config = engine_config("vllm_v1", **{"num_blocks": 10000, "max_num_seqs": 16,
-                                         "max_num_batched_tokens": 8192, **engine})
+                                         "max_num_batched_tokens": 8192,
+                                         "enable_prefix_caching": False, **engine})
     result = simulate(requests, config, make_policy(policy), StepClock(), record_batches=True)
     run = Run()
     for step, _t, rid, _kind, tokens in result.batches or ():

@@ -92,6 +92,19 @@ class HashedBlockCache:
             self._ref[block] = 1
             blocks.append(block)
 
+    def idle_hits(self, prefix: Prefix | None, hit_tokens: int) -> int:
+        """Hit blocks no one holds: taking them takes them out of the free queue."""
+        return sum(1 for block in self._hit_blocks(prefix, hit_tokens) if not self._ref[block])
+
+    def shrink(self, owner: int, num_blocks: int) -> None:
+        """`owner` gives back its last `num_blocks` blocks (taken this step, holding nothing)."""
+        blocks = self._owned[owner]
+        for _ in range(num_blocks):
+            block = blocks.pop()
+            self._ref[block] -= 1
+            if not self._ref[block]:
+                self._free[block] = None
+
     def commit(self, owner: int, prefix: Prefix | None, num_tokens: int) -> None:
         if prefix is None:
             return

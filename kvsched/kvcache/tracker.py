@@ -1,0 +1,98 @@
+"""The scheduler's side of a prefix cache: who holds what, in the scheduler's block counts.
+
+The scheduler keeps counting blocks (`BlockPool.free`, `Seq.blocks`), which is all the
+lesson's pool needs; with prefix caching on, every allocation and release also goes through
+a `KVCache` with block identity, and the pool's free count is kept equal to the cache's
+(blocks cached but unreferenced are free: a new block may evict them).
+
+A request's identity is its workload prefix completed with its own tokens: the rest of its
+prompt and its answer are private segments, so a request preempted and resumed finds its own
+blocks. Prompt blocks are hashed as soon as their chunk is scheduled (vLLM caches them when it
+allocates them); blocks of generated tokens when the request stops running (finish or
+preemption), the first moment another prompt could hold those tokens.
+"""
+
+from __future__ import annotations
+
+from kvsched.blocks import BlockPool
+from kvsched.kvcache.hashed import HashedBlockCache
+from kvsched.prefix import Prefix
+from kvsched.sequence import Seq
+
+
+def identity(seq: Seq) -> Prefix:
+    """`seq`'s prompt and answer as segments (private ids are negative, never a workload's)."""
+    own = seq.identity
+    if own is not None:
+        return own
+    request = seq.request
+    segments = list(request.prefix.segments) if request.prefix is not None else []
+    covered = sum(length for _, length in segments)
+    prompt, total = request.prompt_len, request.prompt_len + request.output_len
+    if covered < prompt:
+        segments.append((-2 * seq.index - 1, prompt - covered))
+        covered = prompt
+    if covered < total:
+        segments.append((-2 * seq.index - 2, total - covered))
+    own = seq.identity = Prefix(tuple(segments))
+    return own
+
+
+class PrefixTracker:
+    """Drives a hashed prefix cache alongside the scheduler's block counts."""
+
+    __slots__ = ("cache", "pool", "block_size", "_evicted_seen")
+
+    def __init__(self, cache: HashedBlockCache, pool: BlockPool) -> None:
+        self.cache = cache
+        self.pool = pool
+        self.block_size = cache.block_size
+        self._evicted_seen = 0
+
+    # -- the read-only view (CacheView) ------------------------------------------------
+
+    @property
+    def num_free(self) -> int:
+        return self.cache.num_free
+
+    @property
+    def num_cached(self) -> int:
+        return self.cache.num_cached
+
+    def match(self, seq: Seq) -> int:
+        """Tokens of `seq`'s next (re)prefill cached now: whole blocks, at most all but one."""
+        return self.cache.match(identity(seq), seq.prompt_len + seq.generated)
+
+    # -- what the scheduler does -----------------------------------------------------------
+
+    def hit_cost(self, seq: Seq, hit: int) -> int:
+        """Free blocks the hit takes (hit blocks no running request holds)."""
+        return self.cache.idle_hits(identity(seq), hit) if hit else 0
+
+    def admit(self, seq: Seq, hit: int, fresh: int) -> None:
+        self.cache.allocate(seq.index, identity(seq), hit, fresh)
+        self.pool.free = self.cache.num_free
+
+    def grow(self, seq: Seq, fresh: int) -> None:
+        self.cache.allocate(seq.index, None, 0, fresh)
+        self.pool.free -= fresh
+
+    def shrink(self, seq: Seq, blocks: int) -> None:
+        self.cache.shrink(seq.index, blocks)
+        self.pool.free = self.cache.num_free
+
+    def computed(self, seq: Seq, num_tokens: int) -> None:
+        """`seq`'s first `num_tokens` tokens are (being) computed: its full blocks are cached."""
+        self.cache.commit(seq.index, identity(seq), num_tokens)
+
+    def release(self, seq: Seq, computed: int) -> None:
+        """`seq` stops running with `computed` tokens of KV: cache them, free its blocks."""
+        self.cache.commit(seq.index, identity(seq), computed)
+        self.cache.free(seq.index)
+        self.pool.free = self.cache.num_free
+
+    def take_evicted(self) -> int:
+        """Cached blocks evicted since the last call (a step's `evicted_blocks`)."""
+        evicted = self.cache.evicted - self._evicted_seen
+        self._evicted_seen = self.cache.evicted
+        return evicted

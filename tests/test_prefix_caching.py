@@ -1,0 +1,231 @@
+"""Prefix caching wired into the engine: hits, their accounting, and the invariants.
+
+The cache itself (kvsched.kvcache) has its own tests; these run whole engines with
+`enable_prefix_caching` on, over random workloads whose requests share prefixes, under every
+preset and knob, and check the records against the step-by-step path and against what a
+cache could honestly hold.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_invariants import check_invariants, clocks, configs, policies
+from test_stretches import preset_configs
+
+from kvsched import EngineConfig, Request, make_policy, simulate
+from kvsched.kvcache.tracker import PrefixTracker, identity
+from kvsched.prefix import Prefix, common_prefix
+from kvsched.presets import engine_config
+from kvsched.sequence import Seq
+
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def shared_workloads(draw, max_requests: int = 12):
+    """Requests drawing their first tokens from a few shared prefixes (some identical
+    prompts, some a previous request's prompt + answer + more), long outputs included."""
+    n = draw(st.integers(1, max_requests))
+    roots = [(100 + g, draw(st.integers(1, 70))) for g in range(draw(st.integers(1, 3)))]
+    requests: list[Request] = []
+    for i in range(n):
+        arrival = draw(st.integers(0, 200)) / draw(st.sampled_from([1, 4]))
+        output = draw(st.integers(1, draw(st.sampled_from([8, 120]))))
+        kind = draw(st.sampled_from(["group", "group", "private", "turn"]))
+        earlier = [r for r in requests if r.prefix is not None]
+        if kind == "turn" and earlier:
+            # A conversation's next turn: the earlier prompt, its answer, new tokens.
+            before = earlier[draw(st.integers(0, len(earlier) - 1))]
+            assert before.prefix is not None
+            extra = draw(st.integers(1, 30))
+            prompt = before.prompt_len + before.output_len + extra
+            segments = (*before.prefix.segments, (3000 + i, extra), (4000 + i, output))
+        elif kind == "private":
+            prompt, segments = draw(st.integers(1, 80)), ()
+        else:  # a shared system prompt (cut short at random) and the request's own tokens
+            root = roots[draw(st.integers(0, len(roots) - 1))]
+            cut = draw(st.integers(1, root[1]))
+            rest = draw(st.integers(0, 40))
+            prompt = cut + rest
+            segments = ((root[0], cut), *([(1000 + i, rest)] if rest else ()),
+                        (2000 + i, output))
+        prefix = Prefix(segments) if segments else None
+        requests.append(Request(f"q{i}", arrival, prompt, output,
+                                priority=draw(st.integers(0, 2)), prefix=prefix))
+    requests.sort(key=lambda r: r.arrival_time)
+    return requests
+
+
+def caching(config: EngineConfig, accounting: str = "v1") -> EngineConfig:
+    return dataclasses.replace(config, enable_prefix_caching=True,
+                               prefix_accounting=accounting)  # type: ignore[arg-type]
+
+
+def outcome(result):
+    return (result.steps, result.events, [r.as_row() for r in result.requests],
+            result.summary)
+
+
+@settings(max_examples=250, **SETTINGS)
+@given(shared_workloads(), preset_configs(), policies, clocks)
+def test_stretches_equal_the_exact_path_with_prefix_caching(requests, config, policy, clock):
+    """Under every preset and knob, with the cache on, a stretch's records are the exact
+    path's: cached and evicted blocks per step included."""
+    accounting = "v0" if config.prefix_accounting.value == "v0" else "v1"
+    config = caching(config, accounting)
+    fast = simulate(requests, config, policy, clock)
+    exact = simulate(requests, config, policy, clock, stretches=False)
+    assert outcome(fast) == outcome(exact)
+
+
+@settings(max_examples=200, **SETTINGS)
+@given(shared_workloads(), configs(), policies, clocks, st.sampled_from(["v1", "v0"]))
+def test_runs_with_prefix_caching_keep_every_invariant(requests, config, policy, clock,
+                                                       accounting):
+    """No request lost, blocks counted the same way as without a cache, hits never more
+    than the tokens earlier requests computed, and never more than the prompt."""
+    config = caching(config, accounting)
+    result = simulate(requests, config, policy, clock)
+    check_invariants(requests, config, result)
+    records = {r.request_id: r for r in result.requests}
+    order = {r.request_id: i for i, r in enumerate(requests)}
+    for request in requests:
+        record = records[request.request_id]
+        if record.prefix_hit_tokens is None:
+            assert record.first_scheduled_time is None and record.cached_tokens == 0
+            continue
+        assert 0 <= record.prefix_hit_tokens < request.prompt_len
+        assert record.prefix_hit_tokens % config.block_size == 0
+        assert record.cached_tokens >= record.prefix_hit_tokens
+        # Only a request admitted before it (or at the same time) can have computed them.
+        mine = identity(Seq.of(request, order[request.request_id], config.block_size))
+        shared = max((common_prefix(mine.segments, identity(Seq.of(
+                          other, order[other.request_id], config.block_size)).segments)
+                      for other in requests if other is not request
+                      and records[other.request_id].first_scheduled_time is not None
+                      and records[other.request_id].first_scheduled_time
+                      <= record.first_scheduled_time), default=0)
+        assert record.prefix_hit_tokens <= shared
+    if all(r.status == "finished" for r in result.requests):
+        assert result.summary["final_blocks_used"] == 0  # nothing leaked
+
+
+@settings(max_examples=150, **SETTINGS)
+@given(shared_workloads(), configs(), policies, clocks)
+def test_the_cache_keeps_its_own_invariants_at_every_release(requests, config, policy, clock):
+    """Every block free xor referenced, reference counts = holders, cached counts agree, and
+    the scheduler's free count is the cache's, each time a request gives its blocks back."""
+    config = caching(config)
+    checked = []
+    original = PrefixTracker.release
+
+    def release(self, seq, computed):
+        original(self, seq, computed)
+        self.cache.check()
+        assert self.pool.free == self.cache.num_free
+        checked.append(seq)
+
+    PrefixTracker.release = release  # type: ignore[method-assign]
+    try:
+        result = simulate(requests, config, policy, clock)
+    finally:
+        PrefixTracker.release = original  # type: ignore[method-assign]
+    finished = sum(r.status == "finished" for r in result.requests)
+    assert len(checked) >= finished  # every finish went through a checked release
+
+
+@settings(max_examples=150, **SETTINGS)
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(1, 60), st.integers(1, 30)),
+                min_size=1, max_size=10), st.sampled_from(list(("lesson", "vllm_v1",
+                                                                "vllm_v0", "sglang"))))
+def test_a_cache_with_nothing_shared_changes_nothing_but_the_cache_columns(specs, preset):
+    """Private prompts, a pool that never preempts: the hashed cache and the counting pool
+    give the same records on every column the counting pool has."""
+    requests = sorted((Request(f"q{i}", a, p, o) for i, (a, p, o) in enumerate(specs)),
+                      key=lambda r: r.arrival_time)
+    base = engine_config(preset, num_blocks=2000, block_size=4, enable_prefix_caching=False)
+    plain = simulate(requests, base, make_policy("fcfs"))
+    cached = simulate(requests, caching(base), make_policy("fcfs"))
+    assert [row[:21] for row in plain.steps] == [row[:21] for row in cached.steps]
+    assert plain.events == cached.events
+    assert [r.as_row() for r in plain.requests] == [r.as_row() for r in cached.requests]
+    assert all(r.prefix_hit_tokens == 0 for r in cached.requests)
+
+
+def test_a_shared_system_prompt_is_computed_once():
+    """Three requests share 64 tokens: the later two compute only their own tokens."""
+    shared = Prefix(((1, 64),))
+    requests = [Request("a", 0, 100, 5, prefix=shared), Request("b", 20, 100, 5, prefix=shared),
+                Request("c", 40, 70, 5, prefix=shared)]
+    for preset in ("lesson", "vllm_v1", "sglang"):
+        config = engine_config(preset, num_blocks=200, block_size=16,
+                               enable_prefix_caching=True)
+        result = simulate(requests, config)
+        hits = [(r.prefix_hit_tokens, r.cached_tokens) for r in result.requests]
+        assert hits == [(0, 0), (64, 64), (64, 64)], preset
+        assert result.summary["prefill_tokens"] == 100 + 36 + 6
+        assert result.summary["prefill_tokens_saved"] == 128
+        assert result.summary["prefix_hit_rate"] == 128 / 270
+        # a's 6 full blocks, then b's 2 private ones (c's 74 tokens hold 4 shared blocks)
+        assert result.steps[-1][21] == 8
+
+
+def test_hits_are_whole_blocks_and_leave_the_last_token_to_compute():
+    """An identical prompt of exactly 4 blocks hits 3: the last token is always computed."""
+    prompt = Prefix(((7, 64),))
+    requests = [Request("a", 0, 64, 3, prefix=prompt), Request("b", 10, 64, 3, prefix=prompt),
+                Request("c", 20, 70, 3, prefix=Prefix(((7, 60),)))]
+    config = engine_config("vllm_v1", num_blocks=100, block_size=16)
+    hits = [r.prefix_hit_tokens for r in simulate(requests, config).requests]
+    assert hits == [0, 48, 48]
+
+
+def test_a_preempted_request_finds_its_own_blocks_on_resume():
+    """vLLM V1 (caching on by default): a recompute preemption costs only what was evicted."""
+    requests = [Request("a", 0, 40, 60), Request("b", 0, 40, 60)]
+    config = engine_config("vllm_v1", num_blocks=9, block_size=16)
+    cached = simulate(requests, config)
+    plain = simulate(requests, engine_config("vllm_v1", num_blocks=9, block_size=16,
+                                             enable_prefix_caching=False))
+    assert plain.summary["num_preemptions"] >= 1
+    assert cached.summary["num_preemptions"] >= 1
+    assert cached.summary["recomputed_tokens"] < plain.summary["recomputed_tokens"]
+    resumed = [r for r in cached.requests if r.num_preemptions]
+    assert resumed and all(r.cached_tokens > 0 for r in resumed)
+    assert all(r.prefix_hit_tokens == 0 for r in cached.requests)  # first admissions: cold
+
+
+def test_eviction_takes_the_least_recently_freed_blocks_first():
+    """A pool of 8 blocks: a's 4 prompt blocks stay cached after it finishes until b's
+    private blocks need them; then c (a's prompt again) finds fewer."""
+    a = Prefix(((1, 64),))
+    requests = [Request("a", 0, 64, 1, prefix=a), Request("c0", 5, 65, 1, prefix=a),
+                Request("b", 10, 112, 1), Request("c", 20, 65, 1, prefix=a)]
+    config = engine_config("vllm_v1", num_blocks=9, block_size=16)  # 8 usable
+    result = simulate(requests, config)
+    hits = {r.request_id: r.prefix_hit_tokens for r in result.requests}
+    assert hits["c0"] == 64
+    assert hits["c"] < 64
+    assert result.summary["evicted_blocks"] > 0
+    assert sum(row[22] for row in result.steps) == result.summary["evicted_blocks"]
+
+
+def test_v0_accounting_charges_only_uncached_tokens_to_the_budget():
+    """vLLM V0 case A19: two prompts sharing a cached prefix prefill together although
+    their full lengths exceed the budget (cached tokens are free for the budget)."""
+    shared = Prefix(((1, 48),))
+    warm = Request("w", 0, 48 + 1, 1, prefix=shared)
+    a = Request("a", 5, 48 + 8, 2, prefix=shared)
+    b = Request("b", 5, 48 + 8, 2, prefix=shared)
+    keys = dict(num_blocks=64, block_size=16, max_num_batched_tokens=64, watermark=0.0,
+                enable_prefix_caching=True)
+    result = simulate([warm, a, b], engine_config("vllm_v0", **keys))
+    first = {r.request_id: r.first_scheduled_time for r in result.requests}
+    assert first["a"] == first["b"]  # one step: 8 + 8 uncached tokens fit a budget of 64
+    plain = simulate([warm, a, b], engine_config("vllm_v0", **{
+        **keys, "enable_prefix_caching": False}))
+    first = {r.request_id: r.first_scheduled_time for r in plain.requests}
+    assert first["a"] != first["b"]  # without the cache 56 + 56 tokens do not fit 64
