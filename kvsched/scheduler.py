@@ -745,6 +745,10 @@ class Scheduler:
                 continue  # it preempted itself; under fcfs nothing is left after it
             if need:
                 self._grow(seq, need)
+            if state is PREFILLING and self.prefix is not None:
+                # vLLM caches the chunk's blocks as it allocates them: a victim preempted
+                # later in this loop leaves them cached (conformance/RULES.md P4)
+                self.prefix.computed(seq, seq.prompt_len + seq.generated - seq.prefill_left + n)
             if state is RUNNING:
                 if need:
                     seq.grew_tick = tick
