@@ -200,13 +200,25 @@ def decisions(config: dict[str, Any], workload: dict[str, Any],
     pool = _Pool(int(cfg["num_blocks"]) - 1)  # R1: block 0 is the null block
     watermark_blocks = int(float(cfg["watermark"]) * int(cfg["num_blocks"]))
 
-    # Arrival steps as recorded (a later turn's `arrival_step` is filled in by the driver).
+    # R13: a conversation's later turn (`after`) arrives `think_steps` steps after the step
+    # in which the earlier request finished or was rejected; the others at `arrival_step`.
     specs = workload["requests"]
-    order = sorted(range(len(specs)), key=lambda i: (int(specs[i]["arrival_step"]), i))
+    dependents: dict[str, list[int]] = {}
+    for i, spec in enumerate(specs):
+        if spec.get("after") is not None:
+            dependents.setdefault(str(spec["after"]), []).append(i)
+    order = sorted((i for i, s in enumerate(specs) if s.get("after") is None),
+                   key=lambda i: (int(specs[i]["arrival_step"]), i))
     by_step: dict[int, list[int]] = {}
     for i in order:
         by_step.setdefault(int(specs[i]["arrival_step"]), []).append(i)
-    last_arrival = max(by_step) if by_step else 0
+    arrival_step: dict[int, int] = {i: int(specs[i]["arrival_step"]) for i in order}
+
+    def ended(rid: str, at: int) -> None:
+        for j in dependents.get(rid, ()):
+            arrival_step[j] = at + 1 + int(specs[j].get("think_steps", 0))
+            by_step.setdefault(arrival_step[j], []).append(j)
+            by_step[arrival_step[j]].sort()
 
     reqs: dict[str, _Req] = {}
     rejected_at: dict[str, int] = {}
@@ -218,14 +230,15 @@ def decisions(config: dict[str, Any], workload: dict[str, Any],
     step = 0
     while step < max_steps:
         rejected: list[str] = []
-        for i in by_step.get(step, []):
+        for i in by_step.pop(step, []):
             spec = specs[i]
             rid = str(spec["id"])
             if int(spec["prompt_len"]) >= mml:  # R11: input processor rejects
                 rejected.append(rid)
                 rejected_at[rid] = step
+                ended(rid, step)
                 continue
-            t = float(spec.get("arrival_time", int(spec["arrival_step"]) + i * 1e-6))
+            t = float(spec.get("arrival_time", arrival_step[i] + i * 1e-6))
             r = reqs[rid] = _Req(spec, t)
             if caching:  # P1: the same token ids the driver gives vLLM
                 prompt, r.answer = prefix_tokens.request_tokens(spec)
@@ -348,6 +361,7 @@ def decisions(config: dict[str, Any], workload: dict[str, Any],
                     r.blist = []
                     finished.append(rid)
                     open_ids.discard(rid)
+                    ended(rid, step)
         if finished:
             running = [q for q in running if q.status != "finished"]
 
@@ -366,18 +380,27 @@ def decisions(config: dict[str, Any], workload: dict[str, Any],
                 entry["evicted_blocks"] = pool.evicted
         steps.append(entry)
         step += 1
-        if not open_ids and step > last_arrival:
+        if not open_ids and not by_step:
             break
-        if not scheduled and open_ids and step > last_arrival:
+        if not scheduled and open_ids and not by_step:
             stalled = True
             break
 
+    if not open_ids and not by_step:  # every block came back: held by nobody, cached or not
+        assert pool.free == int(cfg["num_blocks"]) - 1 and not any(
+            b.ref for v in pool.by_hash.values() for b in v), "blocks leaked"
     out_reqs: dict[str, dict[str, Any]] = {}
     for spec in specs:
         rid = str(spec["id"])
         if rid in rejected_at:
             out_reqs[rid] = {"first_token_step": None, "finish_step": rejected_at[rid],
                              "num_preemptions": 0, "status": "rejected"}
+            if caching:
+                out_reqs[rid].update(prefix_hit_tokens=None, cached_tokens=0, hits=[])
+            continue
+        if rid not in reqs:  # a later turn of a conversation that never ended
+            out_reqs[rid] = {"first_token_step": None, "finish_step": None, "num_preemptions": 0,
+                             "status": "stalled" if stalled else "unfinished"}
             if caching:
                 out_reqs[rid].update(prefix_hit_tokens=None, cached_tokens=0, hits=[])
             continue
