@@ -157,10 +157,10 @@ def compare(record: dict[str, Any], kvsched: Decisions | KvschedFn,
     kv_steps = {int(s["step"]): s for s in kvsched.get("steps", [])}
     n = max([*vllm_steps, *kv_steps], default=-1) + 1
     caching = bool(record.get("config", {}).get("enable_prefix_caching"))
-    step_fields = STEP_FIELDS
+    step_fields: tuple[str, ...] = STEP_FIELDS
     if caching and kv_steps and all("cached_blocks" in s for s in kv_steps.values()):
         step_fields += CACHE_STEP_FIELDS
-    request_fields = REQUEST_FIELDS + (HIT_FIELDS if caching else ())
+    request_fields: tuple[str, ...] = REQUEST_FIELDS + (HIT_FIELDS if caching else ())
     kv_requests = kvsched.get("requests", {})
     if caching and any("hits" in r for r in kv_requests.values()):
         request_fields += ("hits",)
