@@ -6,7 +6,8 @@ same ids), so both see the same token sequences. A request's `prefix` is a list 
 tokens of a segment are a fixed stream per segment id (two runs of one id share their first
 min(lengths) tokens); whatever the segments leave of the prompt is the request's own. A prefix
 that covers `prompt_len + output_len` tokens also names the answer: the driver then samples
-exactly those tokens, so a later turn that repeats the answer hits its decode blocks.
+exactly those tokens, so a later turn that repeats the answer hits its decode blocks; an
+answer the workload does not name is the request's own too.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from functools import lru_cache
 from typing import Any
 
 VOCAB_LOW, VOCAB_HIGH = 100, 32000  # ids below 100 hold the tiny model's special tokens
-SAMPLED_TOKEN_ID = 7  # what the driver samples when the workload names no answer
 
 
 @lru_cache(maxsize=4096)
@@ -54,6 +54,10 @@ def request_tokens(spec: dict[str, Any]) -> tuple[list[int], list[int] | None]:
     return seq + private_tokens(str(spec["id"]), prompt_len - len(seq)), None
 
 
-def output_token(answer: list[int] | None, index: int) -> int:
-    """The token the driver samples as output number `index` (0-based)."""
-    return answer[index] if answer is not None and index < len(answer) else SAMPLED_TOKEN_ID
+def output_token(request_id: str, answer: list[int] | None, index: int) -> int:
+    """The token the driver samples as output number `index` (0-based): the named answer's,
+    else one of the request's own, so that, as in kvsched, only named tokens are shared
+    (two identical prompts do not share their decode blocks)."""
+    if answer is not None:
+        return answer[index]
+    return _stream(f"output:{request_id}", -(-(index + 1) // 256) * 256)[index]

@@ -349,7 +349,7 @@ def decisions(config: dict[str, Any], workload: dict[str, Any],
             r.computed += n
             if r.computed >= r.num_tokens:
                 if caching:  # P1: the sampled token extends the hashes
-                    r.tokens.append(prefix_tokens.output_token(r.answer, r.outputs))
+                    r.tokens.append(prefix_tokens.output_token(r.id, r.answer, r.outputs))
                     r.extend_hashes(bs)
                 r.outputs += 1
                 if r.first_token_step is None:

@@ -370,7 +370,7 @@ def run(config: dict[str, Any], workload: dict[str, Any], model_dir: str,
             # tokens: the prompt (plus recomputed outputs) is fully computed exactly
             # when it reaches num_tokens, and then the step samples one token.
             if r.num_computed_tokens >= r.num_tokens:
-                token = (prefix_tokens.output_token(h.answers.get(rid), r.num_output_tokens)
+                token = (prefix_tokens.output_token(rid, h.answers[rid], r.num_output_tokens)
                          if caching or h.answers.get(rid) is not None else SAMPLED_TOKEN_ID)
                 sampled.append([token])
                 produced.append(rid)
