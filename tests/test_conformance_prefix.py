@@ -53,6 +53,20 @@ def _identical_prompts(rec):
     return len(seen) > len(set(seen))
 
 
+def test_the_generator_draws_the_fixtures_workloads():
+    """The driver's generator is deterministic: each fixture's config and workload come back
+    from its name (the recorded workload also carries the arrival step of each later turn)."""
+    import random
+    for name, rec in RECORDS.items():
+        kind, seed, index = name.split("-")
+        cfg, wl = random_prefix_case(random.Random(f"{kind}:{seed[1:]}:{int(index)}"), name,
+                                     True if kind == "sessions" else None)
+        assert cfg == {k: rec["config"][k] for k in cfg} and wl["name"] == name
+        recorded = [{k: v for k, v in r.items() if not ("after" in r and k == "arrival_step")}
+                    for r in rec["workload"]["requests"]]
+        assert wl["requests"] == recorded, name
+
+
 def test_fixtures_cover_what_caching_changes():
     recs = list(RECORDS.values())
     summaries = [r["summary"] for r in recs]
