@@ -196,3 +196,11 @@ def test_model_invariants_on_random_prefix_workloads(seed, sessions):
         assert len(q["hits"]) == (q["num_preemptions"] + 1 if q["hits"] else 0) or \
             q["status"] != "finished"
     assert all(s["cached_blocks"] <= cfg["num_blocks"] - 1 for s in out["steps"])
+
+
+def test_cli_self_check_reports_hits(capsys):
+    assert cmp.main([str(FIXTURES), "--self", "--quiet", "--strict-order"]) == 0
+    n = sum(len(r["requests"]) for r in RECORDS.values())
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith(f"{len(PATHS)}/{len(PATHS)} workloads agree 100%")
+    assert last.endswith(f"hits {n}/{n}")
