@@ -360,6 +360,10 @@ def run(config: dict[str, Any], workload: dict[str, Any], model_dir: str,
         # The hit of each admission: after schedule() num_computed_tokens = hit + scheduled.
         hits = [[rid, sched.requests[rid].num_computed_tokens - n] for rid, n in scheduled
                 if rid not in running_before] if caching else []
+        for rid, hit in hits:  # RULES.md P8: vLLM's own per-request figure is the first hit
+            r = sched.requests[rid]
+            if r.num_preemptions == 0 and r.prefill_stats is not None:
+                assert r.prefill_stats.num_local_cached_tokens == hit, (rid, hit)
 
         req_ids = list(out.num_scheduled_tokens)
         sampled: list[list[int]] = []
