@@ -14,6 +14,7 @@ Everything a step decided is recorded in the step k entry.
 Usage:
     python conformance/vllm_driver.py --workload W.json --config C.json --out OUT.json
     python conformance/vllm_driver.py --random 200 --seed 1 --out-dir DIR
+    python conformance/vllm_driver.py --random-prefix 300 --random-sessions 100 --out-dir DIR
     python conformance/vllm_driver.py --cases --out-dir DIR     # vLLM's own test cases
     python conformance/vllm_driver.py --scenario S.json --out OUT.json  # {config, workload}
 
@@ -43,8 +44,8 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 
 FORMAT = "kvsched-vllm-v1-record/1"
 
-# Defaults: vLLM 0.33.0's own (vllm/config/scheduler.py), except prefix caching,
-# which is off here until kvsched models it.
+# Defaults: vLLM 0.33.0's own (vllm/config/scheduler.py), except prefix caching, which is
+# off unless the config turns it on (the prefix generators do; see RULES.md P1-P9).
 DEFAULT_CONFIG: dict[str, Any] = {
     "num_blocks": 10000,  # as vLLM logs it: block 0 is the null block
     "block_size": 16,
