@@ -13,6 +13,13 @@ returns the same structure as a record's decisions, i.e.
 (keys that are absent mean empty lists; other keys are ignored). `config` and
 `workload` are the record's own, exactly as given to vLLM (see README.md).
 
+With prefix caching on (`config.enable_prefix_caching`), each request's
+`prefix_hit_tokens` (hit at its first admission) and `cached_tokens` (hits of all its
+admissions) are compared too, and reported as hit agreement. A side that also returns
+per-step `cached_blocks` (in every step) gets the cache's step fields compared:
+`hits` ([[id, tokens], ...] per admission), `cached_blocks` and `evicted_blocks`; a side
+that returns per-request `hits` lists gets those compared.
+
     python -m conformance.compare RECORD.json|DIR ... --kvsched MODULE:CALLABLE
 """
 
@@ -32,6 +39,8 @@ KvschedFn = Callable[[dict[str, Any], dict[str, Any]], Decisions]
 
 STEP_FIELDS = ("scheduled", "preempted", "finished", "rejected")
 REQUEST_FIELDS = ("first_token_step", "finish_step", "num_preemptions", "status")
+HIT_FIELDS = ("prefix_hit_tokens", "cached_tokens")  # with prefix caching on
+CACHE_STEP_FIELDS = ("hits", "cached_blocks", "evicted_blocks")  # if the side gives them
 DEFAULT_KVSCHED = "kvsched.conformance:vllm_v1_decisions"
 
 
@@ -65,6 +74,10 @@ def _norm_step(step: dict[str, Any] | None, strict_order: bool) -> dict[str, Any
     for key in ("preempted", "finished", "rejected"):
         ids = [str(r) for r in step.get(key, [])]
         out[key] = ids if (strict_order and key == "preempted") else sorted(ids)
+    hits = [(str(r), int(n)) for r, n in step.get("hits", [])]
+    out["hits"] = hits if strict_order else sorted(hits)
+    out["cached_blocks"] = step.get("cached_blocks")
+    out["evicted_blocks"] = int(step.get("evicted_blocks", 0) or 0)
     return out
 
 
@@ -75,6 +88,9 @@ def _norm_request(req: dict[str, Any] | None) -> dict[str, Any]:
         "finish_step": req.get("finish_step"),
         "num_preemptions": int(req.get("num_preemptions", 0) or 0),
         "status": req.get("status"),
+        "prefix_hit_tokens": req.get("prefix_hit_tokens"),
+        "cached_tokens": int(req.get("cached_tokens", 0) or 0),
+        "hits": [int(h) for h in req.get("hits", [])],
     }
 
 
@@ -91,6 +107,10 @@ class Report:
     request_diffs: dict[str, dict[str, tuple[Any, Any]]] = field(default_factory=dict)
     vllm_steps: list[dict[str, Any]] = field(default_factory=list)
     kvsched_steps: list[dict[str, Any]] = field(default_factory=list)
+    # with prefix caching on: requests whose hits (HIT_FIELDS) agree, of those compared
+    hits_total: int = 0
+    hits_agree: int = 0
+    step_fields: tuple[str, ...] = STEP_FIELDS
 
     @property
     def agrees(self) -> bool:
@@ -108,13 +128,19 @@ class Report:
     def request_agreement(self) -> float:
         return self.requests_agree / self.requests_total if self.requests_total else 1.0
 
+    @property
+    def hit_agreement(self) -> float:
+        return self.hits_agree / self.hits_total if self.hits_total else 1.0
+
     def summary(self) -> str:
         first = self.first_disagreement
         tail = "" if first is None else f", first disagreement at step {first}"
+        hits = (f", hits {self.hits_agree}/{self.hits_total} ({100 * self.hit_agreement:.1f}%)"
+                if self.hits_total else "")
         return (f"{self.name}: steps {self.steps_agree}/{self.steps_total} "
                 f"({100 * self.step_agreement:.1f}%), requests "
                 f"{self.requests_agree}/{self.requests_total} "
-                f"({100 * self.request_agreement:.1f}%){tail}")
+                f"({100 * self.request_agreement:.1f}%){hits}{tail}")
 
 
 def compare(record: dict[str, Any], kvsched: Decisions | KvschedFn,
@@ -130,20 +156,30 @@ def compare(record: dict[str, Any], kvsched: Decisions | KvschedFn,
     vllm_steps = {int(s["step"]): s for s in record["steps"]}
     kv_steps = {int(s["step"]): s for s in kvsched.get("steps", [])}
     n = max([*vllm_steps, *kv_steps], default=-1) + 1
+    caching = bool(record.get("config", {}).get("enable_prefix_caching"))
+    step_fields: tuple[str, ...] = STEP_FIELDS
+    if caching and kv_steps and all("cached_blocks" in s for s in kv_steps.values()):
+        step_fields += CACHE_STEP_FIELDS
+    request_fields: tuple[str, ...] = REQUEST_FIELDS + (HIT_FIELDS if caching else ())
+    kv_requests = kvsched.get("requests", {})
+    if caching and any("hits" in r for r in kv_requests.values()):
+        request_fields += ("hits",)
     step_diffs: dict[int, dict[str, tuple[Any, Any]]] = {}
     for k in range(n):
         a = _norm_step(vllm_steps.get(k), strict_order)
         b = _norm_step(kv_steps.get(k), strict_order)
-        diff = {f: (a[f], b[f]) for f in STEP_FIELDS if a[f] != b[f]}
+        diff = {f: (a[f], b[f]) for f in step_fields if a[f] != b[f]}
         if diff:
             step_diffs[k] = diff
     ids = list(record["requests"])
-    ids += [i for i in kvsched.get("requests", {}) if i not in record["requests"]]
+    ids += [i for i in kv_requests if i not in record["requests"]]
     request_diffs: dict[str, dict[str, tuple[Any, Any]]] = {}
+    hits_agree = 0
     for rid in ids:
         a = _norm_request(record["requests"].get(rid))
-        b = _norm_request(kvsched.get("requests", {}).get(rid))
-        diff = {f: (a[f], b[f]) for f in REQUEST_FIELDS if a[f] != b[f]}
+        b = _norm_request(kv_requests.get(rid))
+        diff = {f: (a[f], b[f]) for f in request_fields if a[f] != b[f]}
+        hits_agree += caching and not any(f in diff for f in HIT_FIELDS)
         if diff:
             request_diffs[rid] = diff
     return Report(
@@ -156,6 +192,9 @@ def compare(record: dict[str, Any], kvsched: Decisions | KvschedFn,
         request_diffs=request_diffs,
         vllm_steps=[_norm_step(vllm_steps.get(k), True) for k in range(n)],
         kvsched_steps=[_norm_step(kv_steps.get(k), True) for k in range(n)],
+        hits_total=len(ids) if caching else 0,
+        hits_agree=hits_agree,
+        step_fields=step_fields,
     )
 
 
@@ -167,6 +206,11 @@ def _fmt_step(s: dict[str, Any]) -> str:
         parts.append("F[" + " ".join(s["finished"]) + "]")
     if s["rejected"]:
         parts.append("R[" + " ".join(s["rejected"]) + "]")
+    if s["hits"]:
+        parts.append("H[" + " ".join(f"{r}:{t}" for r, t in s["hits"]) + "]")
+    if s["cached_blocks"] is not None:
+        parts.append(f"C{s['cached_blocks']}" + (f"/E{s['evicted_blocks']}"
+                                                 if s["evicted_blocks"] else ""))
     return " ".join(parts)
 
 
@@ -186,6 +230,13 @@ def side_by_side(report: Report, context: int = 3, width: int = 56) -> str:
             lines.append(f"{k:>5}{mark}{a_cut:<{width}} | {b}")
         for f, (a, b) in report.step_diffs[first].items():
             lines.append(f"  step {first} {f}: vLLM={a} kvsched={b}")
+    hit_diffs = [(rid, d) for rid, d in report.request_diffs.items()
+                 if any(f in d for f in HIT_FIELDS)]
+    if hit_diffs:
+        rid, diff = hit_diffs[0]
+        cells = ", ".join(f"{f} vLLM={diff[f][0]} kvsched={diff[f][1]}"
+                          for f in HIT_FIELDS if f in diff)
+        lines.append(f"  first hit disagreement: request {rid}: {cells}")
     for rid, diff in list(report.request_diffs.items())[:10]:
         cells = ", ".join(f"{f} vLLM={a} kvsched={b}" for f, (a, b) in diff.items())
         lines.append(f"  request {rid}: {cells}")
@@ -230,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
 
     paths = record_paths(args.records)
     agree = 0
-    steps_agree = steps_total = reqs_agree = reqs_total = 0
+    steps_agree = steps_total = reqs_agree = reqs_total = hits_agree = hits_total = 0
     for path in paths:
         record = load(path)
         side = recorded_decisions(record) if fn is None else fn
@@ -244,11 +295,14 @@ def main(argv: list[str] | None = None) -> int:
         steps_total += rep.steps_total
         reqs_agree += rep.requests_agree
         reqs_total += rep.requests_total
+        hits_agree += rep.hits_agree
+        hits_total += rep.hits_total
         print(rep.summary())
         if not rep.agrees and not args.quiet:
             print(side_by_side(rep, args.context))
     print(f"\n{agree}/{len(paths)} workloads agree 100%; steps {steps_agree}/{steps_total}, "
-          f"requests {reqs_agree}/{reqs_total}")
+          f"requests {reqs_agree}/{reqs_total}"
+          + (f", hits {hits_agree}/{hits_total}" if hits_total else ""))
     return 0 if agree == len(paths) else 1
 
 

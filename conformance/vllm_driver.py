@@ -14,6 +14,7 @@ Everything a step decided is recorded in the step k entry.
 Usage:
     python conformance/vllm_driver.py --workload W.json --config C.json --out OUT.json
     python conformance/vllm_driver.py --random 200 --seed 1 --out-dir DIR
+    python conformance/vllm_driver.py --random-prefix 300 --random-sessions 100 --out-dir DIR
     python conformance/vllm_driver.py --cases --out-dir DIR     # vLLM's own test cases
     python conformance/vllm_driver.py --scenario S.json --out OUT.json  # {config, workload}
 
@@ -32,6 +33,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from conformance import prefix_tokens  # noqa: E402  (stdlib only, shared with the rules model)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
@@ -40,8 +44,8 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 
 FORMAT = "kvsched-vllm-v1-record/1"
 
-# Defaults: vLLM 0.33.0's own (vllm/config/scheduler.py), except prefix caching,
-# which is off here until kvsched models it.
+# Defaults: vLLM 0.33.0's own (vllm/config/scheduler.py), except prefix caching, which is
+# off unless the config turns it on (the prefix generators do; see RULES.md P1-P9).
 DEFAULT_CONFIG: dict[str, Any] = {
     "num_blocks": 10000,  # as vLLM logs it: block 0 is the null block
     "block_size": 16,
@@ -176,6 +180,17 @@ class Harness:
         )
         cache_config.num_gpu_blocks = num_blocks
         self.vllm_config = vllm_config
+        self.caching = bool(cfg["enable_prefix_caching"])
+        self.block_hasher = None
+        if self.caching:
+            # As EngineCore does (v1/engine/core.py): sha256 with its fixed NONE_HASH seed, so
+            # block hashes are deterministic across runs.
+            from vllm.utils.hashing import get_hash_fn_by_name
+            from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+            hash_fn = get_hash_fn_by_name(cache_config.prefix_caching_hash_algo)
+            init_none_hash(hash_fn)
+            self.block_hasher = get_request_block_hasher(block_size, hash_fn)
         self.scheduler = Scheduler(
             vllm_config=vllm_config,
             kv_cache_config=kv_cache_config,
@@ -210,6 +225,26 @@ class Harness:
             return original(request, *args, **kwargs)
 
         self.scheduler._preempt_request = recording_preempt
+        self.answers: dict[str, list[int] | None] = {}
+
+        # Count evictions from the prefix cache (a cached block popped for reuse).
+        self.evicted_this_step = 0
+        pool = self.scheduler.kv_cache_manager.block_pool
+        original_evict = pool._maybe_evict_cached_block
+
+        def counting_evict(block: Any) -> bool:
+            evicted = bool(original_evict(block))
+            self.evicted_this_step += evicted
+            return evicted
+
+        pool._maybe_evict_cached_block = counting_evict
+
+    def cached_blocks(self) -> int:
+        """Blocks that carry a hash (in use or free), i.e. the size of the prefix cache."""
+        from vllm.v1.core.kv_cache_utils import KVCacheBlock
+
+        cache = self.scheduler.kv_cache_manager.block_pool.cached_block_hash_to_block._cache
+        return sum(1 if isinstance(v, KVCacheBlock) else len(v) for v in cache.values())
 
     def make_request(self, spec: dict[str, Any], arrival_time: float, rng: random.Random):
         from vllm.sampling_params import SamplingParams
@@ -218,8 +253,14 @@ class Harness:
         sampling_params = SamplingParams(
             ignore_eos=True, max_tokens=int(spec["output_len"]), temperature=0.0
         )
-        # Random distinct token ids per request: nothing is shared between requests.
-        prompt = [rng.randrange(100, VOCAB_SIZE) for _ in range(int(spec["prompt_len"]))]
+        if self.caching or spec.get("prefix"):
+            # Token ids from the workload's segments (conformance/prefix_tokens.py).
+            prompt, answer = prefix_tokens.request_tokens(spec)
+        else:
+            # Random distinct token ids per request: nothing is shared between requests.
+            prompt = [rng.randrange(100, VOCAB_SIZE) for _ in range(int(spec["prompt_len"]))]
+            answer = None
+        self.answers[str(spec["id"])] = answer
         return Request(
             request_id=str(spec["id"]),
             prompt_token_ids=prompt,
@@ -227,6 +268,7 @@ class Harness:
             pooling_params=None,
             arrival_time=arrival_time,
             priority=int(spec.get("priority", 0)),
+            block_hasher=self.block_hasher,
         )
 
 
@@ -241,23 +283,34 @@ def run(config: dict[str, Any], workload: dict[str, Any], model_dir: str,
     h = Harness(config, model_dir)
     sched = h.scheduler
     cfg = h.config
+    caching = h.caching
     rng = random.Random(token_seed)
 
     reqs = workload["requests"]
+    # A conversation's next turn (`after`: an earlier request's id) arrives `think_steps`
+    # steps after the step in which that request finished (or was rejected); the record's
+    # workload gets the arrival step it was given.
+    dependents: dict[str, list[int]] = {}
+    for i, r in enumerate(reqs):
+        if r.get("after") is not None:
+            dependents.setdefault(str(r["after"]), []).append(i)
     # Workload order breaks ties within a step: arrival_time = step + index * 1e-6
     # (unless the workload gives arrival_time), so vLLM's priority heap order
     # (priority, arrival_time, request_id) equals (priority, arrival_step, index).
-    order = sorted(range(len(reqs)), key=lambda i: (int(reqs[i]["arrival_step"]), i))
+    order = sorted((i for i, r in enumerate(reqs) if r.get("after") is None),
+                   key=lambda i: (int(reqs[i]["arrival_step"]), i))
     by_step: dict[int, list[tuple[int, dict[str, Any]]]] = {}
     for i in order:
         by_step.setdefault(int(reqs[i]["arrival_step"]), []).append((i, reqs[i]))
-    last_arrival = max(by_step) if by_step else 0
+    not_arrived = len(reqs)
+    resolved: dict[int, int] = {}
 
     per_req: dict[str, dict[str, Any]] = {}
     for i, r in enumerate(reqs):
         per_req[str(r["id"])] = {
-            "arrival_step": int(r["arrival_step"]),
-            "arrival_time": float(r.get("arrival_time", int(r["arrival_step"]) + i * 1e-6)),
+            "arrival_step": None if r.get("after") is not None else int(r["arrival_step"]),
+            "arrival_time": None if r.get("after") is not None else
+            float(r.get("arrival_time", int(r["arrival_step"]) + i * 1e-6)),
             "first_token_step": None,
             "finish_step": None,
             "num_preemptions": 0,
@@ -266,6 +319,18 @@ def run(config: dict[str, Any], workload: dict[str, Any], model_dir: str,
             "finish_reason": None,
             "reason": None,
         }
+        if caching:
+            per_req[str(r["id"])].update(prefix_hit_tokens=None, cached_tokens=0, hits=[])
+
+    def ended(rid: str, at: int) -> None:
+        for j in dependents.get(rid, ()):
+            spec = reqs[j]
+            step_j = at + 1 + int(spec.get("think_steps", 0))
+            resolved[j] = step_j
+            per_req[str(spec["id"])].update(arrival_step=step_j, arrival_time=step_j + j * 1e-6)
+            by_step.setdefault(step_j, []).append((j, spec))
+            by_step[step_j].sort(key=lambda e: e[0])
+
     open_ids: set[str] = set()
     steps: list[dict[str, Any]] = []
     stalled = False
@@ -273,12 +338,14 @@ def run(config: dict[str, Any], workload: dict[str, Any], model_dir: str,
     while step < max_steps:
         arrived: list[str] = []
         rejected: list[str] = []
-        for _i, spec in by_step.get(step, []):
+        for _i, spec in by_step.pop(step, []):
             rid = str(spec["id"])
+            not_arrived -= 1
             reason = rejection_reason(int(spec["prompt_len"]), int(cfg["max_model_len"]))
             if reason is not None:
                 rejected.append(rid)
                 per_req[rid].update(status="rejected", reason=reason, finish_step=step)
+                ended(rid, step)
                 continue
             sched.add_request(h.make_request(spec, per_req[rid]["arrival_time"], rng))
             per_req[rid]["status"] = "waiting"
@@ -286,9 +353,18 @@ def run(config: dict[str, Any], workload: dict[str, Any], model_dir: str,
             open_ids.add(rid)
 
         h.preempted_this_step = []
+        h.evicted_this_step = 0
+        running_before = {r.request_id for r in sched.running}
         out = sched.schedule()
         scheduled = [[rid, int(n)] for rid, n in out.num_scheduled_tokens.items()]
         preempted = list(h.preempted_this_step)
+        # The hit of each admission: after schedule() num_computed_tokens = hit + scheduled.
+        hits = [[rid, sched.requests[rid].num_computed_tokens - n] for rid, n in scheduled
+                if rid not in running_before] if caching else []
+        for rid, hit in hits:  # RULES.md P8: vLLM's own per-request figure is the first hit
+            r = sched.requests[rid]
+            if r.num_preemptions == 0 and r.prefill_stats is not None:
+                assert r.prefill_stats.num_local_cached_tokens == hit, (rid, hit)
 
         req_ids = list(out.num_scheduled_tokens)
         sampled: list[list[int]] = []
@@ -299,7 +375,9 @@ def run(config: dict[str, Any], workload: dict[str, Any], model_dir: str,
             # tokens: the prompt (plus recomputed outputs) is fully computed exactly
             # when it reaches num_tokens, and then the step samples one token.
             if r.num_computed_tokens >= r.num_tokens:
-                sampled.append([SAMPLED_TOKEN_ID])
+                token = (prefix_tokens.output_token(rid, h.answers[rid], r.num_output_tokens)
+                         if caching or h.answers.get(rid) is not None else SAMPLED_TOKEN_ID)
+                sampled.append([token])
                 produced.append(rid)
             else:
                 sampled.append([])
@@ -323,9 +401,16 @@ def run(config: dict[str, Any], workload: dict[str, Any], model_dir: str,
                 pr["first_token_step"] = step
         for rid in preempted:
             per_req[rid]["num_preemptions"] += 1
+        for rid, hit in hits:
+            pr = per_req[rid]
+            if pr["prefix_hit_tokens"] is None:
+                pr["prefix_hit_tokens"] = hit
+            pr["cached_tokens"] += hit
+            pr["hits"].append(hit)
         for rid in finished:
             per_req[rid].update(status="finished", finish_step=step)
             open_ids.discard(rid)
+            ended(rid, step)
         for rid in open_ids:
             r = sched.requests.get(rid)
             if r is not None:
@@ -340,26 +425,57 @@ def run(config: dict[str, Any], workload: dict[str, Any], model_dir: str,
             entry["arrived"] = arrived
         if rejected:
             entry["rejected"] = rejected
+        if caching:
+            if hits:
+                entry["hits"] = hits
+            entry["cached_blocks"] = h.cached_blocks()
+            if h.evicted_this_step:
+                entry["evicted_blocks"] = h.evicted_this_step
         entry["running"] = len(sched.running)
         entry["waiting"] = len(sched.waiting) + len(sched.kv_holding_waiting)
         entry["free_blocks"] = sched.kv_cache_manager.block_pool.get_num_free_blocks()
         steps.append(entry)
         step += 1
-        if not open_ids and step > last_arrival:
+        future = any(k >= step for k in by_step)
+        if not open_ids and not future:
             break
-        if not scheduled and open_ids and step > last_arrival:
+        if not scheduled and open_ids and not future:
             # Nothing can ever run again: no arrival left and this step was empty.
             stalled = True
             break
 
-    for rid in open_ids:
+    never_arrived = {rid for rid, p in per_req.items() if p["status"] == "pending"}
+    left = set(open_ids) | never_arrived
+    for rid in left:
         per_req[rid]["status"] = "stalled" if stalled else "unfinished"
     for rid, r in sched.requests.items():
         if rid in per_req:
             assert r.num_preemptions == per_req[rid]["num_preemptions"], rid
+    if resolved:  # the arrival steps the driver gave to later turns
+        workload = {**workload, "requests": [
+            {**r, "arrival_step": resolved[i]} if i in resolved else r
+            for i, r in enumerate(reqs)]}
 
     import vllm
 
+    summary: dict[str, Any] = {
+        "num_steps": len(steps),
+        "stalled": stalled,
+        "hit_max_steps": step >= max_steps and bool(open_ids),
+        "num_preemptions": sum(p["num_preemptions"] for p in per_req.values()),
+        "num_finished": sum(p["status"] == "finished" for p in per_req.values()),
+        "num_rejected": sum(p["status"] == "rejected" for p in per_req.values()),
+    }
+    if caching:
+        prompt_tokens = sum(int(reqs[i]["prompt_len"]) for i, r in enumerate(reqs)
+                            if per_req[str(r["id"])]["prefix_hit_tokens"] is not None)
+        first_hits = sum(p["prefix_hit_tokens"] or 0 for p in per_req.values())
+        summary.update(
+            prefix_hit_tokens=first_hits,
+            cached_tokens=sum(p["cached_tokens"] for p in per_req.values()),
+            prefix_hit_rate=round(first_hits / prompt_tokens, 6) if prompt_tokens else 0.0,
+            evicted_blocks=sum(s.get("evicted_blocks", 0) for s in steps),
+        )
     return {
         "format": FORMAT,
         "engine": {
@@ -372,14 +488,7 @@ def run(config: dict[str, Any], workload: dict[str, Any], model_dir: str,
         "workload": workload,
         "steps": steps,
         "requests": per_req,
-        "summary": {
-            "num_steps": len(steps),
-            "stalled": stalled,
-            "hit_max_steps": step >= max_steps and bool(open_ids),
-            "num_preemptions": sum(p["num_preemptions"] for p in per_req.values()),
-            "num_finished": sum(p["status"] == "finished" for p in per_req.values()),
-            "num_rejected": sum(p["status"] == "rejected" for p in per_req.values()),
-        },
+        "summary": summary,
     }
 
 
@@ -462,6 +571,157 @@ def random_case(rng: random.Random, name: str, watermark_prob: float = 0.0,
         config["watermark"] = extra.choice([0.01, 0.05, 0.1, 0.2])
     workload = {"name": name, "requests": requests}
     return config, workload
+
+
+def random_prefix_case(rng: random.Random, name: str,
+                       sessions: bool | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One random (config, workload) whose prompts share prefixes, with caching on.
+
+    Shared system prompts of a few groups (lengths on, just off and across block
+    boundaries), partial overlaps (a shorter run of a group's segment), identical prompts,
+    private tails or none; with `sessions` (40% of draws by default) also conversations:
+    a turn's prompt is the previous turn's prompt + its answer + new tokens, and it arrives
+    after the previous turn finished. Pools run from one longest request to roomy, so
+    requests preempt, resume onto their own cached blocks, and evict each other's.
+    """
+    block_size = rng.choice([4, 8, 16])
+    chunked = rng.random() < 0.7
+    policy = rng.choice(["fcfs", "priority"])
+    budget = rng.choice([16, 32, 64, 128, 256])
+    max_model_len = budget if not chunked else rng.choice([budget, 2 * budget, 512, 2048])
+    max_num_seqs = min(rng.choice([2, 3, 4, 8, 16, 128]), budget)
+    threshold = 0
+    if rng.random() < 0.3:
+        threshold = min(rng.choice([4, 8, 12, 16, 32]), max_model_len)
+    if sessions is None:
+        sessions = rng.random() < 0.4
+    cap = max_model_len - 1  # longest admissible prompt
+    max_output = rng.choice([1, 4, 12, 24])
+
+    def length_near_blocks(hi: int) -> int:
+        """A length on, one off, or anywhere around block boundaries (>= 1, <= hi)."""
+        hi = max(1, hi)
+        k = rng.randint(1, max(1, hi // block_size))
+        n = rng.choice([k * block_size, k * block_size - 1, k * block_size + 1,
+                        rng.randint(1, hi)])
+        return max(1, min(n, hi))
+
+    n_groups = rng.randint(1, 4)
+    group_len = {g: length_near_blocks(min(cap, rng.choice([budget // 2, budget, 2 * budget])))
+                 for g in range(1, n_groups + 1)}
+    next_seg = [1000]
+
+    def fresh(length: int) -> list[int]:
+        next_seg[0] += 1
+        return [next_seg[0], length]
+
+    requests: list[dict[str, Any]] = []
+    horizon = rng.choice([1, 5, 20, 40])
+    burst = rng.random() < 0.4
+    n = rng.randint(4, 24)
+    i = 0
+    while len(requests) < n:
+        rid = f"r{i:03d}"
+        i += 1
+        arrival = 0 if burst else rng.randint(0, horizon)
+        priority = rng.randint(0, 3) if policy == "priority" else 0
+        output_len = rng.randint(1, max_output)
+        if sessions and rng.random() < 0.5:
+            # A conversation of 2-4 turns; each turn's prefix names its answer too.
+            g = rng.randint(1, n_groups)
+            segs: list[list[int]] = [[g, group_len[g]]] if rng.random() < 0.7 else []
+            prev: str | None = None
+            for _turn in range(rng.randint(2, 4)):
+                user = fresh(rng.randint(1, max(1, budget // 2)))
+                prompt_len = sum(s[1] for s in segs) + user[1]
+                out = rng.randint(1, max_output)
+                if prompt_len >= cap or len(requests) >= n + 6:
+                    break
+                turn_segs = segs + [user, fresh(out)]
+                spec: dict[str, Any] = {"id": f"r{i:03d}" if prev else rid,
+                                        "prompt_len": prompt_len, "output_len": out,
+                                        "priority": priority, "prefix": turn_segs}
+                if prev is None:
+                    spec["arrival_step"] = arrival
+                else:
+                    spec["after"] = prev
+                    spec["think_steps"] = rng.choice([0, 0, 1, 3, 8])
+                    i += 1
+                requests.append(spec)
+                prev = spec["id"]
+                segs = turn_segs
+            continue
+        kind = rng.random()
+        if kind < 0.15 and requests:
+            # An identical prompt: another request's segments and length.
+            src = rng.choice([r for r in requests if r.get("after") is None])
+            prefix = [list(s) for s in src["prefix"]][: len(src["prefix"])]
+            prompt_len = min(src["prompt_len"], sum(s[1] for s in prefix))
+            prefix = _cut(prefix, prompt_len)
+        elif kind < 0.85:
+            g = rng.randint(1, n_groups)
+            shared = group_len[g]
+            if rng.random() < 0.25:  # a partial overlap: a shorter run of the same segment
+                shared = length_near_blocks(shared)
+            tail = rng.choice([0, rng.randint(1, max(1, budget)), rng.randint(1, block_size)])
+            prompt_len = min(shared + tail, cap)
+            prefix = _cut([[g, shared]], prompt_len)
+            if tail and rng.random() < 0.5 and prompt_len > shared:
+                prefix.append(fresh(prompt_len - shared))  # tail as a segment, else private
+        else:
+            prompt_len = rng.randint(1, max(1, min(cap, 2 * budget)))
+            prefix = []
+        if rng.random() < 0.03:
+            prompt_len = max_model_len + rng.choice([0, 1])  # rejected at arrival
+            prefix = _cut(prefix, prompt_len)
+        requests.append({"id": rid, "prompt_len": max(1, prompt_len), "output_len": output_len,
+                         "arrival_step": arrival, "priority": priority, "prefix": prefix})
+    requests.sort(key=lambda r: (r.get("arrival_step", 10**9), r["id"]))
+    for r in requests:
+        if not r["prefix"]:
+            del r["prefix"]
+
+    admissible = [r for r in requests if r["prompt_len"] < max_model_len]
+    longest = max((min(r["prompt_len"] + r["output_len"], max_model_len) for r in admissible),
+                  default=1)
+    need_one = -(-longest // block_size)
+    total = sum(-(-min(r["prompt_len"] + r["output_len"], max_model_len) // block_size)
+                for r in admissible)
+    tightness = rng.choice(["one", "tight", "tight", "medium", "roomy"])
+    if tightness == "one":
+        usable = need_one
+    elif tightness == "tight":
+        usable = need_one + rng.randint(0, max(1, need_one))
+    elif tightness == "medium":
+        usable = max(need_one, total // rng.randint(2, 4))
+    else:
+        usable = max(need_one, total + rng.randint(0, 10))
+    config = {
+        "num_blocks": usable + 1,
+        "block_size": block_size,
+        "max_num_batched_tokens": budget,
+        "max_num_seqs": max_num_seqs,
+        "enable_chunked_prefill": chunked,
+        "long_prefill_token_threshold": threshold,
+        "policy": policy,
+        "max_model_len": max_model_len,
+        "enable_prefix_caching": True,
+        "scheduler_reserve_full_isl": rng.random() < 0.85,
+        "watermark": rng.choice([0.0, 0.0, 0.0, 0.05]),
+    }
+    return config, {"name": name, "requests": requests}
+
+
+def _cut(prefix: list[list[int]], length: int) -> list[list[int]]:
+    """The segments covering at most the first `length` tokens."""
+    out: list[list[int]] = []
+    left = length
+    for seg_id, n in prefix:
+        if left <= 0:
+            break
+        out.append([seg_id, min(n, left)])
+        left -= n
+    return out
 
 
 # --------------------------------------------------------------------------- vLLM's cases
@@ -596,6 +856,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--watermark-prob", type=float, default=0.0,
                     help="with --random: share of workloads with a non-default watermark")
     ap.add_argument("--cases", action="store_true", help="record vLLM's own test cases")
+    ap.add_argument("--random-prefix", type=int, default=0, metavar="N",
+                    help="N random workloads sharing prefixes (groups, overlaps, some sessions), "
+                         "prefix caching on")
+    ap.add_argument("--random-sessions", type=int, default=0, metavar="N",
+                    help="N random workloads of multi-turn sessions, prefix caching on")
     ap.add_argument("--out-dir", type=Path)
     ap.add_argument("--max-steps", type=int, default=5000)
     ap.add_argument("--max-steps-keep", type=int, default=0,
@@ -611,6 +876,12 @@ def main(argv: list[str] | None = None) -> int:
                 name = f"random-s{args.seed}-{i:04d}"
                 extra = random.Random(f"{args.seed}:{i}:extra")
                 cfg, wl = random_case(rng, name, args.watermark_prob, extra)
+                jobs.append((name, cfg, wl, i))
+        for kind, count in (("prefix", args.random_prefix), ("sessions", args.random_sessions)):
+            for i in range(count):
+                rng = random.Random(f"{kind}:{args.seed}:{i}")
+                name = f"{kind}-s{args.seed}-{i:04d}"
+                cfg, wl = random_prefix_case(rng, name, True if kind == "sessions" else None)
                 jobs.append((name, cfg, wl, i))
         if args.cases:
             for name, cfg, wl in vllm_test_cases():
@@ -629,7 +900,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{out}: {rec['summary']}")
         if jobs:
             if args.out_dir is None:
-                ap.error("--random/--cases need --out-dir")
+                ap.error("--random/--random-prefix/--random-sessions/--cases need --out-dir")
             args.out_dir.mkdir(parents=True, exist_ok=True)
             kept = 0
             for name, cfg, wl, seed in jobs:
@@ -639,8 +910,11 @@ def main(argv: list[str] | None = None) -> int:
                 dump(rec, args.out_dir / f"{name}.json")
                 kept += 1
                 s = rec["summary"]
+                cache = (f" hit={s['prefix_hit_tokens']} evicted={s['evicted_blocks']}"
+                         if "evicted_blocks" in s else "")
                 print(f"{name}: steps={s['num_steps']} preemptions={s['num_preemptions']} "
                       f"finished={s['num_finished']} rejected={s['num_rejected']}"
+                      f"{cache}"
                       f"{' STALLED' if s['stalled'] else ''}"
                       f"{' MAX_STEPS' if s['hit_max_steps'] else ''}", flush=True)
             print(f"recorded {kept} workload(s) in {args.out_dir}")

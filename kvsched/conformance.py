@@ -9,6 +9,12 @@ clock, and reads the step numbers back from the batches and events.
 The step clock: harness step k is kvsched step k + 1 (arrivals of step k arrive just before
 time k + 1, in the order of vLLM's `(arrival_time, index)`, so that simultaneous arrivals
 keep vLLM's distinct arrival times and kvsched's ties never decide).
+
+Prefix caching (`enable_prefix_caching` in the record's config): each request's `prefix`
+segments become `Request.prefix`, `engine.enable_prefix_caching` is set, and the answer
+carries each request's `prefix_hit_tokens` and `cached_tokens`. A conversation's later turn
+(`after`) arrives at the `arrival_step` the driver recorded for it, so kvsched is asked the
+same question vLLM was, whatever its own think-time rule.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvsched.policies import make_policy
+from kvsched.prefix import Prefix
 from kvsched.request import Request, Status
 from kvsched.schema import EngineSpec
 from kvsched.simulator import simulate
@@ -54,8 +61,10 @@ def vllm_v1_decisions(config: dict[str, Any], workload: dict[str, Any],
     for rank, i in enumerate(order):
         spec = specs[i]
         arrival = int(spec["arrival_step"]) + 1 - (len(specs) - rank) * _SPACING
+        segments = tuple((int(s), int(n)) for s, n in spec.get("prefix") or ())
         requests.append(Request(str(spec["id"]), arrival, int(spec["prompt_len"]),
-                                int(spec["output_len"]), int(spec.get("priority", 0))))
+                                int(spec["output_len"]), int(spec.get("priority", 0)),
+                                prefix=Prefix(segments) if segments else None))
     result = simulate(requests, engine, make_policy(cfg["policy"]), StepClock(),
                       record_batches=True)
 
@@ -92,5 +101,10 @@ def vllm_v1_decisions(config: dict[str, Any], workload: dict[str, Any],
             "num_preemptions": record.num_preemptions,
             "status": status,
         }
+        if caching:
+            hit = getattr(record, "prefix_hit_tokens", None)
+            out_requests[record.request_id].update(
+                prefix_hit_tokens=None if status == "rejected" else hit,
+                cached_tokens=int(getattr(record, "cached_tokens", 0) or 0))
     return {"steps": [{"step": k, **v} for k, v in sorted(steps.items())],
             "requests": out_requests}
