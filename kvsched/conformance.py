@@ -45,9 +45,10 @@ def vllm_v1_decisions(config: dict[str, Any], workload: dict[str, Any],
                       max_steps: int = 100_000) -> dict[str, Any]:
     """kvsched's decisions for a harness `(config, workload)`, in the record's structure."""
     cfg = {**HARNESS_DEFAULTS, **config}
+    caching = bool(cfg.get("enable_prefix_caching", False))
     engine = EngineSpec.model_validate(
         {"preset": "vllm_v1", "max_steps": max_steps,
-         "enable_prefix_caching": bool(cfg.get("enable_prefix_caching", False)),
+         "enable_prefix_caching": caching,
          **{key: cfg[key] for key in _ENGINE_KEYS}}).to_config()
     specs = workload["requests"]
 
