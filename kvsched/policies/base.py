@@ -42,10 +42,10 @@ class DynamicPolicy(Protocol):
     `seqs` is the part of the queue in policy order (never started, or preempted and
     requeued `back` or by arrival; not the preempted stack nor the swapped FIFO ahead of
     it), in its current order: last step's order, then those that entered since, in entry
-    order (`seq.enqueue_time` says when each entered). `view` is the engine's KV cache (`view.match(seq)`: tokens of the request's next
-    (re)prefill cached now), or None when prefix caching is off. The result holds exactly
-    the same requests, first served first; the policy reads the requests, it never changes
-    them or the cache.
+    order (`seq.enqueue_time` says when each entered). `view` is the engine's KV cache
+    (`view.match(seq)`: tokens of the request's next (re)prefill cached now), or None when
+    prefix caching is off. The result holds exactly the same requests, first served first;
+    the policy reads the requests, it never changes them or the cache.
     """
 
     def order(self, seqs: list[Seq], now: float, view: CacheView | None) -> list[Seq]: ...
