@@ -427,11 +427,12 @@ def policies() -> None:
 
     from kvsched.policies import builtin_policies
 
-    rows = [[info.name, ", ".join(f"{k}={v}" for k, v in info.params.items()),
+    rows = [[info.name, ", ".join(f"{k}={v}" for k, v in info.params.items()) or "none",
              info.summary.splitlines()[0]] for info in builtin_policies()]
     typer.echo(tabulate(rows, headers=["policy", "parameters", "order"], tablefmt="simple"))
     typer.echo("\nYour own: policy: {name: package.module:ClassName, <params>} "
-               "(a class with key(request, enqueue_time) -> tuple).")
+               "(a class with key(request, enqueue_time) -> tuple, or with "
+               "order(seqs, now, view) -> list to re-rank the queue every step).")
 
 
 @app.command(epilog="Example: kvsched presets")

@@ -46,6 +46,7 @@ class Seq:
     decoded_tick: int = 0  # last tick this seq decoded in the exact path
     grew_tick: int = 0  # last tick this seq took a new block to decode
     join_step: int = 0
+    enqueue_time: float = 0.0  # when it last entered the policy-ordered part of the queue
     first_scheduled_time: float | None = None
     first_token_time: float | None = None
     first_token_step: int | None = None

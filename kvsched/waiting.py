@@ -5,8 +5,10 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Iterator
+from typing import cast
 
-from kvsched.policies.base import Policy
+from kvsched.kvcache.base import CacheView
+from kvsched.policies.base import DynamicPolicy, Policy, StaticPolicy, is_dynamic
 from kvsched.sequence import Seq, SeqState
 
 
@@ -22,27 +24,39 @@ class WaitingQueue:
     preempted on top (the lesson: a preempted request goes to the front). The rest form a
     heap ordered by the policy's key, ties broken by entry order. Swapped-out requests may
     instead wait in a first-in-first-out queue ahead of both (vLLM V0's swapped queue).
+
+    Under a dynamic policy (`dynamic` is True) the rest is instead a list: a request enters
+    at its tail and `reorder` re-ranks the whole list in place, as SGLang sorts its waiting
+    list before each prefill. Between two reorders the order stands (ties in the next sort
+    keep it, and a policy that does not sort, such as `lpm` above 128 waiting, leaves it).
     """
 
-    __slots__ = ("_policy", "_swapped", "_stack", "_heap", "_entries", "queued_tokens")
+    __slots__ = ("_policy", "_swapped", "_stack", "_heap", "_fresh", "_entries",
+                 "queued_tokens", "dynamic")
 
     def __init__(self, policy: Policy) -> None:
+        self.dynamic = is_dynamic(policy)
         self._policy = policy
         self._swapped: deque[Seq] = deque()
         self._stack: list[Seq] = []
-        self._heap: list[tuple] = []
+        self._heap: list[tuple] = []  # static policies: (*key, entry number, seq)
+        self._fresh: deque[Seq] = deque()  # dynamic policies: never started, in policy order
         self._entries = 0
         self.queued_tokens = 0  # budget tokens needed to admit everything queued
 
     def __len__(self) -> int:
-        return len(self._swapped) + len(self._stack) + len(self._heap)
+        return len(self._swapped) + len(self._stack) + len(self._heap) + len(self._fresh)
 
     def push(self, seq: Seq, enqueue_time: float) -> None:
         """Queue `seq` in policy order, as entering at `enqueue_time`."""
-        self._entries += 1
-        key = self._policy.key(seq.request, enqueue_time)
-        heapq.heappush(self._heap, (*key, self._entries, seq))
+        seq.enqueue_time = enqueue_time
         self.queued_tokens += admission_tokens(seq)
+        if self.dynamic:
+            self._fresh.append(seq)
+            return
+        self._entries += 1
+        key = cast(StaticPolicy, self._policy).key(seq.request, enqueue_time)
+        heapq.heappush(self._heap, (*key, self._entries, seq))
 
     def push_front(self, seq: Seq) -> None:
         """Put a preempted request ahead of everything queued."""
@@ -54,6 +68,24 @@ class WaitingQueue:
         self._swapped.append(seq)
         self.queued_tokens += admission_tokens(seq)
 
+    def reorder(self, now: float, view: CacheView | None) -> None:
+        """Re-rank the never-started requests with the dynamic policy (at the start of a
+        step, before any admission); nothing to do under a static policy."""
+        fresh = self._fresh
+        if len(fresh) < 2:
+            return
+        ordered = cast(DynamicPolicy, self._policy).order(list(fresh), now, view)
+        if len(ordered) != len(fresh) or {id(s) for s in ordered} != {id(s) for s in fresh}:
+            raise ValueError(f"policy {type(self._policy).__name__}: order() returned "
+                             f"{len(ordered)} requests for {len(fresh)} waiting; it must "
+                             "return the same requests, reordered")
+        self._fresh = deque(ordered)
+
+    def _first_rest(self) -> Seq | None:
+        if self._heap:
+            return self._heap[0][-1]
+        return self._fresh[0] if self._fresh else None
+
     def peek(self) -> Seq | None:
         if self._swapped:
             return self._swapped[0]
@@ -61,7 +93,7 @@ class WaitingQueue:
             return self._stack[-1]
         if self._heap:
             return self._heap[0][-1]
-        return None
+        return self._fresh[0] if self._fresh else None
 
     def second(self) -> Seq | None:
         """The request right behind the head (for head-of-line diagnosis)."""
@@ -71,22 +103,28 @@ class WaitingQueue:
                 return swapped[1]
             if self._stack:
                 return self._stack[-1]
-            return self._heap[0][-1] if self._heap else None
+            return self._first_rest()
         stack, heap = self._stack, self._heap
         if len(stack) >= 2:
             return stack[-2]
         if stack:
-            return heap[0][-1] if heap else None
+            return self._first_rest()
         if len(heap) >= 3:
             return min(heap[1], heap[2])[-1]
-        return heap[1][-1] if len(heap) == 2 else None
+        if len(heap) == 2:
+            return heap[1][-1]
+        fresh = self._fresh
+        return fresh[1] if len(fresh) >= 2 else None
 
     def pop(self) -> Seq:
         if self._swapped:
             seq = self._swapped.popleft()
-            self.queued_tokens -= admission_tokens(seq)
-            return seq
-        seq = self._stack.pop() if self._stack else heapq.heappop(self._heap)[-1]
+        elif self._stack:
+            seq = self._stack.pop()
+        elif self._heap:
+            seq = heapq.heappop(self._heap)[-1]
+        else:
+            seq = self._fresh.popleft()
         self.queued_tokens -= admission_tokens(seq)
         return seq
 
@@ -96,3 +134,4 @@ class WaitingQueue:
         yield from reversed(self._stack)
         for entry in sorted(self._heap, key=lambda e: e[:-1]):
             yield entry[-1]
+        yield from self._fresh

@@ -1,7 +1,8 @@
 """Built-in waiting-queue policies, the registry, and loading a user's own policy.
 
-Adding a policy: one small module with a frozen dataclass that has a `key` method, and one
-line in `BUILTIN`. A user's own policy needs no registration: name it `package.module:Class`.
+Adding a policy: one small module with a frozen dataclass that has a `key` method (a static
+policy) or an `order` method (a dynamic one, re-ranking the queue every step), and one line in
+`BUILTIN`. A user's own policy needs no registration: name it `package.module:Class`.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from kvsched.errors import excerpt
-from kvsched.policies.base import Policy, SortKey
+from kvsched.policies.base import DynamicPolicy, Policy, SortKey, StaticPolicy, is_dynamic
+from kvsched.policies.dfs_weight import DfsWeight
 from kvsched.policies.fcfs import Fcfs
+from kvsched.policies.hrrn import HighestResponseRatio
 from kvsched.policies.lof import LongestOutputFirst
+from kvsched.policies.lpm import LongestPrefixMatch
 from kvsched.policies.priority import PriorityFirst
 from kvsched.policies.spf import ShortestPromptFirst
 
@@ -29,7 +33,12 @@ BUILTIN: dict[str, type] = {
     "spf": ShortestPromptFirst,
     "priority": PriorityFirst,
     "lof": LongestOutputFirst,
+    "lpm": LongestPrefixMatch,
+    "dfs-weight": DfsWeight,
+    "hrrn": HighestResponseRatio,
 }
+
+_SHAPE = "key(request, enqueue_time) or order(seqs, now, view) method"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +82,8 @@ def _class_for(name: str, search_path: Sequence[Path] = ()) -> type:
 
 def _user_class(name: str, search_path: Sequence[Path]) -> type:
     """Import `package.module` (also from the folders in `search_path`, e.g. the scenario's)
-    and return its class `Class`, checked to be a class with a `key` method before anything
+    and return its class `Class`, checked to be a class with a `key` or an `order` method
+    (static or dynamic) before anything
     of it is called. Importing runs the module's code, with the user's rights."""
     check_policy_name(name)
     module_name, _, class_name = name.partition(":")
@@ -93,10 +103,10 @@ def _user_class(name: str, search_path: Sequence[Path]) -> type:
         raise ValueError(f"module '{module_name}' has no class '{class_name}'")
     if not isinstance(cls, type):
         raise ValueError(f"'{name}' is {type(cls).__name__}, not a class; a policy is a class "
-                         "with a key(request, enqueue_time) method")
-    if not callable(inspect.getattr_static(cls, "key", None)):
-        raise ValueError(f"'{name}' has no key(request, enqueue_time) method, so it is not a "
-                         "policy")
+                         f"with a {_SHAPE}")
+    if not any(callable(inspect.getattr_static(cls, method, None))
+               for method in ("key", "order")):
+        raise ValueError(f"'{name}' has no {_SHAPE}, so it is not a policy")
     return cls
 
 
@@ -126,8 +136,8 @@ def make_policy(name: str = "fcfs", /, search_path: Sequence[Path] = (), **param
         policy = cls(**params)
     except Exception as exc:  # noqa: BLE001 - a user's constructor may raise anything
         raise ValueError(f"policy '{name}': {type(exc).__name__}: {excerpt(exc, 200)}") from None
-    if not callable(getattr(policy, "key", None)):
-        raise ValueError(f"policy '{name}' has no key(request, enqueue_time) method")
+    if not (callable(getattr(policy, "key", None)) or is_dynamic(policy)):
+        raise ValueError(f"policy '{name}' has no {_SHAPE}")
     return policy
 
 
@@ -143,14 +153,20 @@ def builtin_policies() -> list[PolicyInfo]:
 
 __all__ = [
     "BUILTIN",
+    "DfsWeight",
+    "DynamicPolicy",
     "Fcfs",
+    "HighestResponseRatio",
+    "LongestPrefixMatch",
     "Policy",
     "PolicyInfo",
     "PriorityFirst",
     "ShortestPromptFirst",
     "SortKey",
+    "StaticPolicy",
     "builtin_policies",
     "check_policy_name",
+    "is_dynamic",
     "is_user_policy",
     "make_policy",
     "param_names",
