@@ -23,6 +23,11 @@ from kvsched.sequence import Seq
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
+# The queue policies, cache-aware ones (re-ranked every step from the cache) included.
+all_policies = st.one_of(policies, st.builds(
+    lambda name, aging: make_policy(name, aging=aging) if name == "lpm" else make_policy(name),
+    st.sampled_from(["lpm", "dfs-weight", "hrrn"]), st.sampled_from([0.0, 0.0, 5.0])))
+
 
 @st.composite
 def shared_workloads(draw, max_requests: int = 12):
@@ -70,7 +75,7 @@ def outcome(result):
 
 
 @settings(max_examples=250, **SETTINGS)
-@given(shared_workloads(), preset_configs(), policies, clocks)
+@given(shared_workloads(), preset_configs(), all_policies, clocks)
 def test_stretches_equal_the_exact_path_with_prefix_caching(requests, config, policy, clock):
     """Under every preset and knob, with the cache on, a stretch's records are the exact
     path's: cached and evicted blocks per step included."""
@@ -82,7 +87,7 @@ def test_stretches_equal_the_exact_path_with_prefix_caching(requests, config, po
 
 
 @settings(max_examples=200, **SETTINGS)
-@given(shared_workloads(), configs(), policies, clocks, st.sampled_from(["v1", "v0"]))
+@given(shared_workloads(), configs(), all_policies, clocks, st.sampled_from(["v1", "v0"]))
 def test_runs_with_prefix_caching_keep_every_invariant(requests, config, policy, clock,
                                                        accounting):
     """No request lost, blocks counted the same way as without a cache, hits never more
@@ -229,3 +234,18 @@ def test_v0_accounting_charges_only_uncached_tokens_to_the_budget():
         **keys, "enable_prefix_caching": False}))
     first = {r.request_id: r.first_scheduled_time for r in plain.requests}
     assert first["a"] != first["b"]  # without the cache 56 + 56 tokens do not fit 64
+
+
+def test_lpm_serves_the_request_whose_prefix_is_cached_first():
+    """Under lpm, of two requests waiting behind a busy engine, the one that finds 64 cached
+    tokens is admitted before an older cold one (fcfs keeps arrival order)."""
+    shared = Prefix(((1, 64),))
+    requests = [Request("warm-up", 0, 65, 40, prefix=shared), Request("cold", 1, 70, 2),
+                Request("hot", 2, 70, 2, prefix=shared)]
+    config = engine_config("sglang", num_blocks=200, block_size=16, max_num_seqs=1)
+    order = {}
+    for name in ("fcfs", "lpm"):
+        result = simulate(requests, config, make_policy(name))
+        first = {r.request_id: r.first_scheduled_time for r in result.requests}
+        order[name] = sorted(("cold", "hot"), key=first.__getitem__)
+    assert order == {"fcfs": ["cold", "hot"], "lpm": ["hot", "cold"]}

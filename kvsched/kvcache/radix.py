@@ -210,7 +210,31 @@ class RadixCache:
         return matched // self.block_size * self.block_size
 
     def can_allocate(self, prefix: Prefix | None, hit_tokens: int, num_new: int) -> bool:
-        return num_new * self.block_size <= self.free_tokens + self.evictable_tokens()
+        # The hit's path is locked before anything is evicted: it cannot make room.
+        return num_new * self.block_size <= (self.free_tokens + self.evictable_tokens()
+                                             - self._unlocked_on_path(prefix, hit_tokens))
+
+    def _unlocked_on_path(self, prefix: Prefix | None, hit_tokens: int) -> int:
+        """Tokens of the first `hit_tokens` of `prefix` held by unlocked nodes."""
+        if prefix is None or hit_tokens <= 0:
+            return 0
+        pieces = self._pieces(prefix, hit_tokens)
+        node, qi, left, unlocked = self.root, 0, hit_tokens, 0
+        while qi < len(pieces) and left > 0:
+            seg, start, _ = pieces[qi]
+            child = node.children.get((seg, start))
+            if child is None:
+                break
+            shared, qi = _common(child.key, pieces, qi)
+            if not shared:
+                break
+            if not child.lock:
+                unlocked += min(shared, left)
+            left -= shared
+            if shared < child.num_tokens:
+                break
+            node = child
+        return unlocked
 
     def allocate(self, owner: int, prefix: Prefix | None, hit_tokens: int,
                  num_new: int) -> None:
