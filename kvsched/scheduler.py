@@ -309,7 +309,7 @@ class Scheduler:
         """Decide step `step`, starting at `now`."""
         plan = StepPlan(step, now)
         if self._dynamic:
-            self.waiting.reorder(now, self.prefix)  # type: ignore[attr-defined]
+            self.waiting.reorder(now, self.prefix)
         if self.config.delay_factor:
             self._delay_passed = self._passed_delay(now)
         self._order(plan)
