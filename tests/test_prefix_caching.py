@@ -218,22 +218,40 @@ def test_eviction_takes_the_least_recently_freed_blocks_first():
     assert sum(row[22] for row in result.steps) == result.summary["evicted_blocks"]
 
 
-def test_v0_accounting_charges_only_uncached_tokens_to_the_budget():
-    """vLLM V0 case A19: two prompts sharing a cached prefix prefill together although
-    their full lengths exceed the budget (cached tokens are free for the budget)."""
-    shared = Prefix(((1, 48),))
-    warm = Request("w", 0, 48 + 1, 1, prefix=shared)
-    a = Request("a", 5, 48 + 8, 2, prefix=shared)
-    b = Request("b", 5, 48 + 8, 2, prefix=shared)
-    keys = dict(num_blocks=64, block_size=16, max_num_batched_tokens=64, watermark=0.0,
-                enable_prefix_caching=True)
-    result = simulate([warm, a, b], engine_config("vllm_v0", **keys))
+def test_prefix_caching_aware_prefills():
+    """vLLM V0 case A19 (`tests/core/test_scheduler.py::test_prefix_caching_aware_prefills`):
+    A, B and C share their first block; once A ran, B and C (8 tokens each, 4 cached) are
+    prefilled together on a budget of 12, which without the cache fits only one of them."""
+    shared = (1, 4)
+    a = Request("A", 0, 8, 4, prefix=Prefix((shared, (2, 4))))
+    b = Request("B", 2, 8, 4, prefix=Prefix((shared, (3, 4))))
+    c = Request("C", 2, 8, 4, prefix=Prefix((shared, (4, 4))))
+    keys = dict(num_blocks=16, block_size=4, max_num_batched_tokens=12, max_num_seqs=3,
+                max_model_len=12, watermark=0.0)
+    for caching, together in ((True, True), (False, False)):
+        result = simulate([a, b, c], engine_config("vllm_v0", enable_prefix_caching=caching,
+                                                   **keys))
+        first = {r.request_id: r.first_scheduled_time for r in result.requests}
+        assert (first["B"] == first["C"]) is together, caching
+        hits = [r.prefix_hit_tokens for r in result.requests]
+        assert hits == ([0, 4, 4] if caching else [0, 0, 0])
+
+
+def test_a_fully_cached_prompt_cannot_ride_an_exhausted_budget():
+    """vLLM V0 case A20: the admission loop stops once the budget is spent, so a prompt
+    that is all cached but its last block still waits for the next step (it is charged its
+    uncached tokens, never nothing)."""
+    shared = Prefix(((1, 16),))
+    warm = Request("warm", 0, 16, 2, prefix=shared)
+    full = Request("full", 3, 16, 2)  # takes the whole budget of 16
+    cached = Request("cached", 3, 16, 2, prefix=shared)  # 12 of 16 tokens cached
+    config = engine_config("vllm_v0", num_blocks=32, block_size=4, max_num_batched_tokens=16,
+                           watermark=0.0, enable_prefix_caching=True)
+    result = simulate([warm, full, cached], config)
     first = {r.request_id: r.first_scheduled_time for r in result.requests}
-    assert first["a"] == first["b"]  # one step: 8 + 8 uncached tokens fit a budget of 64
-    plain = simulate([warm, a, b], engine_config("vllm_v0", **{
-        **keys, "enable_prefix_caching": False}))
-    first = {r.request_id: r.first_scheduled_time for r in plain.requests}
-    assert first["a"] != first["b"]  # without the cache 56 + 56 tokens do not fit 64
+    hits = {r.request_id: r.prefix_hit_tokens for r in result.requests}
+    assert hits["cached"] == 12
+    assert first["cached"] > first["full"]
 
 
 def test_lpm_serves_the_request_whose_prefix_is_cached_first():
