@@ -118,7 +118,7 @@ class _Replica:
         if self.history is None or delay == 0:
             _, waiting, running, free = self.snapshot
             return EngineView(self.index, self.num_blocks, waiting + len(self.pending),
-                              running, free)
+                              running, free, self.lookup)
         seen = now - delay
         history = self.history
         k = bisect_right(history, seen, key=lambda s: s[0])
@@ -133,7 +133,14 @@ class _Replica:
         if lo > _PRUNE:
             del routed_at[:lo]
         return EngineView(self.index, self.num_blocks, waiting + max(0, hi - lo), running,
-                          free)
+                          free, self.lookup)
+
+    def lookup(self, request: RouteRequest) -> int:
+        """Prompt tokens of `request` this replica's prefix cache holds now."""
+        tracker = self.engine.sched.prefix
+        if tracker is None or request.prefix is None:
+            return 0
+        return tracker.cache.match(request.prefix, request.prompt_len)
 
 
 def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], policies:
@@ -258,7 +265,8 @@ class _Loop:
         request = self.arrivals[k]
         replicas = self.replicas
         seen = RouteRequest(request.request_id, request.arrival_time, request.prompt_len,
-                            request.priority, request.class_name, request.session)
+                            request.priority, request.class_name, request.session,
+                            request.prefix)
         views = [r.view(now, self.delay, self._routed_at[r.index]) for r in replicas]
         self._watch_idle(views, now)
         choice = self.router.route(seen, views)

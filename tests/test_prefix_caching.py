@@ -267,3 +267,30 @@ def test_lpm_serves_the_request_whose_prefix_is_cached_first():
         first = {r.request_id: r.first_scheduled_time for r in result.requests}
         order[name] = sorted(("cold", "hot"), key=first.__getitem__)
     assert order == {"fcfs": ["cold", "hot"], "lpm": ["hot", "cold"]}
+
+
+def test_prefix_aware_routing_keeps_a_group_on_the_replica_that_caches_it():
+    """Three groups on two replicas: round-robin spreads each group over both replicas
+    (both compute its shared prompt), prefix-aware sends a group where it is cached."""
+    import numpy as np
+
+    from kvsched.cluster import ReplicaSetup, run_cluster
+    from kvsched.routers import make_router
+    from kvsched.timing import ConstantStep
+
+    requests = [Request(f"g{g}-{i}", 4.0 * i + g, 300, 4, prefix=Prefix(((g, 256),)))
+                for i in range(6) for g in range(3)]
+    requests.sort(key=lambda r: r.arrival_time)
+    config = engine_config("vllm_v1", num_blocks=400, block_size=16)
+    rates = {}
+    for name in ("round_robin", "prefix_aware"):
+        result = run_cluster(requests, [ReplicaSetup(config, ConstantStep(0.05))] * 2,
+                             [make_policy("fcfs")] * 2,
+                             make_router(name, {}, 2, np.random.default_rng(0)))
+        rates[name] = result.summary["prefix_hit_rate"]
+        if name == "prefix_aware":
+            homes = {}
+            for request, replica in zip(result.requests, result.replica_of, strict=True):
+                homes.setdefault(request.request_id.split("-")[0], set()).add(replica)
+            assert all(len(where) == 1 for where in homes.values())
+    assert rates["prefix_aware"] > rates["round_robin"]

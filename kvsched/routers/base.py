@@ -14,6 +14,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from kvsched.prefix import Prefix
+
 
 @dataclass(frozen=True, slots=True)
 class RouteRequest:
@@ -25,6 +27,7 @@ class RouteRequest:
     priority: int
     class_name: str | None
     session: str | None
+    prefix: Prefix | None = None  # the prompt's shared tokens, as the workload names them
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,10 +53,9 @@ class EngineView:
         return self.num_waiting + self.num_running
 
     def cached_prefix_len(self, request: RouteRequest) -> int:
-        """Tokens of `request`'s prompt this replica holds in its prefix cache.
-
-        kvsched has no prefix cache yet, so this is 0 for every replica today; routers that
-        use it (`prefix_aware`) then fall back to their load rule."""
+        """Tokens of `request`'s prompt this replica holds in its prefix cache (whole blocks,
+        as its admission would hit them now); 0 without prefix caching or prefix identity.
+        The lookup is live even under `signal_delay`, which delays the load figures only."""
         return 0 if self.prefix is None else self.prefix(request)
 
 

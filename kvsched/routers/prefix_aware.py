@@ -2,9 +2,8 @@
 (queued + running) exceeds the least-loaded replica's by more than `margin` requests; then
 the least-loaded (as the SGLang router and llm-d balance cache hits against load).
 
-kvsched has no prefix cache yet: `EngineView.cached_prefix_len` is 0 on every replica, so
-today this router always takes the least-loaded replica (it behaves as least_outstanding)
-until prefix caching lands.
+Without prefix caching on the replicas (or prefix identity in the workload) every replica
+reports a 0-token hit and this router takes the least-loaded one (as least_outstanding).
 """
 
 from __future__ import annotations
