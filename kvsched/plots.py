@@ -38,6 +38,7 @@ COLORS = {
     "limit": "#222222",
     "swap": "#edc948",
     "thrash": "#e15759",
+    "cached": "#499894",
     "arrived": "#9a9a9a",
     "finished": "#59a14f",
     "starved": "#9c0d38",
@@ -153,7 +154,7 @@ def read_variant(folder: Path) -> VariantRecords:
 
 SPREAD = ("prefill_tokens", "decode_tokens", "recomputed_tokens", "budget_used",
           "num_preempted", "num_admitted", "num_finished", "swapped_out_blocks",
-          "swapped_in_blocks")
+          "swapped_in_blocks", "evicted_blocks")
 """Columns a compact stretch row sums over its steps: spread evenly when it is expanded."""
 
 
@@ -207,8 +208,8 @@ def timeline_series(steps: pd.DataFrame, max_points: int = MAX_POINTS) -> pd.Dat
     Columns: `step` and `time` where the bucket starts, `num_steps` in it; token counts and
     `num_preempted` summed (totals are kept); `peak_tokens` (the largest `budget_used`),
     `blocks_used`, `num_waiting`, `num_running` and, when recorded, `backpressure` and
-    `thrash_ratio` as the bucket's maximum (spikes are kept); swapped blocks, when recorded,
-    summed. With `max_points` >= the steps, one row per step.
+    `thrash_ratio` (and `cached_blocks`) as the bucket's maximum (spikes are kept); swapped
+    (and evicted) blocks, when recorded, summed. With `max_points` >= the steps, one row per step.
     """
     if max_points < 1:
         raise ValueError("max_points must be >= 1")
@@ -216,9 +217,11 @@ def timeline_series(steps: pd.DataFrame, max_points: int = MAX_POINTS) -> pd.Dat
     width = max(1, -(-num_rows // max_points))  # ceiling division
     starts = np.arange(0, num_rows, width)
     sums = ["prefill_tokens", "recomputed_tokens", "decode_tokens", "num_preempted"]
-    sums += [c for c in ("swapped_out_blocks", "swapped_in_blocks") if c in steps.columns]
+    sums += [c for c in ("swapped_out_blocks", "swapped_in_blocks", "evicted_blocks")
+             if c in steps.columns]
     peaks = ["blocks_used", "num_waiting", "num_running"]
-    peaks += [c for c in ("backpressure", "thrash_ratio") if c in steps.columns]
+    peaks += [c for c in ("backpressure", "thrash_ratio", "cached_blocks")
+              if c in steps.columns]
     series = {
         "step": steps["step"].to_numpy()[starts],
         "time": steps["time"].to_numpy()[starts],
@@ -411,6 +414,13 @@ def draw_timeline(records: VariantRecords, max_points: int = MAX_POINTS) -> Figu
         moved = (series["swapped_out_blocks"] + series["swapped_in_blocks"]).to_numpy()
         _stairs(blocks_ax, moved / per_step, edges, color=COLORS["swap"], linewidth=1.2,
                          label=f"swapped out + in per step ({int(moved.sum()):,} blocks)")
+    if "cached_blocks" in series.columns and series["cached_blocks"].any():
+        evicted = int(series["evicted_blocks"].sum()) if "evicted_blocks" in series else 0
+        _stairs(blocks_ax, series["cached_blocks"], edges, color=COLORS["cached"],
+                linewidth=1.2, label=f"prefix-cached blocks, in use or free ({evicted:,} "
+                                     "evicted)")
+        peak = max(peak, int(series["cached_blocks"].max()))
+        off_scale = peak < records.num_blocks / 2
     twin = "thrash_ratio" in series.columns and series["thrash_ratio"].max() > 0
     if twin:
         ratio_ax = blocks_ax.twinx()
