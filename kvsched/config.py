@@ -99,7 +99,8 @@ class EngineConfig:
       waiting is rejected with SGLang's message (preempted requests waiting count too).
     - `enable_prefix_caching`: blocks have identity (`kvsched.kvcache`): a request finds the
       full blocks of its prefix that earlier requests computed, and its own on resume.
-      `prefix_accounting` says what a hit changes at admission (`PrefixAccounting`).
+      `prefix_accounting` says what a hit changes at admission (`PrefixAccounting`);
+      `prefix_cache` which cache: `hashed` (vLLM's blocks) or `radix` (SGLang's tree).
     """
 
     max_num_batched_tokens: int = 2048
@@ -126,6 +127,7 @@ class EngineConfig:
     max_queued_requests: int | None = None
     enable_prefix_caching: bool = False
     prefix_accounting: PrefixAccounting = PrefixAccounting.V1
+    prefix_cache: str = "hashed"
 
     def __post_init__(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_blocks",
@@ -150,6 +152,8 @@ class EngineConfig:
         object.__setattr__(self, "requeue", Requeue(self.requeue))
         object.__setattr__(self, "on_unschedulable", Unschedulable(self.on_unschedulable))
         object.__setattr__(self, "prefix_accounting", PrefixAccounting(self.prefix_accounting))
+        if self.prefix_cache not in ("hashed", "radix"):
+            raise ValueError(f"prefix_cache must be hashed or radix, got {self.prefix_cache!r}")
         order = StepOrder(self.step_order)
         if order is StepOrder.DECODE_FIRST and not self.mix_prefill_decode:
             order = StepOrder.PREFILL_FIRST

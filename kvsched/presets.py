@@ -79,12 +79,11 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
              "admit_after_preempt": True, "chunked_prefill": True,
              "long_prefill_token_threshold": 0, "watermark": 0.0, "preemption": "recompute",
              "max_num_batched_tokens": 8192, "max_num_seqs": 256,
-             "enable_prefix_caching": True, "prefix_accounting": "v1"},
+             "enable_prefix_caching": True, "prefix_accounting": "v1", "prefix_cache": "radix"},
             missing=("new_token_ratio admission reserving future decode tokens",
                      "max_prefill_tokens apart from the step budget",
                      "schedule_conservativeness", "the random policy",
-                     "the radix cache at token granularity (its prefix cache here is "
-                     "vLLM's hashed blocks, one page = one block)")),
+                     "the radix cache's page size 1 (pages here are blocks of block_size)")),
 )})
 
 

@@ -34,8 +34,7 @@ from kvsched.config import (
     Victim,
 )
 from kvsched.histogram import GapHistogram
-from kvsched.kvcache.hashed import HashedBlockCache
-from kvsched.kvcache.tracker import PrefixTracker
+from kvsched.kvcache.tracker import CACHES, PrefixTracker
 from kvsched.policies.base import Policy
 from kvsched.policies.fcfs import Fcfs
 from kvsched.policies.priority import PriorityFirst
@@ -235,8 +234,8 @@ class Scheduler:
         # Prefix caching: blocks with identity beside the counts (kvsched.kvcache.tracker).
         self.prefix: PrefixTracker | None = None
         if config.enable_prefix_caching:
-            self.prefix = PrefixTracker(
-                HashedBlockCache(config.usable_blocks, config.block_size), self.pool)
+            cache = CACHES[config.prefix_cache](config.usable_blocks, config.block_size)
+            self.prefix = PrefixTracker(cache, self.pool)
         self._v0_prefix = config.prefix_accounting is PrefixAccounting.V0
         self._dynamic = bool(getattr(self.waiting, "dynamic", False))  # re-ranked each step
         self._order = {StepOrder.DECODE_FIRST: self._decode_first,
@@ -657,7 +656,7 @@ class Scheduler:
             victim.recompute_upto = max(victim.recompute_upto, done)
             victim.prefill_left = 0
         if self.prefix is not None:  # its computed blocks stay cached: it may find them again
-            self.prefix.release(victim, computed)
+            self.prefix.preempted(victim, computed)
         else:
             self.pool.release(victim.blocks)
         self.committed_blocks -= victim.lifetime_blocks

@@ -107,6 +107,7 @@ class EngineSpec(Strict):
     max_queued_requests: PositiveInt | None = None
     enable_prefix_caching: bool = _ENGINE.enable_prefix_caching
     prefix_accounting: Literal["v1", "v0"] = _ENGINE.prefix_accounting.value
+    prefix_cache: Literal["hashed", "radix"] = "hashed"
 
     @model_validator(mode="before")
     @classmethod

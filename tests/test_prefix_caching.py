@@ -64,9 +64,12 @@ def shared_workloads(draw, max_requests: int = 12):
     return requests
 
 
-def caching(config: EngineConfig, accounting: str = "v1") -> EngineConfig:
-    return dataclasses.replace(config, enable_prefix_caching=True,
+def caching(config: EngineConfig, accounting: str = "v1", cache: str = "hashed") -> EngineConfig:
+    return dataclasses.replace(config, enable_prefix_caching=True, prefix_cache=cache,
                                prefix_accounting=accounting)  # type: ignore[arg-type]
+
+
+caches = st.sampled_from(["hashed", "radix"])
 
 
 def outcome(result):
@@ -75,24 +78,26 @@ def outcome(result):
 
 
 @settings(max_examples=250, **SETTINGS)
-@given(shared_workloads(), preset_configs(), all_policies, clocks)
-def test_stretches_equal_the_exact_path_with_prefix_caching(requests, config, policy, clock):
-    """Under every preset and knob, with the cache on, a stretch's records are the exact
+@given(shared_workloads(), preset_configs(), all_policies, clocks, caches)
+def test_stretches_equal_the_exact_path_with_prefix_caching(requests, config, policy, clock,
+                                                            cache):
+    """Under every preset and knob, with either cache on, a stretch's records are the exact
     path's: cached and evicted blocks per step included."""
     accounting = "v0" if config.prefix_accounting.value == "v0" else "v1"
-    config = caching(config, accounting)
+    config = caching(config, accounting, cache)
     fast = simulate(requests, config, policy, clock)
     exact = simulate(requests, config, policy, clock, stretches=False)
     assert outcome(fast) == outcome(exact)
 
 
 @settings(max_examples=200, **SETTINGS)
-@given(shared_workloads(), configs(), all_policies, clocks, st.sampled_from(["v1", "v0"]))
+@given(shared_workloads(), configs(), all_policies, clocks, st.sampled_from(["v1", "v0"]),
+       caches)
 def test_runs_with_prefix_caching_keep_every_invariant(requests, config, policy, clock,
-                                                       accounting):
+                                                       accounting, cache):
     """No request lost, blocks counted the same way as without a cache, hits never more
     than the tokens earlier requests computed, and never more than the prompt."""
-    config = caching(config, accounting)
+    config = caching(config, accounting, cache)
     result = simulate(requests, config, policy, clock)
     check_invariants(requests, config, result)
     records = {r.request_id: r for r in result.requests}
@@ -119,11 +124,12 @@ def test_runs_with_prefix_caching_keep_every_invariant(requests, config, policy,
 
 
 @settings(max_examples=150, **SETTINGS)
-@given(shared_workloads(), configs(), policies, clocks)
-def test_the_cache_keeps_its_own_invariants_at_every_release(requests, config, policy, clock):
+@given(shared_workloads(), configs(), policies, clocks, caches)
+def test_the_cache_keeps_its_own_invariants_at_every_release(requests, config, policy, clock,
+                                                             cache):
     """Every block free xor referenced, reference counts = holders, cached counts agree, and
     the scheduler's free count is the cache's, each time a request gives its blocks back."""
-    config = caching(config)
+    config = caching(config, cache=cache)
     checked = []
     original = PrefixTracker.release
 
@@ -145,15 +151,16 @@ def test_the_cache_keeps_its_own_invariants_at_every_release(requests, config, p
 @settings(max_examples=150, **SETTINGS)
 @given(st.lists(st.tuples(st.integers(0, 50), st.integers(1, 60), st.integers(1, 30)),
                 min_size=1, max_size=10), st.sampled_from(list(("lesson", "vllm_v1",
-                                                                "vllm_v0", "sglang"))))
-def test_a_cache_with_nothing_shared_changes_nothing_but_the_cache_columns(specs, preset):
+                                                                "vllm_v0", "sglang"))), caches)
+def test_a_cache_with_nothing_shared_changes_nothing_but_the_cache_columns(specs, preset,
+                                                                           cache):
     """Private prompts, a pool that never preempts: the hashed cache and the counting pool
     give the same records on every column the counting pool has."""
     requests = sorted((Request(f"q{i}", a, p, o) for i, (a, p, o) in enumerate(specs)),
                       key=lambda r: r.arrival_time)
     base = engine_config(preset, num_blocks=2000, block_size=4, enable_prefix_caching=False)
     plain = simulate(requests, base, make_policy("fcfs"))
-    cached = simulate(requests, caching(base), make_policy("fcfs"))
+    cached = simulate(requests, caching(base, cache=cache), make_policy("fcfs"))
     assert [row[:21] for row in plain.steps] == [row[:21] for row in cached.steps]
     assert plain.events == cached.events
     assert [r.as_row() for r in plain.requests] == [r.as_row() for r in cached.requests]

@@ -52,6 +52,10 @@ class HashedBlockCache:
     def num_cached(self) -> int:
         return self._num_cached
 
+    @property
+    def evicted_blocks(self) -> int:
+        return self.evicted
+
     def _hit_blocks(self, prefix: Prefix | None, hit_tokens: int) -> list[_Block]:
         if prefix is None or hit_tokens <= 0:
             return []

@@ -7,6 +7,10 @@ runs; its own new tokens are private until inserted (`commit`, as SGLang's
 and go back to the free pool). When a new allocation needs room, unlocked leaves are
 evicted least recently used first. Hits are counted in tokens, at page (block)
 granularity, at most `num_tokens - 1`.
+
+The tokens unlocked nodes hold (what eviction could free) are counted as locks change, and
+evictable leaves wait in a heap by last access (stale entries skipped when popped), so the
+free count is O(1) and an eviction costs O(log leaves) per leaf, never a walk of the tree.
 """
 
 from __future__ import annotations
@@ -84,27 +88,28 @@ class RadixCache:
         self.root.lock = 1  # never evicted
         self.tree_tokens = 0
         self._private: dict[int, int] = {}  # owner -> tokens allocated, not in the tree
+        self._private_total = 0
         self._node: dict[int, _Node] = {}  # owner -> the node its path is locked to
         self._prefix: dict[int, Prefix | None] = {}
         self._inserted: dict[int, int] = {}  # owner -> its tokens that the tree holds
         self._clock = count(1)
         self.evicted = 0  # tokens evicted so far
+        self._evictable = 0  # tokens held by unlocked nodes
+        self._heap: list[tuple[int, int, _Node]] = []  # (last access, tie, leaf) candidates
+        self._tie = count()
 
     # -- sizes ---------------------------------------------------------------------------
 
     @property
     def free_tokens(self) -> int:
-        return self.capacity - self.tree_tokens - sum(self._private.values())
+        return self.capacity - self.tree_tokens - self._private_tokens
+
+    @property
+    def _private_tokens(self) -> int:
+        return self._private_total
 
     def evictable_tokens(self) -> int:
-        total = 0
-        stack = [self.root]
-        while stack:
-            node = stack.pop()
-            if not node.lock:
-                total += node.num_tokens
-            stack.extend(node.children.values())
-        return total
+        return self._evictable
 
     @property
     def num_free(self) -> int:
@@ -113,6 +118,10 @@ class RadixCache:
     @property
     def num_cached(self) -> int:
         return self.tree_tokens // self.block_size
+
+    @property
+    def evicted_blocks(self) -> int:
+        return self.evicted // self.block_size
 
     # -- the tree ------------------------------------------------------------------------
 
@@ -130,6 +139,8 @@ class RadixCache:
             if not shared:
                 break
             child.last_access = now
+            if not child.lock and not child.children:
+                self._candidate(child)
             matched += shared
             if shared < child.num_tokens:
                 if split:
@@ -150,6 +161,8 @@ class RadixCache:
         child.num_tokens -= middle.num_tokens
         child.parent = middle
         middle.children[tail[0][:2]] = child
+        if not child.lock:  # the tail leaf keeps its place in the heap under a new key
+            self._candidate(child)
         return middle
 
     def _pieces(self, prefix: Prefix, num_tokens: int) -> list[Piece]:
@@ -158,9 +171,19 @@ class RadixCache:
     def _lock(self, node: _Node, delta: int) -> None:
         walk: _Node | None = node
         while walk is not None and walk is not self.root:
+            before = walk.lock
             walk.lock += delta
             assert walk.lock >= 0
+            if not before:
+                self._evictable -= walk.num_tokens
+            elif not walk.lock:
+                self._evictable += walk.num_tokens
+                if not walk.children:
+                    self._candidate(walk)
             walk = walk.parent
+
+    def _candidate(self, leaf: _Node) -> None:
+        heapq.heappush(self._heap, (leaf.last_access, next(self._tie), leaf))
 
     def _insert(self, pieces: list[Piece]) -> int:
         """Insert a sequence; the tokens that were already in the tree."""
@@ -172,24 +195,28 @@ class RadixCache:
             leaf.last_access = next(self._clock)
             node.children[rest[0][:2]] = leaf
             self.tree_tokens += leaf.num_tokens
+            self._evictable += leaf.num_tokens
+            self._candidate(leaf)
         return matched
 
     def _evict(self, tokens: int) -> None:
         """Free at least `tokens` by removing unlocked leaves, least recently used first."""
-        order = count()
-        heap = [(n.last_access, next(order), n) for n in self._leaves() if not n.lock]
-        heapq.heapify(heap)
+        heap = self._heap
         freed = 0
         while freed < tokens and heap:
-            _, _, leaf = heapq.heappop(heap)
+            access, _, leaf = heapq.heappop(heap)
             parent = leaf.parent
-            assert parent is not None
+            if (parent is None or leaf.lock or leaf.children or access != leaf.last_access
+                    or parent.children.get(leaf.key[0][:2]) is not leaf):
+                continue  # stale: locked, grown, touched since, or already gone
             del parent.children[leaf.key[0][:2]]
+            leaf.parent = None
             self.tree_tokens -= leaf.num_tokens
+            self._evictable -= leaf.num_tokens
             freed += leaf.num_tokens
             self.evicted += leaf.num_tokens
             if parent is not self.root and not parent.children and not parent.lock:
-                heapq.heappush(heap, (parent.last_access, next(order), parent))
+                self._candidate(parent)
 
     def _leaves(self) -> list[_Node]:
         out, stack = [], [self.root]
@@ -213,6 +240,17 @@ class RadixCache:
         # The hit's path is locked before anything is evicted: it cannot make room.
         return num_new * self.block_size <= (self.free_tokens + self.evictable_tokens()
                                              - self._unlocked_on_path(prefix, hit_tokens))
+
+    def idle_hits(self, prefix: Prefix | None, hit_tokens: int) -> int:
+        """Free blocks taking the hit costs: its tokens that no running request locks."""
+        unlocked = self._unlocked_on_path(prefix, hit_tokens)
+        free = self.free_tokens + self._evictable
+        return free // self.block_size - (free - unlocked) // self.block_size
+
+    def shrink(self, owner: int, num_blocks: int) -> None:
+        """`owner` gives back its last `num_blocks` blocks (taken this step, holding nothing)."""
+        self._private[owner] -= num_blocks * self.block_size
+        self._private_total -= num_blocks * self.block_size
 
     def _unlocked_on_path(self, prefix: Prefix | None, hit_tokens: int) -> int:
         """Tokens of the first `hit_tokens` of `prefix` held by unlocked nodes."""
@@ -255,6 +293,7 @@ class RadixCache:
         if need > self.free_tokens:
             raise ValueError(f"owner {owner}: {num_new} new blocks do not fit")
         self._private[owner] += need
+        self._private_total += need
 
     def commit(self, owner: int, prefix: Prefix | None, num_tokens: int) -> None:
         if prefix is None or owner not in self._private:
@@ -266,7 +305,9 @@ class RadixCache:
         self._insert(self._pieces(prefix, tokens))
         added = self.tree_tokens - before
         dup = tokens - self._inserted[owner] - added  # computed twice: back to the pool
-        self._private[owner] -= min(self._private[owner], added + dup)
+        back = min(self._private[owner], added + dup)
+        self._private[owner] -= back
+        self._private_total -= back
         node, _ = self._walk(self._pieces(prefix, tokens), split=True)
         self._lock(node, +1)
         self._lock(self._node[owner], -1)
@@ -277,7 +318,7 @@ class RadixCache:
         if owner not in self._private:
             return
         self._lock(self._node.pop(owner), -1)
-        del self._private[owner]
+        self._private_total -= self._private.pop(owner)
         self._prefix.pop(owner, None)
         self._inserted.pop(owner, None)
 
@@ -297,3 +338,12 @@ class RadixCache:
                 assert child.parent is node and child.lock <= node.lock or node is self.root
                 stack.append(child)
         assert total == self.tree_tokens
+        assert self._private_total == sum(self._private.values())
+        unlocked = 0
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            if node is not self.root and not node.lock:
+                unlocked += node.num_tokens
+            stack.extend(node.children.values())
+        assert unlocked == self._evictable, (unlocked, self._evictable)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from kvsched.blocks import BlockPool
 from kvsched.kvcache.hashed import HashedBlockCache
+from kvsched.kvcache.radix import RadixCache
 from kvsched.prefix import Prefix
 from kvsched.sequence import Seq
 
@@ -38,16 +39,25 @@ def identity(seq: Seq) -> Prefix:
     return own
 
 
+CACHES: dict[str, type[HashedBlockCache] | type[RadixCache]] = {
+    "hashed": HashedBlockCache, "radix": RadixCache}
+"""The prefix caches an engine can run (`engine.prefix_cache`)."""
+
+
 class PrefixTracker:
-    """Drives a hashed prefix cache alongside the scheduler's block counts."""
+    """Drives a prefix cache (vLLM's hashed blocks or SGLang's radix tree) alongside the
+    scheduler's block counts."""
 
-    __slots__ = ("cache", "pool", "block_size", "_evicted_seen")
+    __slots__ = ("cache", "pool", "block_size", "_evicted_seen", "_keep_preempted")
 
-    def __init__(self, cache: HashedBlockCache, pool: BlockPool) -> None:
+    def __init__(self, cache: HashedBlockCache | RadixCache, pool: BlockPool) -> None:
         self.cache = cache
         self.pool = pool
         self.block_size = cache.block_size
         self._evicted_seen = 0
+        # vLLM keeps a preempted request's blocks cached (RULES.md P7); SGLang's retraction
+        # frees what the tree does not hold yet (its decoded tokens) without inserting it.
+        self._keep_preempted = isinstance(cache, HashedBlockCache)
 
     # -- the read-only view (CacheView) ------------------------------------------------
 
@@ -75,7 +85,7 @@ class PrefixTracker:
 
     def grow(self, seq: Seq, fresh: int) -> None:
         self.cache.allocate(seq.index, None, 0, fresh)
-        self.pool.free -= fresh
+        self.pool.free = self.cache.num_free
 
     def shrink(self, seq: Seq, blocks: int) -> None:
         self.cache.shrink(seq.index, blocks)
@@ -91,8 +101,16 @@ class PrefixTracker:
         self.cache.free(seq.index)
         self.pool.free = self.cache.num_free
 
+    def preempted(self, seq: Seq, computed: int) -> None:
+        """`seq` is preempted with `computed` tokens of KV: free its blocks."""
+        if self._keep_preempted:
+            self.cache.commit(seq.index, identity(seq), computed)
+        self.cache.free(seq.index)
+        self.pool.free = self.cache.num_free
+
     def take_evicted(self) -> int:
         """Cached blocks evicted since the last call (a step's `evicted_blocks`)."""
-        evicted = self.cache.evicted - self._evicted_seen
-        self._evicted_seen = self.cache.evicted
+        total = self.cache.evicted_blocks
+        evicted = total - self._evicted_seen
+        self._evicted_seen = total
         return evicted
