@@ -65,6 +65,14 @@ class Prefix:
         block: list[tuple[int, int, int]] = []
         room = block_size
         for seg_id, start, end in self.pieces(total):
+            if room == block_size and end - start >= block_size:
+                # Whole blocks inside one segment (most of a long prompt): one piece each.
+                # (A block of several pieces hashes a tuple of tuples: never the same form.)
+                stop = end - (end - start) % block_size
+                for first in range(start, stop, block_size):
+                    parent = hash((parent, seg_id, first))
+                    hashes.append(parent)
+                start = stop
             while start < end:
                 take = min(room, end - start)
                 block.append((seg_id, start, start + take))

@@ -17,6 +17,7 @@ hash, or are held, are objects.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 
 from kvsched.prefix import Prefix
@@ -37,12 +38,16 @@ class HashedBlockCache:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self._uncached_free = num_blocks
-        self._lru: dict[_Block, None] = {}  # free cached blocks, least recently freed first
+        # free cached blocks, least recently freed first (an OrderedDict: popping its head is
+        # O(1), where a dict's first key is found past every slot deleted before it)
+        self._lru: OrderedDict[_Block, None] = OrderedDict()
         self._cached: dict[int, list[_Block]] = {}  # hash -> blocks holding it, oldest first
         self._num_cached = 0
         self._owned: dict[int, list[_Block]] = {}
         self._committed: dict[int, int] = {}  # owner -> leading blocks with a hash
         self.evicted = 0  # cached blocks evicted so far
+        self._version = 0  # bumped by every change a lookup could see
+        self._memo: tuple[Prefix | None, int, list[_Block]] = (None, -1, [])
 
     @property
     def num_free(self) -> int:
@@ -59,14 +64,19 @@ class HashedBlockCache:
     def _hit_blocks(self, prefix: Prefix | None, hit_tokens: int) -> list[_Block]:
         if prefix is None or hit_tokens <= 0:
             return []
-        blocks = []
-        cached = self._cached
-        for block_hash in prefix.block_hashes(self.block_size, hit_tokens):
-            holders = cached.get(block_hash)
-            if not holders:
-                break
-            blocks.append(holders[0])
-        return blocks
+        memo_prefix, version, run = self._memo
+        if memo_prefix is not prefix or version != self._version:
+            # The whole cached run of this prefix, kept until the cache changes: a lookup,
+            # its cost and its allocation read it once.
+            run = []
+            cached = self._cached
+            for block_hash in prefix.block_hashes(self.block_size):
+                holders = cached.get(block_hash)
+                if not holders:
+                    break
+                run.append(holders[0])
+            self._memo = (prefix, self._version, run)
+        return run[:hit_tokens // self.block_size]
 
     def match(self, prefix: Prefix | None, num_tokens: int) -> int:
         if prefix is None or num_tokens <= 1:
@@ -90,6 +100,7 @@ class HashedBlockCache:
         blocks = self._owned.setdefault(owner, [])
         if blocks and hits:
             raise ValueError(f"owner {owner}: hits only on a first allocation")
+        self._version += 1
         lru = self._lru
         for block in hits:  # touch: a cached block in use leaves the free queue
             if not block.ref:
@@ -101,18 +112,22 @@ class HashedBlockCache:
         fresh = min(num_new, self._uncached_free)
         self._uncached_free -= fresh
         blocks.extend(_Block() for _ in range(fresh))
-        for _ in range(num_new - fresh):  # evicted only now that the block is needed
-            block = next(iter(lru))
-            del lru[block]
-            holders = self._cached[block.hash]  # type: ignore[index]
-            holders.remove(block)
-            if not holders:
-                del self._cached[block.hash]  # type: ignore[arg-type]
-            block.hash = None
-            block.ref = 1
-            self._num_cached -= 1
-            self.evicted += 1
-            blocks.append(block)
+        evict = num_new - fresh
+        if evict:  # evicted only now that the blocks are needed
+            cached = self._cached
+            pop = lru.popitem
+            for _ in range(evict):
+                block = pop(last=False)[0]
+                holders = cached[block.hash]  # type: ignore[index]
+                if len(holders) == 1:
+                    del cached[block.hash]  # type: ignore[arg-type]
+                else:
+                    holders.remove(block)
+                block.hash = None
+                block.ref = 1
+                blocks.append(block)
+            self._num_cached -= evict
+            self.evicted += evict
 
     def commit(self, owner: int, prefix: Prefix | None, num_tokens: int) -> None:
         if prefix is None:
@@ -124,13 +139,21 @@ class HashedBlockCache:
         done = self._committed.get(owner, 0)
         if full <= done:
             return
-        hashes = prefix.block_hashes(self.block_size, full * self.block_size)
+        self._version += 1
+        hashes = prefix.block_hashes(self.block_size)
+        cached = self._cached
+        added = 0
         for j in range(done, min(full, len(hashes))):
             block = blocks[j]
             if block.hash is None:
-                block.hash = hashes[j]
-                self._cached.setdefault(hashes[j], []).append(block)
-                self._num_cached += 1
+                block_hash = block.hash = hashes[j]
+                holders = cached.get(block_hash)
+                if holders is None:
+                    cached[block_hash] = [block]
+                else:
+                    holders.append(block)
+                added += 1
+        self._num_cached += added
         self._committed[owner] = full
 
     def _release(self, block: _Block) -> None:
@@ -142,12 +165,22 @@ class HashedBlockCache:
                 self._lru[block] = None  # the back: evicted last among the cached
 
     def free(self, owner: int) -> None:
+        self._version += 1
+        lru = self._lru
+        uncached = 0
         for block in reversed(self._owned.pop(owner, [])):
-            self._release(block)
+            block.ref -= 1
+            if not block.ref:
+                if block.hash is None:
+                    uncached += 1  # the front: reused first
+                else:
+                    lru[block] = None  # the back: evicted last among the cached
+        self._uncached_free += uncached
         self._committed.pop(owner, None)
 
     def shrink(self, owner: int, num_blocks: int) -> None:
         """`owner` gives back its last `num_blocks` blocks (taken this step, holding nothing)."""
+        self._version += 1
         blocks = self._owned[owner]
         for _ in range(num_blocks):
             self._release(blocks.pop())
