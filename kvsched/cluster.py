@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +39,7 @@ from kvsched.sequence import Seq
 from kvsched.simulator import _explain_starvation, _record
 from kvsched.steplog import StepLog, StepStats
 from kvsched.timing import TimeModel
+from kvsched.turns import ArrivalQueue, check_turns
 
 ARRIVAL, STEP = 0, 1  # heap kinds: an arrival before a step starting at the same time
 _PRUNE = 4096  # delayed views: drop snapshots and routing times older than this many
@@ -157,7 +158,8 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
         raise ValueError("a cluster needs at least one replica")
     if slo is None and admissions and admissions[0] is not None:
         slo = Slo(ttft=admissions[0].ttft_slo)
-    order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_time)
+    check_turns(requests)
+    queue = ArrivalQueue(requests)
     replicas = []
     for index, setup in enumerate(setups):
         config = setup.config
@@ -168,16 +170,24 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
         replica = _Replica(index, engine, log, setup.clock.whole_steps, config.max_steps)
         if signal_delay > 0:
             replica.history = [replica.snapshot]
+        engine.sched.on_done = _release_next_turns(queue)
         replicas.append(replica)
     # Blocks of a request depend on the block size of the replica it lands on: a Seq is
     # made when the router has chosen.
     routed: list[int | None] = [None] * len(requests)  # all set by the loop
     seqs: list[Seq | None] = [None] * len(requests)
-    loop = _Loop(replicas, router, signal_delay, [requests[i] for i in order])
+    loop = _Loop(replicas, router, signal_delay, queue)
     loop.run()
-    for k, i in enumerate(order):
+    for replica in replicas:
+        replica.engine.sched.on_done = None
+    for k, i in enumerate(loop.order):
         routed[i] = loop.routed[k]
         seqs[i] = loop.seqs[k]
+    never_released = queue.unreleased()
+    for i in never_released:  # a turn whose previous turn never ended: it never arrived
+        seq = Seq.of(requests[i], len(requests), setups[0].config.block_size)
+        seq.end_reason = f"its previous turn {requests[i].after} did not end"
+        seqs[i] = seq
 
     replica_results = []
     records: list[RequestRecord] = [None] * len(requests)  # type: ignore[list-item]
@@ -188,6 +198,9 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
         else:
             _explain_starvation(sched, replica.step, replica.now)
     for i in range(len(requests)):
+        if routed[i] is None:
+            records[i] = _record(seqs[i], Status.UNFINISHED, replicas[0].engine.sched)  # type: ignore[arg-type]
+            continue
         replica = replicas[routed[i]]  # type: ignore[index]
         leftover = Status.UNFINISHED if replica.stopped else Status.STARVED
         records[i] = _record(seqs[i], leftover, replica.engine.sched)  # type: ignore[arg-type]
@@ -209,12 +222,20 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
                          imbalance_ttft_ratio, imbalance_queue, loop.idle_witness)
 
 
+def _release_next_turns(queue: ArrivalQueue) -> Callable[[Seq], None]:
+    def done(seq: Seq) -> None:  # finished or rejected: its next turns may come
+        end = seq.finish_time if seq.finish_time is not None else seq.request.arrival_time
+        queue.ended(seq.request.request_id, end)
+    return done
+
+
 @dataclass
 class _Loop:
     replicas: list[_Replica]
     router: Router
     delay: float
-    arrivals: list[Request]  # in arrival order
+    arrivals: ArrivalQueue
+    order: list[int] = field(default_factory=list)  # input index of each arrival index
     routed: list[int | None] = field(default_factory=list)
     seqs: list[Seq | None] = field(default_factory=list)
     idle_witness: tuple[int, int, float, int] | None = None
@@ -223,39 +244,57 @@ class _Loop:
     def run(self) -> None:
         """Run until every arrival is routed and no replica has a step left."""
         replicas, arrivals = self.replicas, self.arrivals
-        n = len(arrivals)
-        self.routed = [None] * n
-        self.seqs = [None] * n
         self._routed_at = [[] for _ in replicas]
-        times = [r.arrival_time for r in arrivals]
         heap: list[tuple[float, int, int, int]] = [(0.0, STEP, r.index, 0) for r in replicas]
         heapq.heapify(heap)
-        nxt = 0
         while True:
-            if nxt < n:
-                arrival = times[nxt]
+            arrival = arrivals.next_time()
+            if arrival < math.inf:
                 if not heap:
-                    self._route(nxt, arrival, heap)
-                    nxt += 1
+                    self._route(arrival, heap)
                     continue
                 start = heap[0][0]
                 # A hair of slack, as in run_loop: an arrival by a step's start joins it.
                 if arrival <= start + 1e-9 * (1.0 + start):
-                    self._route(nxt, arrival, heap)
-                    nxt += 1
+                    self._route(arrival, heap)
                     continue
             elif not heap:
+                # Nothing runs anywhere: what is still queued starves, its next turns come.
+                if arrivals.holding and self._release_stuck():
+                    continue
                 return
             _, _, index, _ = heapq.heappop(heap)
             replica = replicas[index]
-            upcoming = times[nxt] if nxt < n else math.inf
+            upcoming = arrival
+            if arrivals.holding and heap:
+                # Another replica's step may end a turn and release the next one, which the
+                # router may send here: a stretch must not jump past that step's start.
+                upcoming = min(upcoming, heap[0][0])
             if self._advance(replica, upcoming):
                 replica.stopped = True
             elif not replica.idle:
                 heapq.heappush(heap, (replica.now, STEP, index, replica.executed))
 
-    def _route(self, k: int, now: float, heap: list[tuple[float, int, int, int]]) -> None:
-        request = self.arrivals[k]
+    def _release_stuck(self) -> bool:
+        """Every replica is idle or stopped: the requests an idle replica still holds
+        starve (a stopped one's end unfinished, their turns stay held). True if a turn
+        was released."""
+        released = False
+        for r in self.replicas:
+            if r.stopped:
+                continue
+            sched = r.engine.sched
+            held = [*sched.waiting, *sched.running.values(), *sched.prefilling.values()]
+            released |= self.arrivals.release_stuck(
+                [seq.request.request_id for seq in held], r.now)
+        return released
+
+    def _route(self, now: float, heap: list[tuple[float, int, int, int]]) -> None:
+        i, request = self.arrivals.pop()
+        k = len(self.order)
+        self.order.append(i)
+        self.routed.append(None)
+        self.seqs.append(None)
         replicas = self.replicas
         seen = RouteRequest(request.request_id, request.arrival_time, request.prompt_len,
                             request.priority, request.class_name, request.session)
