@@ -74,11 +74,12 @@ class ReplicaSetup:
 class ClusterResult(RunResult):
     """A cluster run: the cluster's records (every request, events of all replicas
     interleaved by time) and summary, plus each replica's own `RunResult` in `replicas`.
-    `replica_of[i]`: the replica request i (input order) was routed to;
+    `replica_of[i]`: the replica request i (input order) was routed to (None: a turn
+    whose previous turn never ended, so it never arrived);
     `event_replicas[k]`: the replica of `events[k]`."""
 
     replicas: tuple[RunResult, ...] = ()
-    replica_of: tuple[int, ...] = ()
+    replica_of: tuple[int | None, ...] = ()
     event_replicas: tuple[int, ...] = ()
     imbalance_ttft_ratio: float = 3.0
     imbalance_queue: int = 8
@@ -217,7 +218,7 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
     summary = _cluster_summary(records, replicas, replica_results, slo, loop.idle_witness)
     return ClusterResult(setups[0].config, setups[0].clock.unit, records,
                          ClusterSteps(replica_results), events, None, summary,
-                         tuple(replica_results), tuple(k for k in routed if k is not None),
+                         tuple(replica_results), tuple(routed),
                          tuple(event_replicas),
                          imbalance_ttft_ratio, imbalance_queue, loop.idle_witness)
 

@@ -154,3 +154,27 @@ def test_a_session_cluster_run_releases_turns_on_the_replica_that_finished():
     first, second = result.requests[0], result.requests[2]
     assert second.arrival_time == pytest.approx(first.finish_time + 0.5)
     assert all(r.status == "finished" for r in result.requests)
+
+
+def test_a_cluster_run_stopped_early_writes_the_turns_that_never_came(tmp_path):
+    """requests.csv of a cluster holds the turn that never arrived, with no replica."""
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    from kvsched.cli import app
+
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "name: c\nengine: {max_steps: 3}\ncluster: {replicas: 2, router: session}\n"
+        "workload:\n  kind: inline\n  requests:\n"
+        "    - {id: a, prompt_len: 10, output_len: 50, session: x}\n"
+        "    - {id: b, prompt_len: 10, output_len: 5, session: x, after: a}\n",
+        encoding="utf-8")
+    result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "out"),
+                                      "--no-check"])
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(tmp_path / "out" / "c" / "base" / "requests.csv")
+    assert list(table["request_id"]) == ["a", "b"]
+    assert list(table["status"]) == ["unfinished", "unfinished"]
+    assert table["replica"].isna().tolist() == [False, True]
+    assert table["reason"][1] == "its previous turn a did not end"
