@@ -266,12 +266,7 @@ class _Loop:
                 return
             _, _, index, _ = heapq.heappop(heap)
             replica = replicas[index]
-            upcoming = arrival
-            if arrivals.holding and heap:
-                # Another replica's step may end a turn and release the next one, which the
-                # router may send here: a stretch must not jump past that step's start.
-                upcoming = min(upcoming, heap[0][0])
-            if self._advance(replica, upcoming):
+            if self._advance(replica, heap):
                 replica.stopped = True
             elif not replica.idle:
                 heapq.heappush(heap, (replica.now, STEP, index, replica.executed))
@@ -332,14 +327,27 @@ class _Loop:
                                   or worst.num_waiting > self.idle_witness[0]):
             self.idle_witness = (worst.num_waiting, worst.index, now, idle)
 
-    def _advance(self, replica: _Replica, upcoming: float) -> bool:
+    def _advance(self, replica: _Replica, heap: list[tuple[float, int, int, int]]) -> bool:
         """Take in what was routed to `replica`, then run its next step or stretch.
         True when it reached `max_steps`."""
         engine = replica.engine
-        for seq in replica.pending:
-            replica.now = max(replica.now, seq.request.arrival_time)  # never start early
-            engine.arrive(seq, replica.step, replica.now)
-        replica.pending.clear()
+        arrivals = self.arrivals
+        while replica.pending:
+            pending = replica.pending[:]
+            replica.pending.clear()
+            for seq in pending:
+                replica.now = max(replica.now, seq.request.arrival_time)  # never start early
+                engine.arrive(seq, replica.step, replica.now)
+            # A rejection may have released a next turn due by now: route it before the
+            # step (it joins this step if it lands here, as in a single run).
+            horizon = replica.now + 1e-9 * (1.0 + replica.now)
+            while (due := arrivals.next_time()) <= horizon:
+                self._route(due, heap)
+        upcoming = arrivals.next_time()
+        if arrivals.holding and heap:
+            # Another replica's step may end a turn and release the next one, which the
+            # router may send here: a stretch must not jump past that step's start.
+            upcoming = min(upcoming, heap[0][0])
         stretch = engine.stretch(replica.step, replica.now, upcoming,
                                  replica.max_steps - replica.executed)
         if stretch is not None:

@@ -212,9 +212,14 @@ def run_loop(engine: Engine, seqs: Arrivals, log: StepLog, max_steps: int,
         # A hair of slack: times summed step by step drift (0.1 * 8 = 0.7999999999999999).
         horizon = now + 1e-9 * (1.0 + now)
         while next_time() <= horizon:
-            seq = seqs.pop()
-            now = max(now, seq.request.arrival_time)  # absorb the drift, never start early
-            engine.arrive(seq, step, now)
+            # Everything due, then what a rejection among them released (as a cluster
+            # routes what is due before its replica takes it in).
+            batch = [seqs.pop()]
+            while next_time() <= horizon:
+                batch.append(seqs.pop())
+            for seq in batch:
+                now = max(now, seq.request.arrival_time)  # absorb the drift, never start early
+                engine.arrive(seq, step, now)
         upcoming = next_time()
         stretch = engine.stretch(step, now, upcoming, max_steps - executed)
         if stretch is not None:

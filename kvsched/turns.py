@@ -3,8 +3,10 @@
 A request with `after` (a conversation's next turn) has no arrival time of its own: it is
 held until the request it names ends (finishes, is rejected, or is found starved), then
 arrives `think_time` later, as a copy of itself with that arrival time. Timed requests come
-in time order (simultaneous ones in input order); a released turn goes among them by
-(time, input index). Both the single-replica loop and the cluster loop read this queue.
+in time order (simultaneous ones in input order); a released turn comes after the timed
+requests due at its time (released turns among themselves by time, then input index): a
+cluster learns of a release only when a replica takes in or steps, after it has routed what
+was already due. Both the single-replica loop and the cluster loop read this queue.
 """
 
 from __future__ import annotations
@@ -64,8 +66,8 @@ class ArrivalQueue:
         """The next request (input index, request as it arrives); only after next_time()
         was finite."""
         released = self._released
-        if released and (self._next >= len(self._timed) or (released[0][0], released[0][1])
-                         < (self.times[self._next], self._timed[self._next])):
+        if released and (self._next >= len(self._timed)
+                         or released[0][0] < self.times[self._next]):
             _, i, request = heapq.heappop(released)
             return i, request
         i = self._timed[self._next]
