@@ -273,17 +273,16 @@ class _Loop:
 
     def _release_stuck(self) -> bool:
         """Every replica is idle or stopped: the requests an idle replica still holds
-        starve (a stopped one's end unfinished, their turns stay held). True if a turn
-        was released."""
-        released = False
-        for r in self.replicas:
-            if r.stopped:
-                continue
-            sched = r.engine.sched
-            held = [*sched.waiting, *sched.running.values(), *sched.prefilling.values()]
-            released |= self.arrivals.release_stuck(
-                [seq.request.request_id for seq in held], r.now)
-        return released
+        starve, found so now (the latest idle replica's time), and their next turns are
+        released (a stopped replica's end unfinished: their turns stay held). True if a
+        turn was released."""
+        idle = [r for r in self.replicas if not r.stopped]
+        if not idle:
+            return False
+        held = [seq.request.request_id for r in idle for seq in (
+            *r.engine.sched.waiting, *r.engine.sched.running.values(),
+            *r.engine.sched.prefilling.values())]
+        return self.arrivals.release_stuck(held, max(r.now for r in idle))
 
     def _route(self, now: float, heap: list[tuple[float, int, int, int]]) -> None:
         i, request = self.arrivals.pop()

@@ -197,3 +197,17 @@ def test_a_cluster_run_stopped_early_writes_the_turns_that_never_came(tmp_path):
     assert list(table["status"]) == ["unfinished", "unfinished"]
     assert table["replica"].isna().tolist() == [False, True]
     assert table["reason"][1] == "its previous turn a did not end"
+
+
+def test_in_a_cluster_a_starved_turn_releases_the_next_when_everything_is_idle():
+    """Replica 0 starves a prompt over the budget at once while replica 1 serves a long
+    answer: the next turn comes when the cluster has nothing left to run, not earlier."""
+    config = EngineConfig(max_num_batched_tokens=64)
+    clock = LinearStep(0.01, 0.0001, 0.001)
+    requests = [Request("wide", 0, 80, 2), Request("long", 0, 10, 300),
+                Request("next", 0, 10, 2, after="wide")]
+    result = cluster(requests, config, "fcfs", clock, 2, "least_outstanding")
+    assert result.replica_of == (0, 1, 1)
+    wide, long, turn = result.requests
+    assert (wide.status, long.status, turn.status) == ("starved", "finished", "finished")
+    assert turn.arrival_time == pytest.approx(long.finish_time)
