@@ -10,7 +10,6 @@ left to other users (a cache naming a request's private tokens).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -477,31 +476,31 @@ def _hash_prefixes(column: pd.Series, prompts: np.ndarray, block_tokens: int, pa
     """Each row's block ids as segments of `block_tokens` tokens (the last one the rest of
     the prompt): a row needs exactly ceil(prompt / block_tokens) ids."""
     name = str(column.name)
-    segments: dict[tuple[int, int], Segment] = {}  # one tuple per distinct segment
+    base = segment_id(TRACE_BLOCK, 0)
+    full: dict[int, Segment] = {}  # one tuple per distinct full block
     prefixes: list[Prefix | None] = []
-    for row, (ids, prompt) in enumerate(zip(column, prompts.astype(np.int64), strict=True)):
-        def bad(message: str, row: int = row) -> ScenarioError:
-            return locate(where, f"{path} {_row(path, row)}: column '{name}': {message}")
-        if not isinstance(ids, list):
-            raise bad(f"expected a list of block ids, got '{excerpt(ids)}'")
-        need = math.ceil(int(prompt) / block_tokens)
-        if len(ids) != need:
-            raise bad(f"expected ceil({int(prompt)} / {block_tokens}) = {need} block ids "
-                      f"(hash_block_tokens {block_tokens}), got {len(ids)}")
-        last = int(prompt) - block_tokens * (need - 1)
-        chain = []
-        for k, block in enumerate(ids):
-            if isinstance(block, bool) or not isinstance(block, int) \
-                    or not 0 <= block <= MAX_LOCAL_ID:
-                raise bad(f"expected whole block ids 0..{MAX_LOCAL_ID:,}, got "
-                          f"'{excerpt(block)}'")
-            key = (block, block_tokens if k < need - 1 else last)
-            segment = segments.get(key)
-            if segment is None:
-                segment = segments[key] = (segment_id(TRACE_BLOCK, block), key[1])
-            chain.append(segment)
+    for row, (ids, prompt) in enumerate(zip(column.tolist(), prompts.astype(np.int64).tolist(),
+                                            strict=True)):
+        if type(ids) is not list:
+            raise locate(where, f"{path} {_row(path, row)}: column '{name}': expected a list "
+                                f"of block ids, got '{excerpt(ids)}'")
+        need = -(-prompt // block_tokens)
+        if len(ids) != need or not all(type(b) is int and 0 <= b <= MAX_LOCAL_ID for b in ids):
+            raise locate(where, _bad_hash_ids(ids, prompt, block_tokens, need, path, row, name))
+        chain = [full.get(b) or full.setdefault(b, (base | b, block_tokens)) for b in ids[:-1]]
+        chain.append((base | ids[-1], prompt - block_tokens * (need - 1)))
         prefixes.append(Prefix(tuple(chain)))
     return prefixes
+
+
+def _bad_hash_ids(ids: list, prompt: int, block_tokens: int, need: int, path: Path, row: int,
+                  name: str) -> str:
+    where = f"{path} {_row(path, row)}: column '{name}'"
+    if len(ids) != need:
+        return (f"{where}: expected ceil({prompt} / {block_tokens}) = {need} block ids "
+                f"(hash_block_tokens {block_tokens}), got {len(ids)}")
+    bad = next(b for b in ids if not (type(b) is int and 0 <= b <= MAX_LOCAL_ID))
+    return f"{where}: expected whole block ids 0..{MAX_LOCAL_ID:,}, got '{excerpt(bad)}'"
 
 
 def _group_prefixes(table: pd.DataFrame, layout: TraceLayout, prompts: np.ndarray,
