@@ -8,9 +8,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_workload import requests_for, synthetic, write_csv
 from typer.testing import CliRunner
 
+from kvsched import EngineConfig, simulate
 from kvsched.cli import app
 from kvsched.prefix import common_prefix
 from kvsched.workload import PREFIX_GROUP, TAG_SHIFT, TRACE_BLOCK, TURN
@@ -273,3 +276,51 @@ def test_bad_synthetic_prefix_keys(tmp_path, fragment, where, problem):
                              "arrival: {kind: poisson, rate: 1}\nprompt_len: 10\n"
                              f"output_len: 3\n{fragment}\n")
     assert where in line and problem in line, line
+
+
+# -- properties -----------------------------------------------------------------------
+
+LENGTHS = st.one_of(st.integers(1, 40),
+                    st.integers(1, 30).map(lambda low: {"kind": "uniform", "low": low,
+                                                        "high": low + 10}))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(n=st.integers(1, 12), groups=st.integers(1, 4), share=st.sampled_from([0.0, 0.5, 1.0]),
+       prefix_len=LENGTHS, turns=st.one_of(st.integers(1, 4), st.just(
+           {"kind": "uniform", "low": 1, "high": 5})), user_len=LENGTHS,
+       think=st.sampled_from([0, 2.5, {"kind": "exponential", "mean": 1.0}]),
+       seed=st.integers(0, 3))
+def test_synthetic_prefixes_and_turns_hold_together(tmp_path, n, groups, share, prefix_len,
+                                                    turns, user_len, think, seed):
+    """Any system prompts and sessions: turns follow an earlier turn of their conversation
+    and repeat its prompt and answer; a group's prompt has one length; a roomy engine
+    finishes every turn after the previous answer."""
+    workload = synthetic(n, system_prompts={"groups": groups, "prefix_len": prefix_len,
+                                            "share": share},
+                         sessions={"turns": turns, "user_len": user_len,
+                                   "think_time": think})
+    requests = requests_for(tmp_path / f"{seed}", workload, seed=seed)
+    by_id = {r.request_id: r for r in requests}
+    group_len: dict[int, int] = {}
+    for position, r in enumerate(requests):
+        assert r.prefix.num_tokens == r.prompt_len + r.output_len
+        first_id, first_len = r.prefix.segments[0]
+        if first_id >> TAG_SHIFT == PREFIX_GROUP:
+            assert group_len.setdefault(first_id, first_len) == first_len
+        if r.after is None:
+            continue
+        before = by_id[r.after]
+        assert requests.index(before) < position and before.session == r.session
+        assert r.prompt_len > before.prompt_len + before.output_len
+        assert common_prefix(r.prefix.segments, before.prefix.segments) == (
+            before.prompt_len + before.output_len)
+    assert len(group_len) <= groups
+    result = simulate(requests, EngineConfig(max_num_batched_tokens=8192, num_blocks=4096))
+    records = {r.request_id: r for r in result.requests}
+    assert all(r.status == "finished" for r in result.requests)
+    for r in requests:
+        if r.after is not None:
+            assert records[r.request_id].arrival_time == pytest.approx(
+                records[r.after].finish_time + r.think_time)
