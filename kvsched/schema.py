@@ -476,6 +476,8 @@ class TraceColumns(Strict):
     prefix_group: str | None = None
     prefix_len: str | None = None
     hash_ids: str | None = None
+    after: str | None = None
+    think_time: str | None = None
     arrival_unit: Literal["s", "ms", "us", "datetime"] = "s"
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True,

@@ -372,12 +372,16 @@ class TraceLayout:
     prefix_group: str | None = None
     prefix_len: str | None = None
     hash_ids: str | None = None
+    # A conversation's next turn: the id of its previous turn, and the pause after it.
+    after: str | None = None
+    think_time: str | None = None
 
 
 FORMATS = {
     "kvsched": TraceLayout("arrival_time", "prompt_len", "output_len", "priority", "class",
                            "request_id", optional_extras=True, session="session",
-                           prefix_group="prefix_group", prefix_len="prefix_len"),
+                           prefix_group="prefix_group", prefix_len="prefix_len",
+                           after="after", think_time="think_time"),
     "azure": TraceLayout("TIMESTAMP", "ContextTokens", "GeneratedTokens",
                          arrival_unit="datetime"),
     "mooncake": TraceLayout("timestamp", "input_length", "output_length", arrival_unit="ms",
@@ -399,7 +403,8 @@ def _layout(spec: TraceWorkload) -> TraceLayout:
                        columns.priority, columns.class_, columns.request_id,
                        columns.arrival_unit, session=columns.session,
                        prefix_group=columns.prefix_group, prefix_len=columns.prefix_len,
-                       hash_ids=columns.hash_ids)
+                       hash_ids=columns.hash_ids, after=columns.after,
+                       think_time=columns.think_time)
 
 
 def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
@@ -412,7 +417,8 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
         if column is not None and column not in table.columns:
             raise locate(where, _missing_column(column, path, table))
     if spec.columns is not None:  # a mapping names columns that must be there
-        for extra in (layout.prefix_group, layout.prefix_len, layout.hash_ids):
+        for extra in (layout.prefix_group, layout.prefix_len, layout.hash_ids, layout.after,
+                      layout.think_time):
             if extra is not None and extra not in table.columns:
                 raise locate(where, _missing_column(extra, path, table))
     if not layout.optional_extras:
@@ -452,6 +458,19 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
                                   path, where, locate)
     elif layout.prefix_group is not None or layout.prefix_len is not None:
         prefixes = _group_prefixes(table, layout, prompts, path, where, locate)
+    afters: list[str | None] = [None] * n
+    if layout.after is not None and layout.after in table.columns:
+        afters = [None if pd.isna(v) else str(v) for v in table[layout.after]]
+    thinks = np.zeros(n)  # in the unit of the arrival column (seconds for timestamps)
+    think_unit = _UNIT_SECONDS.get(layout.arrival_unit, 1.0)
+    if layout.think_time is not None and layout.think_time in table.columns:
+        thinks = _numbers(table[layout.think_time].fillna(0), path, layout.think_time, where,
+                          locate, minimum=0, whole=False, maximum=MAX_TIME)
+        alone = np.flatnonzero((thinks > 0) & np.array([a is None for a in afters]))
+        if len(alone):
+            raise locate(where, f"{path} {_row(path, alone[0])}: column '{layout.think_time}' "
+                                f"is set but '{layout.after}' is empty; a think time follows "
+                                f"a previous turn")
 
     keep = arrivals >= spec.start
     if spec.duration is not None:
@@ -464,10 +483,15 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
     for i in rows:
         if ids[i] in seen:
             raise locate(where, f"{path} {_row(path, i)}: duplicate request id '{ids[i]}'")
+        if afters[i] is not None and afters[i] not in seen:
+            raise locate(where, f"{path} {_row(path, i)}: column '{layout.after}': "
+                                f"'{excerpt(afters[i])}' is no earlier request of the "
+                                f"replayed rows; expected the id of an earlier one")
         seen.add(ids[i])
         requests.append(Request(ids[i], float((arrivals[i] - spec.start) * spec.time_scale),
                                 int(prompts[i]), int(outputs[i]), int(priorities[i]),
-                                labels[i], sessions[i], prefixes[i]))
+                                labels[i], sessions[i], prefixes[i], afters[i],
+                                float(thinks[i]) * think_unit * spec.time_scale))
     return requests
 
 

@@ -324,3 +324,29 @@ def test_synthetic_prefixes_and_turns_hold_together(tmp_path, n, groups, share, 
         if r.after is not None:
             assert records[r.request_id].arrival_time == pytest.approx(
                 records[r.after].finish_time + r.think_time)
+
+
+def test_a_csv_trace_can_hold_turns(tmp_path):
+    """kvsched format: `after` and `think_time` (arrival units, scaled with the times); the
+    turn's own arrival_time only places it in the window."""
+    path = write_csv(tmp_path / "t.csv", "request_id,arrival_time,prompt_len,output_len,"
+                     "after,think_time", "a,0,10,4,,", "b,0,10,4,a,2", "c,1,10,4,,")
+    a, b, c = requests_for(tmp_path, {"kind": "trace", "format": "kvsched",
+                                      "path": str(path), "time_scale": 0.5})
+    assert (b.after, b.think_time) == ("a", 1.0) and a.after is None and c.think_time == 0
+    result = simulate([a, b, c])
+    assert result.requests[1].arrival_time == result.requests[0].finish_time + 1.0
+
+
+@pytest.mark.parametrize("rows, problem", [
+    (["a,0,10,4,b,", "b,0,10,4,,"], "line 2: column 'after': 'b' is no earlier request of "
+                                    "the replayed rows; expected the id of an earlier one"),
+    (["a,0,10,4,zz,"], "line 2: column 'after': 'zz' is no earlier request"),
+    (["a,0,10,4,,3"], "line 2: column 'think_time' is set but 'after' is empty"),
+    (["a,0,10,4,,", "b,0,10,4,a,-1"], "line 3: column 'think_time': expected a number >= 0"),
+], ids=["later", "unknown", "think-alone", "negative-think"])
+def test_bad_csv_turns(tmp_path, rows, problem):
+    trace = write_csv(tmp_path / "t.csv", "request_id,arrival_time,prompt_len,output_len,after,"
+                      "think_time", *rows)
+    line, path = validate_error(tmp_path, f"kind: trace\nformat: kvsched\npath: {trace}\n")
+    assert line.startswith(f"error: {path}:5: workload.path: ") and problem in line, line
