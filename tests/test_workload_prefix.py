@@ -57,11 +57,11 @@ def test_hash_block_tokens_sets_the_block_size(tmp_path):
     assert [length for _, length in request.prefix.segments] == [4, 4, 2]
 
 
-def test_the_shipped_conversation_trace_repeats_37_percent_of_its_blocks():
+def test_the_shipped_conversation_trace_repeats_37_percent_of_its_blocks(tmp_path):
     """The Mooncake conversation trace, as shipped: every request has its blocks, and
     36.6% of block references repeat one seen before (the figure of issue 10)."""
-    requests = requests_for(REPO / "scenarios", {"kind": "trace", "format": "mooncake",
-                                                 "path": str(SHIPPED)})
+    requests = requests_for(tmp_path, {"kind": "trace", "format": "mooncake",
+                                       "path": str(SHIPPED)})
     assert len(requests) == 12_031
     assert all(r.prefix is not None and r.prefix.num_tokens == r.prompt_len for r in requests)
     blocks = [seg_id for r in requests for seg_id, _ in r.prefix.segments]
