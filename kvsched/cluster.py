@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +39,7 @@ from kvsched.sequence import Seq
 from kvsched.simulator import _explain_starvation, _record
 from kvsched.steplog import StepLog, StepStats
 from kvsched.timing import TimeModel
+from kvsched.turns import ArrivalQueue, check_turns
 
 ARRIVAL, STEP = 0, 1  # heap kinds: an arrival before a step starting at the same time
 _PRUNE = 4096  # delayed views: drop snapshots and routing times older than this many
@@ -73,11 +74,12 @@ class ReplicaSetup:
 class ClusterResult(RunResult):
     """A cluster run: the cluster's records (every request, events of all replicas
     interleaved by time) and summary, plus each replica's own `RunResult` in `replicas`.
-    `replica_of[i]`: the replica request i (input order) was routed to;
+    `replica_of[i]`: the replica request i (input order) was routed to (None: a turn
+    whose previous turn never ended, so it never arrived);
     `event_replicas[k]`: the replica of `events[k]`."""
 
     replicas: tuple[RunResult, ...] = ()
-    replica_of: tuple[int, ...] = ()
+    replica_of: tuple[int | None, ...] = ()
     event_replicas: tuple[int, ...] = ()
     imbalance_ttft_ratio: float = 3.0
     imbalance_queue: int = 8
@@ -164,7 +166,8 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
         raise ValueError("a cluster needs at least one replica")
     if slo is None and admissions and admissions[0] is not None:
         slo = Slo(ttft=admissions[0].ttft_slo)
-    order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_time)
+    check_turns(requests)
+    queue = ArrivalQueue(requests)
     replicas = []
     for index, setup in enumerate(setups):
         config = setup.config
@@ -175,16 +178,24 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
         replica = _Replica(index, engine, log, setup.clock.whole_steps, config.max_steps)
         if signal_delay > 0:
             replica.history = [replica.snapshot]
+        engine.sched.on_done = _release_next_turns(queue)
         replicas.append(replica)
     # Blocks of a request depend on the block size of the replica it lands on: a Seq is
     # made when the router has chosen.
     routed: list[int | None] = [None] * len(requests)  # all set by the loop
     seqs: list[Seq | None] = [None] * len(requests)
-    loop = _Loop(replicas, router, signal_delay, [requests[i] for i in order])
+    loop = _Loop(replicas, router, signal_delay, queue)
     loop.run()
-    for k, i in enumerate(order):
+    for replica in replicas:
+        replica.engine.sched.on_done = None
+    for k, i in enumerate(loop.order):
         routed[i] = loop.routed[k]
         seqs[i] = loop.seqs[k]
+    never_released = queue.unreleased()
+    for i in never_released:  # a turn whose previous turn never ended: it never arrived
+        seq = Seq.of(requests[i], len(requests), setups[0].config.block_size)
+        seq.end_reason = f"its previous turn {requests[i].after} did not end"
+        seqs[i] = seq
 
     replica_results = []
     records: list[RequestRecord] = [None] * len(requests)  # type: ignore[list-item]
@@ -195,6 +206,9 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
         else:
             _explain_starvation(sched, replica.step, replica.now)
     for i in range(len(requests)):
+        if routed[i] is None:
+            records[i] = _record(seqs[i], Status.UNFINISHED, replicas[0].engine.sched)  # type: ignore[arg-type]
+            continue
         replica = replicas[routed[i]]  # type: ignore[index]
         leftover = Status.UNFINISHED if replica.stopped else Status.STARVED
         records[i] = _record(seqs[i], leftover, replica.engine.sched)  # type: ignore[arg-type]
@@ -211,9 +225,16 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
     summary = _cluster_summary(records, replicas, replica_results, slo, loop.idle_witness)
     return ClusterResult(setups[0].config, setups[0].clock.unit, records,
                          ClusterSteps(replica_results), events, None, summary,
-                         tuple(replica_results), tuple(k for k in routed if k is not None),
+                         tuple(replica_results), tuple(routed),
                          tuple(event_replicas),
                          imbalance_ttft_ratio, imbalance_queue, loop.idle_witness)
+
+
+def _release_next_turns(queue: ArrivalQueue) -> Callable[[Seq], None]:
+    def done(seq: Seq) -> None:  # finished or rejected: its next turns may come
+        end = seq.finish_time if seq.finish_time is not None else seq.request.arrival_time
+        queue.ended(seq.request.request_id, end)
+    return done
 
 
 @dataclass
@@ -221,7 +242,8 @@ class _Loop:
     replicas: list[_Replica]
     router: Router
     delay: float
-    arrivals: list[Request]  # in arrival order
+    arrivals: ArrivalQueue
+    order: list[int] = field(default_factory=list)  # input index of each arrival index
     routed: list[int | None] = field(default_factory=list)
     seqs: list[Seq | None] = field(default_factory=list)
     idle_witness: tuple[int, int, float, int] | None = None
@@ -230,39 +252,51 @@ class _Loop:
     def run(self) -> None:
         """Run until every arrival is routed and no replica has a step left."""
         replicas, arrivals = self.replicas, self.arrivals
-        n = len(arrivals)
-        self.routed = [None] * n
-        self.seqs = [None] * n
         self._routed_at = [[] for _ in replicas]
-        times = [r.arrival_time for r in arrivals]
         heap: list[tuple[float, int, int, int]] = [(0.0, STEP, r.index, 0) for r in replicas]
         heapq.heapify(heap)
-        nxt = 0
         while True:
-            if nxt < n:
-                arrival = times[nxt]
+            arrival = arrivals.next_time()
+            if arrival < math.inf:
                 if not heap:
-                    self._route(nxt, arrival, heap)
-                    nxt += 1
+                    self._route(arrival, heap)
                     continue
                 start = heap[0][0]
                 # A hair of slack, as in run_loop: an arrival by a step's start joins it.
                 if arrival <= start + 1e-9 * (1.0 + start):
-                    self._route(nxt, arrival, heap)
-                    nxt += 1
+                    self._route(arrival, heap)
                     continue
             elif not heap:
+                # Nothing runs anywhere: what is still queued starves, its next turns come.
+                if arrivals.holding and self._release_stuck():
+                    continue
                 return
             _, _, index, _ = heapq.heappop(heap)
             replica = replicas[index]
-            upcoming = times[nxt] if nxt < n else math.inf
-            if self._advance(replica, upcoming):
+            if self._advance(replica, heap):
                 replica.stopped = True
             elif not replica.idle:
                 heapq.heappush(heap, (replica.now, STEP, index, replica.executed))
 
-    def _route(self, k: int, now: float, heap: list[tuple[float, int, int, int]]) -> None:
-        request = self.arrivals[k]
+    def _release_stuck(self) -> bool:
+        """Every replica is idle or stopped: the requests an idle replica still holds
+        starve, found so now (the latest idle replica's time), and their next turns are
+        released (a stopped replica's end unfinished: their turns stay held). True if a
+        turn was released."""
+        idle = [r for r in self.replicas if not r.stopped]
+        if not idle:
+            return False
+        held = [seq.request.request_id for r in idle for seq in (
+            *r.engine.sched.waiting, *r.engine.sched.running.values(),
+            *r.engine.sched.prefilling.values())]
+        return self.arrivals.release_stuck(held, max(r.now for r in idle))
+
+    def _route(self, now: float, heap: list[tuple[float, int, int, int]]) -> None:
+        i, request = self.arrivals.pop()
+        k = len(self.order)
+        self.order.append(i)
+        self.routed.append(None)
+        self.seqs.append(None)
         replicas = self.replicas
         seen = RouteRequest(request.request_id, request.arrival_time, request.prompt_len,
                             request.priority, request.class_name, request.session,
@@ -300,14 +334,27 @@ class _Loop:
                                   or worst.num_waiting > self.idle_witness[0]):
             self.idle_witness = (worst.num_waiting, worst.index, now, idle)
 
-    def _advance(self, replica: _Replica, upcoming: float) -> bool:
+    def _advance(self, replica: _Replica, heap: list[tuple[float, int, int, int]]) -> bool:
         """Take in what was routed to `replica`, then run its next step or stretch.
         True when it reached `max_steps`."""
         engine = replica.engine
-        for seq in replica.pending:
-            replica.now = max(replica.now, seq.request.arrival_time)  # never start early
-            engine.arrive(seq, replica.step, replica.now)
-        replica.pending.clear()
+        arrivals = self.arrivals
+        while replica.pending:
+            pending = replica.pending[:]
+            replica.pending.clear()
+            for seq in pending:
+                replica.now = max(replica.now, seq.request.arrival_time)  # never start early
+                engine.arrive(seq, replica.step, replica.now)
+            # A rejection may have released a next turn due by now: route it before the
+            # step (it joins this step if it lands here, as in a single run).
+            horizon = replica.now + 1e-9 * (1.0 + replica.now)
+            while (due := arrivals.next_time()) <= horizon:
+                self._route(due, heap)
+        upcoming = arrivals.next_time()
+        if arrivals.holding and heap:
+            # Another replica's step may end a turn and release the next one, which the
+            # router may send here: a stretch must not jump past that step's start.
+            upcoming = min(upcoming, heap[0][0])
         stretch = engine.stretch(replica.step, replica.now, upcoming,
                                  replica.max_steps - replica.executed)
         if stretch is not None:

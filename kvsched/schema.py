@@ -349,6 +349,10 @@ class RequestClass(Strict):
 
 
 class InlineRequest(Strict):
+    """One request. `prefix_group`/`prefix_len`: requests of a group share their first
+    `prefix_len` tokens. `after`: the id of an earlier request (a conversation's previous
+    turn); this one arrives `think_time` after that one ends (`arrival` is then not given)."""
+
     id: str | int | None = None
     arrival: Time = 0.0
     prompt_len: TokenLen
@@ -356,9 +360,27 @@ class InlineRequest(Strict):
     priority: Priority = 0
     class_: str | None = Field(default=None, alias="class")
     session: str | int | None = None
+    prefix_group: str | int | None = None
+    prefix_len: TokenLen | None = None
+    after: str | int | None = None
+    think_time: NonNegativeFloat = 0.0
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True,
                               allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> InlineRequest:
+        if (self.prefix_group is None) != (self.prefix_len is None):
+            raise ValueError("give prefix_group and prefix_len together")
+        if self.prefix_len is not None and self.prefix_len > self.prompt_len:
+            raise ValueError(f"prefix_len ({self.prefix_len}) must be <= prompt_len "
+                             f"({self.prompt_len})")
+        if self.after is None and "think_time" in self.model_fields_set:
+            raise ValueError("think_time is for a turn that comes after another (after: ID)")
+        if self.after is not None and "arrival" in self.model_fields_set:
+            raise ValueError("a turn with after arrives think_time after that request ends; "
+                             "give no arrival")
+        return self
 
 
 class InlineWorkload(Strict):
@@ -366,8 +388,52 @@ class InlineWorkload(Strict):
     requests: Annotated[list[InlineRequest], Field(min_length=1)]
 
 
+MAX_GROUPS = 1_000_000
+MAX_TURNS = 1_000
+
+
+class SystemPrompts(Strict):
+    """Shared system prompts: a `share` of the requests (of the conversations, with
+    `sessions`) start with the prompt of one of `groups` groups, chosen uniformly. Each
+    group's prompt has `prefix_len` tokens (drawn once per group) and is put before the
+    prompt drawn from `prompt_len`."""
+
+    groups: Annotated[int, Field(ge=1, le=MAX_GROUPS)]
+    prefix_len: LengthSpec
+    share: Annotated[float, Field(ge=0, le=1)] = 1.0
+
+    @field_validator("prefix_len", mode="before")
+    @classmethod
+    def expand_lengths(cls, value: Any) -> Any:
+        return _expand_length(value)
+
+
+class ExponentialTime(Strict):
+    kind: Literal["exponential"]
+    mean: NonNegativeFloat
+
+
+class Sessions(Strict):
+    """Multi-turn conversations. The arrival process (with `num_requests` or `duration`)
+    gives each conversation's first turn, drawn as any request; the conversation has
+    `turns` turns in all. A later turn's prompt is the previous prompt + its answer +
+    `user_len` new tokens, its answer drawn from `output_len` (the class's, with a `mix`);
+    it arrives `think_time` after the previous answer finished (a number, or
+    `{kind: exponential, mean: M}`)."""
+
+    turns: LengthSpec
+    user_len: LengthSpec
+    think_time: NonNegativeFloat | ExponentialTime = 0.0
+
+    @field_validator("turns", "user_len", mode="before")
+    @classmethod
+    def expand_lengths(cls, value: Any) -> Any:
+        return _expand_length(value)
+
+
 class SyntheticWorkload(Strict):
-    """`num_requests` or `duration`; lengths from `prompt_len`/`output_len` or a `mix`."""
+    """`num_requests` or `duration`; lengths from `prompt_len`/`output_len` or a `mix`;
+    optional shared `system_prompts` and multi-turn `sessions`."""
 
     kind: Literal["synthetic"]
     num_requests: Annotated[int, Field(ge=1, le=MAX_SYNTHETIC_REQUESTS)] | None = None
@@ -377,6 +443,8 @@ class SyntheticWorkload(Strict):
     output_len: LengthSpec | None = None
     priority: Priority = 0
     mix: Annotated[list[RequestClass], Field(min_length=1)] | None = None
+    system_prompts: SystemPrompts | None = None
+    sessions: Sessions | None = None
 
     @field_validator("prompt_len", "output_len", mode="before")
     @classmethod
@@ -408,17 +476,31 @@ class TraceColumns(Strict):
     class_: str | None = Field(default=None, alias="class")
     request_id: str | None = None
     session: str | None = None
+    prefix_group: str | None = None
+    prefix_len: str | None = None
+    hash_ids: str | None = None
+    after: str | None = None
+    think_time: str | None = None
     arrival_unit: Literal["s", "ms", "us", "datetime"] = "s"
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True,
                               allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _one_prefix_source(self) -> TraceColumns:
+        if (self.prefix_group is None) != (self.prefix_len is None):
+            raise ValueError("give prefix_group and prefix_len together")
+        if self.hash_ids is not None and self.prefix_group is not None:
+            raise ValueError("give hash_ids or prefix_group/prefix_len, not both")
+        return self
 
 
 class TraceWorkload(Strict):
     """Replay a CSV or JSONL file. Window `[start, start + duration)` in trace seconds, then
     `limit` rows; `time_scale` multiplies arrival times (0.5 replays twice as fast).
     A length-only file (`format: lengths`, or `columns` without `arrival_time`) keeps each
-    row's (prompt, output) pair, in file order, and takes its times from `arrival` (seeded)."""
+    row's (prompt, output) pair, in file order, and takes its times from `arrival` (seeded).
+    `hash_block_tokens`: the tokens each `hash_ids` entry stands for (Mooncake: 512)."""
 
     kind: Literal["trace"]
     path: str
@@ -429,6 +511,7 @@ class TraceWorkload(Strict):
     start: NonNegativeFloat = 0.0
     duration: PositiveFloat | None = None
     time_scale: Annotated[float, Field(ge=1e-6, le=1e6)] = 1.0
+    hash_block_tokens: TokenLen = 512
 
     @model_validator(mode="after")
     def _one_layout(self) -> TraceWorkload:

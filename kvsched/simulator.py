@@ -18,6 +18,7 @@ from kvsched.scheduler import Scheduler
 from kvsched.sequence import Seq, SeqState
 from kvsched.steplog import StepLog, Timeline
 from kvsched.timing import StepClock, TimeModel
+from kvsched.turns import ArrivalQueue, check_turns
 
 
 def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
@@ -52,6 +53,7 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
             raise ValueError(f"duplicate request_id '{request.request_id}'")
         seen.add(request.request_id)
     del seen
+    check_turns(requests)
 
     engine = Engine(config, policy, clock, admission, backpressure, record_batches,
                     stretches=stretches)
@@ -63,6 +65,7 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
     def done(seq: Seq) -> None:  # a finished or rejected request's record, made at once
         records[order[seq.index]] = _record(seq, Status.STARVED, sched)
         del seqs.live[seq.index]
+        seqs.ended(seq)
 
     sched.on_done = done
     log = step_log if step_log is not None else StepLog(config.usable_blocks)
@@ -80,7 +83,8 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
     events.close()
     sched.on_done = None
     for seq in seqs.remaining():  # still queued or running, or never arrived (max_steps)
-        records[order[seq.index]] = _record(seq, leftover, sched)
+        status = Status.UNFINISHED if seq.index in seqs.never_released else leftover
+        records[order[seq.index]] = _record(seq, status, sched)
     done_records: list[RequestRecord] = records  # type: ignore[assignment]  # all filled
     pool = sched.pool
     summary = summarize(done_records, stats, slo,
@@ -90,33 +94,64 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
 
 
 class Arrivals:
-    """The requests in arrival order (simultaneous ones in input order), each made into a
-    `Seq` only when the loop reaches it, and forgotten once its record is made: a long
-    trace never holds every request's run state at once."""
+    """The requests in arrival order (simultaneous ones in input order; a held turn once its
+    previous turn ended, see `kvsched.turns`), each made into a `Seq` only when the loop
+    reaches it, and forgotten once its record is made: a long trace never holds every
+    request's run state at once."""
 
-    __slots__ = ("requests", "order", "times", "live", "_block_size", "_made")
+    __slots__ = ("queue", "order", "live", "never_released", "_block_size")
 
     def __init__(self, requests: Sequence[Request], block_size: int) -> None:
-        self.requests = requests
-        self.order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_time)
-        self.times = [requests[i].arrival_time for i in self.order]
+        self.queue = ArrivalQueue(requests)
+        self.order: list[int] = []  # input index of each arrival index
         self.live: dict[int, Seq] = {}  # made and not yet recorded, by arrival index
+        self.never_released: set[int] = set()  # arrival indices of turns never released
         self._block_size = block_size
-        self._made = 0
+
+    @property
+    def times(self) -> list[float]:
+        """Arrival times of the requests that have their own (held turns have none)."""
+        return self.queue.times
 
     def __len__(self) -> int:
-        return len(self.order)
+        return len(self.queue.requests)
 
-    def __getitem__(self, k: int) -> Seq:
-        seq = Seq.of(self.requests[self.order[k]], k, self._block_size)
+    def next_time(self) -> float:
+        return self.queue.next_time()
+
+    def pop(self) -> Seq:
+        """The next arrival as a `Seq` (only after next_time() was finite)."""
+        i, request = self.queue.pop()
+        return self._make(i, request)
+
+    def _make(self, i: int, request: Request) -> Seq:
+        k = len(self.order)
+        self.order.append(i)
+        seq = Seq.of(request, k, self._block_size)
         self.live[k] = seq
-        self._made = max(self._made, k + 1)
         return seq
 
+    def ended(self, seq: Seq) -> None:
+        """`seq` finished or was rejected: release its next turns."""
+        end = seq.finish_time if seq.finish_time is not None else seq.request.arrival_time
+        self.queue.ended(seq.request.request_id, end)
+
+    def release_stuck(self, now: float) -> bool:
+        """Nothing can run and nothing is due: what is still in the engine starves, so its
+        next turns are released from `now`. True if any was."""
+        return self.queue.release_stuck(
+            [seq.request.request_id for seq in self.live.values()], now)
+
     def remaining(self) -> list[Seq]:
-        """Every request without a record yet, made now if it never arrived."""
-        for k in range(self._made, len(self.order)):
-            self[k]
+        """Every request without a record yet, made now if it never arrived (a turn never
+        released says its previous turn did not end)."""
+        while self.queue.next_time() < math.inf:
+            self.pop()
+        requests = self.queue.requests
+        for i in self.queue.unreleased():
+            seq = self._make(i, requests[i])
+            seq.end_reason = f"its previous turn {requests[i].after} did not end"
+            self.never_released.add(seq.index)
         return [self.live[k] for k in sorted(self.live)]
 
 
@@ -156,16 +191,13 @@ class EventStream:
         self.drain()
 
 
-def run_loop(engine: Engine, seqs: Arrivals | Sequence[Seq], log: StepLog, max_steps: int,
+def run_loop(engine: Engine, seqs: Arrivals, log: StepLog, max_steps: int,
              whole_steps: bool, events: EventStream | None = None,
              progress: Progress | None = None) -> tuple[int, float, bool]:
     """Feed `seqs` (in arrival order) to `engine` on one clock until nothing is left to do.
 
     Returns the next step number, the time, and whether `max_steps` stopped the run."""
-    arrivals = seqs.times if isinstance(seqs, Arrivals) else [
-        seq.request.arrival_time for seq in seqs]
-    num_arrivals = len(seqs)
-    next_arrival = 0
+    next_time = seqs.next_time
     step = 0
     executed = 0  # steps run (step numbers also jump over idle time on the step clock)
     now = 0.0
@@ -176,15 +208,19 @@ def run_loop(engine: Engine, seqs: Arrivals | Sequence[Seq], log: StepLog, max_s
             poll()
         turns += 1
         if progress is not None and not turns & 4095:
-            progress(next_arrival, now)
+            progress(len(seqs.order), now)
         # A hair of slack: times summed step by step drift (0.1 * 8 = 0.7999999999999999).
         horizon = now + 1e-9 * (1.0 + now)
-        while next_arrival < num_arrivals and arrivals[next_arrival] <= horizon:
-            seq = seqs[next_arrival]
-            next_arrival += 1
-            now = max(now, seq.request.arrival_time)  # absorb the drift, never start early
-            engine.arrive(seq, step, now)
-        upcoming = arrivals[next_arrival] if next_arrival < num_arrivals else math.inf
+        while next_time() <= horizon:
+            # Everything due, then what a rejection among them released (as a cluster
+            # routes what is due before its replica takes it in).
+            batch = [seqs.pop()]
+            while next_time() <= horizon:
+                batch.append(seqs.pop())
+            for seq in batch:
+                now = max(now, seq.request.arrival_time)  # absorb the drift, never start early
+                engine.arrive(seq, step, now)
+        upcoming = next_time()
         stretch = engine.stretch(step, now, upcoming, max_steps - executed)
         if stretch is not None:
             log.stretch(stretch)
@@ -194,7 +230,9 @@ def run_loop(engine: Engine, seqs: Arrivals | Sequence[Seq], log: StepLog, max_s
         else:
             row = engine.step(step, now)
             if row is None:  # nothing runs, nothing can be admitted: wait for the next arrival
-                if next_arrival == num_arrivals:
+                if upcoming == math.inf:
+                    if seqs.release_stuck(now):  # turns held by what starves: they come
+                        continue
                     return step, now, False
                 if whole_steps:
                     step = math.ceil(upcoming)

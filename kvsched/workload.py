@@ -1,26 +1,36 @@
 """Workloads: the list of requests a run replays, from an inline list, a seeded generator or a
-trace file. The same spec and seed always give the same requests."""
+trace file. The same spec and seed always give the same requests.
+
+Requests may carry prefix identity (`Request.prefix`, segments of `kvsched.prefix`) and
+conversation order (`Request.after`). Segment ids live in one id space, tagged by where
+they come from so that two sources never collide: `segment_id(tag, local)` is
+`tag << 56 | local`, with the tags below; ids under 2**56 (tag 0) and tags from 8 up are
+left to other users (a cache naming a request's private tokens).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from kvsched.errors import ScenarioError, excerpt
+from kvsched.prefix import Prefix, Segment
 from kvsched.request import Request
 from kvsched.schema import (
     MAX_PRIORITY,
     MAX_SYNTHETIC_REQUESTS,
     MAX_TIME,
     MAX_TOKENS,
+    MAX_TURNS,
     AllAtOnce,
     ArrivalSpec,
     ConstantLen,
     EmpiricalLen,
+    ExponentialTime,
     Fixed,
     Gamma,
     InlineWorkload,
@@ -35,6 +45,17 @@ from kvsched.schema import (
 
 Locate = Callable[[tuple, str], ScenarioError]
 """Builds the error for a field of the workload spec, e.g. (("workload", "path"), "...")."""
+
+TAG_SHIFT = 56
+TRACE_BLOCK = 1  # a trace's block hash id (Mooncake `hash_ids`): one id, one block of tokens
+PREFIX_GROUP = 2  # a shared prefix: a trace's or inline `prefix_group`, a system prompt
+TURN = 3  # a conversation's own tokens: one turn's new user tokens, or its answer
+MAX_LOCAL_ID = (1 << TAG_SHIFT) - 1
+
+
+def segment_id(tag: int, local: int) -> int:
+    """The id of segment `local` (0 <= local < 2**56) of source `tag`."""
+    return tag << TAG_SHIFT | local
 
 
 def _default_locate(field: tuple, message: str) -> ScenarioError:
@@ -59,8 +80,9 @@ def count_requests(spec: WorkloadSpec, base_dir: Path = Path("."),
                    locate: Locate = _default_locate) -> tuple[int, bool]:
     """How many requests the workload holds, and whether exactly, checked without generating
     it: trace and empirical-length files are read and checked, synthetic requests counted."""
-    if not isinstance(spec, SyntheticWorkload):
-        return len(build_requests(spec, 0, base_dir, locate)), True
+    if not isinstance(spec, SyntheticWorkload) or spec.sessions is not None:
+        return len(build_requests(spec, 0, base_dir, locate)), not isinstance(
+            spec, SyntheticWorkload)  # conversations' turns are drawn: a count for seed 0
     lengths: list[tuple[LengthSpec | None, tuple]] = [
         (spec.prompt_len, ("workload", "prompt_len")),
         (spec.output_len, ("workload", "output_len"))]
@@ -93,16 +115,52 @@ def _expected_count(spec: SyntheticWorkload, locate: Locate) -> float:
 def _inline(spec: InlineWorkload, locate: Locate) -> list[Request]:
     requests = []
     seen: set[str] = set()
+    groups = _Groups()
     for i, item in enumerate(spec.requests):
+        where = ("workload", "requests", i)
         request_id = f"r{i}" if item.id is None else str(item.id)
         if request_id in seen:
-            raise locate(("workload", "requests", i, "id"),
-                         f"duplicate request id '{request_id}'")
+            raise locate((*where, "id"), f"duplicate request id '{request_id}'")
+        after = None if item.after is None else str(item.after)
+        if after is not None and after not in seen:
+            known = any(str(r.id) == after or (r.id is None and f"r{k}" == after)
+                        for k, r in enumerate(spec.requests))
+            raise locate((*where, "after"),
+                         f"'{after}' is {'a later request' if known else 'no request id'} "
+                         f"of the workload; expected the id of an earlier request")
         seen.add(request_id)
+        prefix = None
+        if item.prefix_group is not None:
+            assert item.prefix_len is not None
+            problem = groups.check(str(item.prefix_group), item.prefix_len, f"request {i}")
+            if problem:
+                raise locate((*where, "prefix_len"), problem)
+            prefix = groups.prefix(str(item.prefix_group), item.prefix_len)
         requests.append(Request(request_id, item.arrival, item.prompt_len, item.output_len,
                                 item.priority, item.class_,
-                                None if item.session is None else str(item.session)))
+                                None if item.session is None else str(item.session),
+                                prefix, after, item.think_time))
     return requests
+
+
+class _Groups:
+    """Prefix groups by name: one segment id each (in order of first use), one length."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self.lengths: dict[str, tuple[int, str]] = {}  # name -> (prefix_len, where first seen)
+
+    def check(self, name: str, length: int, where: str) -> str | None:
+        """Why `length` cannot be group `name`'s prefix length (None when it can)."""
+        first = self.lengths.setdefault(name, (length, where))
+        if first[0] != length:
+            return (f"prefix_group '{excerpt(name)}' has prefix_len {length} here but "
+                    f"{first[0]} at {first[1]}; a group shares one prefix length")
+        return None
+
+    def prefix(self, name: str, length: int) -> Prefix:
+        local = self.ids.setdefault(name, len(self.ids))
+        return Prefix(((segment_id(PREFIX_GROUP, local), length),))
 
 
 # -- synthetic --------------------------------------------------------------------------
@@ -133,8 +191,105 @@ def _synthetic(spec: SyntheticWorkload, rng: np.random.Generator, base_dir: Path
             priorities[members] = cls.priority
             for i in members:
                 labels[i] = cls.name
-    return [Request(f"r{i}", float(arrivals[i]), int(prompts[i]), int(outputs[i]),
-                    int(priorities[i]), labels[i]) for i in range(n)]
+    if spec.system_prompts is None and spec.sessions is None:
+        return [Request(f"r{i}", float(arrivals[i]), int(prompts[i]), int(outputs[i]),
+                        int(priorities[i]), labels[i]) for i in range(n)]
+    system: list[Segment | None] = [None] * n if spec.system_prompts is None else \
+        _system_prompts(spec, n, rng, base_dir, locate)
+    if spec.sessions is None:
+        requests = []
+        for k, segment in enumerate(system):
+            request = Request(f"r{k}", float(arrivals[k]), int(prompts[k]), int(outputs[k]),
+                              int(priorities[k]), labels[k])
+            if segment is not None:  # the system prompt goes before the drawn prompt
+                request = replace(request, prompt_len=request.prompt_len + segment[1],
+                                  prefix=Prefix((segment,)))
+            requests.append(request)
+        return requests
+    return _sessions(spec, arrivals, prompts, outputs, priorities, labels, system, rng,
+                     base_dir, locate)
+
+
+def _system_prompts(spec: SyntheticWorkload, n: int, rng: np.random.Generator,
+                    base_dir: Path, locate: Locate) -> list[Segment | None]:
+    """Each request's system prompt as a segment (None for those without one)."""
+    prompts = spec.system_prompts
+    assert prompts is not None
+    where = ("workload", "system_prompts")
+    lengths = _lengths(prompts.prefix_len, prompts.groups, rng, base_dir, (*where, "prefix_len"),
+                       locate)
+    uses = rng.random(n) < prompts.share
+    group = rng.integers(0, prompts.groups, size=n)
+    return [(segment_id(PREFIX_GROUP, int(group[i])), int(lengths[group[i]])) if uses[i]
+            else None for i in range(n)]
+
+
+def _sessions(spec: SyntheticWorkload, arrivals: np.ndarray, prompts: np.ndarray,
+              outputs: np.ndarray, priorities: np.ndarray, labels: list[str | None],
+              system: Sequence[Segment | None], rng: np.random.Generator, base_dir: Path,
+              locate: Locate) -> list[Request]:
+    """Conversation j starts as request j of the draw and goes on for its turns; each turn's
+    prefix is its whole prompt and answer, so that the next turn repeats it."""
+    sessions = spec.sessions
+    assert sessions is not None
+    where = ("workload", "sessions")
+    n = len(arrivals)
+    turns = _lengths(sessions.turns, n, rng, base_dir, (*where, "turns"), locate)
+    if turns.max() > MAX_TURNS:
+        raise locate((*where, "turns"), f"a conversation of {int(turns.max()):,} turns; at "
+                                        f"most {MAX_TURNS:,} allowed")
+    total = int(turns.sum())
+    if total > MAX_SYNTHETIC_REQUESTS:
+        raise locate((*where, "turns"), f"{total:,} requests in all; at most "
+                                        f"{MAX_SYNTHETIC_REQUESTS:,} allowed")
+    later = turns - 1
+    num_later = int(later.sum())
+    users = _lengths(sessions.user_len, num_later, rng, base_dir, (*where, "user_len"), locate)
+    answers = np.empty(num_later, dtype=np.int64)
+    owner = np.repeat(np.arange(n), later)  # the conversation of each later turn
+    if spec.mix is None:
+        assert spec.output_len is not None
+        answers[:] = _lengths(spec.output_len, num_later, rng, base_dir,
+                              ("workload", "output_len"), locate)
+    else:
+        for k, cls in enumerate(spec.mix):
+            members = np.flatnonzero([labels[j] == cls.name for j in owner]) \
+                if num_later else np.empty(0, dtype=np.int64)
+            answers[members] = _lengths(cls.output_len, len(members), rng, base_dir,
+                                        ("workload", "mix", k, "output_len"), locate)
+    think = sessions.think_time
+    if isinstance(think, ExponentialTime):
+        thinks = rng.exponential(think.mean, num_later) if think.mean else np.zeros(num_later)
+    else:
+        thinks = np.full(num_later, think)
+    requests: list[Request] = []
+    next_segment = 0
+    drawn = 0  # later turns consumed so far
+    for j in range(n):
+        segments: tuple[Segment, ...] = () if system[j] is None else (system[j],)  # type: ignore[assignment]
+        prompt = int(prompts[j]) + sum(length for _, length in segments)
+        user, answer = int(prompts[j]), int(outputs[j])
+        previous = None
+        for t in range(int(turns[j])):
+            if t:
+                user, answer = int(users[drawn]), int(answers[drawn])
+                prompt += user
+            segments += ((segment_id(TURN, next_segment), user),
+                         (segment_id(TURN, next_segment + 1), answer))
+            next_segment += 2
+            request_id = f"r{len(requests)}"
+            if prompt > MAX_TOKENS:
+                raise locate(where, f"conversation s{j} reaches a prompt of {prompt:,} tokens "
+                                    f"at turn {t + 1}; at most {MAX_TOKENS:,} allowed")
+            requests.append(Request(
+                request_id, float(arrivals[j]), prompt, answer, int(priorities[j]),
+                labels[j], f"s{j}", Prefix(segments), previous,
+                float(thinks[drawn]) if t else 0.0))
+            if t:
+                drawn += 1
+            previous = request_id
+            prompt += answer
+    return requests
 
 
 def _arrival_times(spec: SyntheticWorkload, rng: np.random.Generator,
@@ -212,14 +367,25 @@ class TraceLayout:
     arrival_unit: str = "s"  # s, ms, us or datetime (seconds since the first row)
     optional_extras: bool = False  # extra columns used only when present
     session: str | None = None  # a conversation id (optional in every format)
+    # Prefix identity, each optional in every format: a shared prefix named by a group and
+    # its length, or one block id per `hash_block_tokens` tokens of the prompt.
+    prefix_group: str | None = None
+    prefix_len: str | None = None
+    hash_ids: str | None = None
+    # A conversation's next turn: the id of its previous turn, and the pause after it.
+    after: str | None = None
+    think_time: str | None = None
 
 
 FORMATS = {
     "kvsched": TraceLayout("arrival_time", "prompt_len", "output_len", "priority", "class",
-                           "request_id", optional_extras=True, session="session"),
+                           "request_id", optional_extras=True, session="session",
+                           prefix_group="prefix_group", prefix_len="prefix_len",
+                           after="after", think_time="think_time"),
     "azure": TraceLayout("TIMESTAMP", "ContextTokens", "GeneratedTokens",
                          arrival_unit="datetime"),
-    "mooncake": TraceLayout("timestamp", "input_length", "output_length", arrival_unit="ms"),
+    "mooncake": TraceLayout("timestamp", "input_length", "output_length", arrival_unit="ms",
+                            hash_ids="hash_ids"),
     "vidur": TraceLayout("arrived_at", "num_prefill_tokens", "num_decode_tokens"),
     # Length-only files as Sarathi-Serve and Vidur ship them (ShareGPT, arXiv summaries...).
     "lengths": TraceLayout(None, "num_prefill_tokens", "num_decode_tokens"),
@@ -235,7 +401,10 @@ def _layout(spec: TraceWorkload) -> TraceLayout:
     assert columns is not None
     return TraceLayout(columns.arrival_time, columns.prompt_len, columns.output_len,
                        columns.priority, columns.class_, columns.request_id,
-                       columns.arrival_unit, session=columns.session)
+                       columns.arrival_unit, session=columns.session,
+                       prefix_group=columns.prefix_group, prefix_len=columns.prefix_len,
+                       hash_ids=columns.hash_ids, after=columns.after,
+                       think_time=columns.think_time)
 
 
 def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
@@ -247,6 +416,11 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
     for column in (layout.arrival_time, layout.prompt_len, layout.output_len):
         if column is not None and column not in table.columns:
             raise locate(where, _missing_column(column, path, table))
+    if spec.columns is not None:  # a mapping names columns that must be there
+        for extra in (layout.prefix_group, layout.prefix_len, layout.hash_ids, layout.after,
+                      layout.think_time):
+            if extra is not None and extra not in table.columns:
+                raise locate(where, _missing_column(extra, path, table))
     if not layout.optional_extras:
         for extra in (layout.priority, layout.class_name, layout.request_id):
             if extra is not None and extra not in table.columns:
@@ -278,6 +452,25 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
     sessions: list[str | None] = [None] * n
     if layout.session is not None and layout.session in table.columns:
         sessions = [None if pd.isna(v) else str(v) for v in table[layout.session]]
+    prefixes: list[Prefix | None] = [None] * n
+    if layout.hash_ids is not None and layout.hash_ids in table.columns:
+        prefixes = _hash_prefixes(table[layout.hash_ids], prompts, spec.hash_block_tokens,
+                                  path, where, locate)
+    elif layout.prefix_group is not None or layout.prefix_len is not None:
+        prefixes = _group_prefixes(table, layout, prompts, path, where, locate)
+    afters: list[str | None] = [None] * n
+    if layout.after is not None and layout.after in table.columns:
+        afters = [None if pd.isna(v) else str(v) for v in table[layout.after]]
+    thinks = np.zeros(n)  # in the unit of the arrival column (seconds for timestamps)
+    think_unit = _UNIT_SECONDS.get(layout.arrival_unit, 1.0)
+    if layout.think_time is not None and layout.think_time in table.columns:
+        thinks = _numbers(table[layout.think_time].fillna(0), path, layout.think_time, where,
+                          locate, minimum=0, whole=False, maximum=MAX_TIME)
+        alone = np.flatnonzero((thinks > 0) & np.array([a is None for a in afters]))
+        if len(alone):
+            raise locate(where, f"{path} {_row(path, alone[0])}: column '{layout.think_time}' "
+                                f"is set but '{layout.after}' is empty; a think time follows "
+                                f"a previous turn")
 
     keep = arrivals >= spec.start
     if spec.duration is not None:
@@ -290,11 +483,88 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
     for i in rows:
         if ids[i] in seen:
             raise locate(where, f"{path} {_row(path, i)}: duplicate request id '{ids[i]}'")
+        if afters[i] is not None and afters[i] not in seen:
+            raise locate(where, f"{path} {_row(path, i)}: column '{layout.after}': "
+                                f"'{excerpt(afters[i])}' is no earlier request of the "
+                                f"replayed rows; expected the id of an earlier one")
         seen.add(ids[i])
         requests.append(Request(ids[i], float((arrivals[i] - spec.start) * spec.time_scale),
                                 int(prompts[i]), int(outputs[i]), int(priorities[i]),
-                                labels[i], sessions[i]))
+                                labels[i], sessions[i], prefixes[i], afters[i],
+                                float(thinks[i]) * think_unit * spec.time_scale))
     return requests
+
+
+def _hash_prefixes(column: pd.Series, prompts: np.ndarray, block_tokens: int, path: Path,
+                   where: tuple, locate: Locate) -> list[Prefix | None]:
+    """Each row's block ids as segments of `block_tokens` tokens (the last one the rest of
+    the prompt): a row needs exactly ceil(prompt / block_tokens) ids."""
+    name = str(column.name)
+    base = segment_id(TRACE_BLOCK, 0)
+    full: dict[int, Segment] = {}  # one tuple per distinct full block
+    prefixes: list[Prefix | None] = []
+    for row, (ids, prompt) in enumerate(zip(column.tolist(), prompts.astype(np.int64).tolist(),
+                                            strict=True)):
+        if type(ids) is not list:
+            raise locate(where, f"{path} {_row(path, row)}: column '{name}': expected a list "
+                                f"of block ids, got '{excerpt(ids)}'")
+        need = -(-prompt // block_tokens)
+        if len(ids) != need or not all(type(b) is int and 0 <= b <= MAX_LOCAL_ID for b in ids):
+            raise locate(where, _bad_hash_ids(ids, prompt, block_tokens, need, path, row, name))
+        chain = [full.get(b) or full.setdefault(b, (base | b, block_tokens)) for b in ids[:-1]]
+        chain.append((base | ids[-1], prompt - block_tokens * (need - 1)))
+        prefixes.append(Prefix(tuple(chain)))
+    return prefixes
+
+
+def _bad_hash_ids(ids: list, prompt: int, block_tokens: int, need: int, path: Path, row: int,
+                  name: str) -> str:
+    where = f"{path} {_row(path, row)}: column '{name}'"
+    if len(ids) != need:
+        return (f"{where}: expected ceil({prompt} / {block_tokens}) = {need} block ids "
+                f"(hash_block_tokens {block_tokens}), got {len(ids)}")
+    bad = next(b for b in ids if not (type(b) is int and 0 <= b <= MAX_LOCAL_ID))
+    return f"{where}: expected whole block ids 0..{MAX_LOCAL_ID:,}, got '{excerpt(bad)}'"
+
+
+def _group_prefixes(table: pd.DataFrame, layout: TraceLayout, prompts: np.ndarray,
+                    path: Path, where: tuple, locate: Locate) -> list[Prefix | None]:
+    """Rows of a `prefix_group` share their first `prefix_len` tokens."""
+    group_column, len_column = layout.prefix_group, layout.prefix_len
+    assert group_column is not None and len_column is not None
+    n = len(table)
+    names = table[group_column] if group_column in table.columns else pd.Series([None] * n)
+    lengths = table[len_column] if len_column in table.columns else pd.Series([None] * n)
+    if group_column not in table.columns and len_column not in table.columns:
+        return [None] * n
+    values = pd.to_numeric(lengths, errors="coerce").to_numpy(dtype=float)
+    groups = _Groups()
+    prefixes: list[Prefix | None] = []
+    for row in range(n):
+        name, given = names.iloc[row], lengths.iloc[row]
+        line = f"{path} {_row(path, row)}"
+        if pd.isna(name):
+            if not pd.isna(given):
+                raise locate(where, f"{line}: column '{len_column}' is "
+                                    f"'{excerpt(given)}' but '{group_column}' is empty; a "
+                                    f"prefix_len needs a prefix_group")
+            prefixes.append(None)
+            continue
+        length = values[row]
+        if pd.isna(given):
+            raise locate(where, f"{line}: column '{group_column}' is '{excerpt(name)}' but "
+                                f"'{len_column}' is empty; a prefix_group needs a prefix_len")
+        if not (np.isfinite(length) and length % 1 == 0 and 1 <= length <= MAX_TOKENS):
+            raise locate(where, f"{line}: column '{len_column}': expected a whole number "
+                                f"1..{MAX_TOKENS:,}, got '{excerpt(given)}'")
+        if length > prompts[row]:
+            raise locate(where, f"{line}: column '{len_column}': {int(length)} is more than "
+                                f"the prompt ({int(prompts[row])} tokens)")
+        problem = groups.check(str(name), int(length), _row(path, row))
+        if problem:
+            raise locate(where, f"{line}: {problem}")
+        prefixes.append(groups.prefix(str(name), int(length)))
+    return prefixes
 
 
 def _arrival_seconds(column: pd.Series, unit: str, path: Path, where: tuple,

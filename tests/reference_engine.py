@@ -8,6 +8,7 @@ must produce exactly the same request records and step rows.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from kvsched.config import EngineConfig, PreemptionMode, Requeue, Unschedulable, Victim
 from kvsched.request import Request
@@ -48,8 +49,30 @@ class R:
 
 
 def reference_simulate(requests, cfg: EngineConfig, policy, clock):
-    order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_time)
+    order = sorted((i for i in range(len(requests)) if requests[i].after is None),
+                   key=lambda i: requests[i].arrival_time)
     rs = [R(requests[i], k) for k, i in enumerate(order)]
+    # Next turns: held until the request they name ends, then due think_time later.
+    nexts: dict[str, list[int]] = {}
+    for j, q in enumerate(requests):
+        if q.after is not None:
+            nexts.setdefault(q.after, []).append(j)
+    released: list[tuple[float, int, R]] = []  # kept sorted by (time, input index)
+    everyone = list(rs)
+
+    def release(r, t):
+        for j in nexts.pop(r.req.request_id, ()):
+            at = t + requests[j].think_time
+            turn = R(replace(requests[j], arrival_time=at), 0)
+            released.append((at, j, turn))
+            released.sort(key=lambda e: (e[0], e[1]))
+            everyone.append(turn)
+
+    def next_arrival():  # (time, 0 timed / 1 released): a turn after the timed at its time
+        due = [(rs[i].req.arrival_time, 0)] if i < len(rs) else []
+        if released:
+            due.append((released[0][0], 1))
+        return min(due) if due else None
     bs = cfg.block_size
     B = cfg.max_num_batched_tokens
     wm = cfg.watermark_blocks
@@ -96,17 +119,25 @@ def reference_simulate(requests, cfg: EngineConfig, policy, clock):
     now = 0.0
     limit = False
     while True:
-        while i < len(rs) and rs[i].req.arrival_time <= now + 1e-9 * (1.0 + now):
-            r = rs[i]
-            i += 1
-            now = max(now, r.req.arrival_time)
-            r.join_step = step
-            r.unsched = unsched(r)
-            if r.unsched and cfg.on_unschedulable is Unschedulable.REJECT:
-                r.state = "rejected"
-                continue
-            r.state = "waiting"
-            push(r, r.req.arrival_time)
+        # Everything due arrives, then the turns released by rejections among it.
+        while (due := next_arrival()) is not None and due[0] <= now + 1e-9 * (1.0 + now):
+            batch: list[R] = []
+            while (due := next_arrival()) is not None and due[0] <= now + 1e-9 * (1.0 + now):
+                if due[1]:
+                    batch.append(released.pop(0)[2])
+                else:
+                    batch.append(rs[i])
+                    i += 1
+            for r in batch:
+                now = max(now, r.req.arrival_time)
+                r.join_step = step
+                r.unsched = unsched(r)
+                if r.unsched and cfg.on_unschedulable is Unschedulable.REJECT:
+                    r.state = "rejected"
+                    release(r, r.req.arrival_time)
+                    continue
+                r.state = "waiting"
+                push(r, r.req.arrival_time)
 
         budget = B
         decoded: list[R] = []
@@ -277,9 +308,16 @@ def reference_simulate(requests, cfg: EngineConfig, policy, clock):
 
         idle = not (acc["tick"] or prefills or swapins or preempted)
         if idle:
-            if i == len(rs):
+            due = next_arrival()
+            if due is None:
+                held = len(nexts)
+                for r in everyone:  # what is left starves: its next turns come now
+                    if r.state not in ("finished", "rejected", "arriving"):
+                        release(r, now)
+                if len(nexts) < held:
+                    continue
                 break
-            nxt = rs[i].req.arrival_time
+            nxt = due[0]
             if clock.whole_steps:
                 step = math.ceil(nxt)
                 now = float(step)
@@ -315,6 +353,7 @@ def reference_simulate(requests, cfg: EngineConfig, policy, clock):
                 r.blocks = 0
                 running.remove(r)
                 finished += 1
+                release(r, end)
         steps.append((step, now, dur, n_running, n_waiting, len(prefills), acc["prefill"], n_dec,
                       acc["recomp"], computed + n_dec, cfg.num_blocks - blocks_free, blocks_free,
                       len(preempted), acc["admitted"], finished, acc["so"], acc["si"]))
@@ -325,7 +364,14 @@ def reference_simulate(requests, cfg: EngineConfig, policy, clock):
             break
 
     out = {}
-    for r in rs:
+    for js in nexts.values():  # turns whose previous turn never ended
+        for j in js:
+            out[requests[j].request_id] = dict(
+                status="unfinished", first_scheduled_time=None, first_token_time=None,
+                finish_time=None, ttft=None, ttft_steps=None, num_preemptions=0,
+                num_recomputed_tokens=0, num_swapped_blocks=0, max_token_gap=None,
+                generated_tokens=0, gaps=[], arrival_time=requests[j].arrival_time)
+    for r in everyone:
         if r.state == "finished":
             status = "finished"
         elif r.state == "rejected":
@@ -346,5 +392,6 @@ def reference_simulate(requests, cfg: EngineConfig, policy, clock):
             max_token_gap=r.max_gap,
             generated_tokens=r.gen,
             gaps=r.gaps,
+            arrival_time=a,
         )
     return out, steps

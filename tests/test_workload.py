@@ -14,7 +14,7 @@ from kvsched.runner import requests_of, run_variant
 from kvsched.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parent.parent
-MOONCAKE = Path("/work/shared/traces/mooncake-fast25/conversation_trace.jsonl")
+MOONCAKE = REPO / "scenarios" / "traces" / "mooncake_conversation_trace.jsonl"
 AZURE_CONV = REPO / "scenarios" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 
 
@@ -287,9 +287,10 @@ def test_azure_trace_turns_timestamps_into_seconds_from_the_first(tmp_path):
 
 
 def test_mooncake_jsonl_trace_has_millisecond_timestamps(tmp_path):
-    """format mooncake: JSONL, `timestamp` in ms, input_length/output_length."""
-    lines = [{"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0, 1]},
-             {"timestamp": 1500, "input_length": 2290, "output_length": 3, "hash_ids": [2]}]
+    """format mooncake: JSONL, `timestamp` in ms, input_length/output_length (hash_ids are
+    optional: tests/test_workload_prefix.py)."""
+    lines = [{"timestamp": 0, "input_length": 6758, "output_length": 500},
+             {"timestamp": 1500, "input_length": 2290, "output_length": 3}]
     (tmp_path / "mc.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     requests = requests_for(tmp_path, trace("mc.jsonl", format="mooncake"))
     assert requests == [Request("r0", 0.0, 6758, 500), Request("r1", 1.5, 2290, 3)]
@@ -399,9 +400,7 @@ def test_shipped_azure_conversation_trace(tmp_path):
 
 
 def test_real_mooncake_trace_first_hundred(tmp_path):
-    """The Mooncake conversation trace from ../shared reads as format mooncake (limit 100)."""
-    if not MOONCAKE.is_file():
-        pytest.skip(f"{MOONCAKE} is not here")
+    """The shipped Mooncake conversation trace reads as format mooncake (limit 100)."""
     requests = requests_for(tmp_path, trace(str(MOONCAKE), format="mooncake", limit=100))
     assert len(requests) == 100
     assert (requests[0].prompt_len, requests[0].output_len) == (6758, 500)
