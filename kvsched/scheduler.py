@@ -457,7 +457,8 @@ class Scheduler:
         block_size = self._block_size
         tick, num_blocks = self.tick, pool.num_blocks
         used: list[int] = []
-        evictions: dict[int, int] = {}  # pass -> cached blocks its growth evicted
+        evictions: dict[int, tuple[int, int]] = {}  # pass -> (evicted, cached after it)
+        cached_before = cached_start = prefix.num_cached if prefix is not None else 0
         blocks_used = num_blocks - pool.free
         # Only passes at which someone crosses a block boundary need work: visit those in
         # order (a boundary crossed moves that request's next one a block later).
@@ -481,9 +482,10 @@ class Scheduler:
                 if prefix is not None:
                     for seq, _epoch in growing:
                         prefix.grow(seq, 1)
-                    evicted = prefix.take_evicted()
-                    if evicted:
-                        evictions[t] = evicted
+                    evicted, cached = prefix.take_evicted(), prefix.num_cached
+                    if evicted or cached != cached_before:  # (a radix leaf may be < a block)
+                        evictions[t] = (evicted, cached)
+                        cached_before = cached
                 later = block_due.get(t + block_size)
                 if later is None:
                     block_due[t + block_size] = growing
@@ -513,15 +515,16 @@ class Scheduler:
         self.gaps.complete_many(first, ends[:k + 1], n)
         stretch = Stretch(step, k, n, n + len(self.prefilling), len(self.waiting), starts,
                           durations, used, kv + n)
-        if prefix is not None:
-            cached = prefix.num_cached  # evictions only shrink it, pass by pass
+        if prefix is not None:  # only evictions change the cache within a stretch
             stretch.evicted_blocks = evicted_list = [0] * k
-            stretch.cached_blocks = cached_list = [0] * k
-            for t, evicted in evictions.items():
-                evicted_list[t - first] = evicted
-            for j in range(k - 1, -1, -1):
-                cached_list[j] = cached
-                cached += evicted_list[j]
+            cached_list: list[int] = []
+            cached, done = cached_start, 0
+            for t in sorted(evictions):
+                evicted_list[t - first] = evictions[t][0]
+                cached_list.extend([cached] * (t - first - done))
+                cached, done = evictions[t][1], t - first
+            cached_list.extend([cached] * (k - done))
+            stretch.cached_blocks = cached_list
         if tick == finish:
             last, end = step + k - 1, ends[k]
             for seq, epoch in self._finish_due.pop(tick):

@@ -92,8 +92,10 @@ class PrefixTracker:
         self.pool.free = self.cache.num_free
 
     def computed(self, seq: Seq, num_tokens: int) -> None:
-        """`seq`'s first `num_tokens` tokens are (being) computed: its full blocks are cached."""
+        """`seq`'s first `num_tokens` tokens are (being) computed: its full blocks are cached
+        (in a radix tree, tokens another request inserted first go back to the pool)."""
         self.cache.commit(seq.index, identity(seq), num_tokens)
+        self.pool.free = self.cache.num_free
 
     def release(self, seq: Seq, computed: int) -> None:
         """`seq` stops running with `computed` tokens of KV: cache them, free its blocks."""
