@@ -46,6 +46,15 @@ class StepOrder(StrEnum):
     RUNNING_LOOP = "running_loop"
 
 
+class AdmissionRule(StrEnum):
+    """What an admission must find free in the KV pool."""
+
+    BLOCKS = "blocks"  # the blocks of its prompt, above the watermark (vLLM, the lesson)
+    # SGLang's PrefillAdder: also the decode tokens the running requests are expected to
+    # write (new_token_ratio), with the batch-full latch (see kvsched.reservation)
+    FUTURE_TOKENS = "future_tokens"
+
+
 class Unschedulable(StrEnum):
     """What to do with a request that can never run (prompt over the budget, or over the pool)."""
 
@@ -89,6 +98,10 @@ class EngineConfig:
       of the waiting queue (vLLM V0); false: on the preempted stack, newest first.
     - `max_queued_requests` (None = no limit): an arrival that finds this many requests
       waiting is rejected with SGLang's message (preempted requests waiting count too).
+    - `admission_rule`: see `AdmissionRule`. Under `future_tokens`, `max_prefill_tokens`
+      caps the prompt tokens one prefill step takes (SGLang's flag; the first request of a
+      step may exceed it when chunking is off) and `schedule_conservativeness` scales
+      SGLang's initial `new_token_ratio` (0.7 x it, at most 1).
     """
 
     max_num_batched_tokens: int = 2048
@@ -113,6 +126,9 @@ class EngineConfig:
     swapped_fifo: bool = False
     delay_factor: float = 0.0
     max_queued_requests: int | None = None
+    admission_rule: AdmissionRule = AdmissionRule.BLOCKS
+    max_prefill_tokens: int = 16384
+    schedule_conservativeness: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_blocks",
@@ -129,6 +145,11 @@ class EngineConfig:
             raise ValueError(f"delay_factor must be >= 0, got {self.delay_factor}")
         if self.max_queued_requests is not None and self.max_queued_requests < 1:
             raise ValueError(f"max_queued_requests must be >= 1, got {self.max_queued_requests}")
+        if self.max_prefill_tokens < 1:
+            raise ValueError(f"max_prefill_tokens must be >= 1, got {self.max_prefill_tokens}")
+        if not self.schedule_conservativeness > 0:
+            raise ValueError("schedule_conservativeness must be > 0, got "
+                             f"{self.schedule_conservativeness}")
         if self.null_block and self.num_blocks < 2:
             raise ValueError("num_blocks must be >= 2 with a null block")
         # Accept the enums' string values from library callers too.
@@ -136,6 +157,7 @@ class EngineConfig:
         object.__setattr__(self, "victim", Victim(self.victim))
         object.__setattr__(self, "requeue", Requeue(self.requeue))
         object.__setattr__(self, "on_unschedulable", Unschedulable(self.on_unschedulable))
+        object.__setattr__(self, "admission_rule", AdmissionRule(self.admission_rule))
         order = StepOrder(self.step_order)
         if order is StepOrder.DECODE_FIRST and not self.mix_prefill_decode:
             order = StepOrder.PREFILL_FIRST
@@ -143,6 +165,10 @@ class EngineConfig:
         if order is StepOrder.RUNNING_LOOP and self.preemption is PreemptionMode.SWAP:
             raise ValueError("step_order running_loop has no swap: vLLM V1 preempts by "
                              "recompute")
+        if (order is StepOrder.RUNNING_LOOP
+                and self.admission_rule is AdmissionRule.FUTURE_TOKENS):
+            raise ValueError("admission_rule future_tokens is SGLang's: it needs step_order "
+                             "prefill_first or decode_first, not running_loop")
         object.__setattr__(self, "mix_prefill_decode", order is not StepOrder.PREFILL_FIRST)
 
     @property

@@ -71,15 +71,22 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
                      "multi-sequence groups")),
     _preset("sglang", "SGLang 0.5.23 (approximate)",
             "prefill-first steps with chunking (one chunked request at a time, continued "
-            "first), retraction victim = fewest generated then longest prompt, re-queued by "
-            "the policy",
+            "first); admission reserves the decode tokens running requests are expected to "
+            "write (new_token_ratio) and stops at a full batch until a request leaves it; "
+            "max_prefill_tokens per step; retraction victim = fewest generated then "
+            "longest prompt, re-queued at the back, the ratio re-estimated",
             {"step_order": "prefill_first", "victim": "fewest_generated", "requeue": "back",
              "admit_after_preempt": True, "chunked_prefill": True,
              "long_prefill_token_threshold": 0, "watermark": 0.0, "preemption": "recompute",
-             "max_num_batched_tokens": 8192, "max_num_seqs": 256},
-            missing=("new_token_ratio admission reserving future decode tokens",
-                     "max_prefill_tokens apart from the step budget",
-                     "schedule_conservativeness", "the random policy", "radix cache")),
+             "max_num_batched_tokens": 8192, "max_num_seqs": 256,
+             "admission_rule": "future_tokens", "max_prefill_tokens": 16384,
+             "schedule_conservativeness": 1.0},
+            missing=("radix cache (lpm, dfs-weight)", "priority scheduling and its "
+                     "preemption of running requests (enable_priority_scheduling)",
+                     "the OOM abort of a last request that cannot decode alone",
+                     "--enable-mixed-chunk", "page_size is block_size (SGLang's default "
+                     "is 1)", "the random policy reshuffles every round in SGLang; here "
+                     "each request draws once per queue entry")),
 )})
 
 

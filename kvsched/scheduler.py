@@ -36,6 +36,7 @@ from kvsched.histogram import GapHistogram
 from kvsched.policies.base import Policy
 from kvsched.policies.fcfs import Fcfs
 from kvsched.policies.priority import PriorityFirst
+from kvsched.reservation import CLIP_MAX_NEW_TOKENS, make_reservation
 from kvsched.sequence import Seq, SeqState
 from kvsched.timing import TimeModel, stretch_durations
 from kvsched.waiting import WaitingQueue
@@ -227,6 +228,7 @@ class Scheduler:
         if requeue is Requeue.BY_POLICY:
             requeue = Requeue.FRONT if isinstance(policy, Fcfs) else Requeue.BY_POLICY
         self._requeue = requeue  # BY_POLICY here: back in policy order by original arrival
+        self.reservation = make_reservation(config)  # SGLang's admission rule, or None
         self._order = {StepOrder.DECODE_FIRST: self._decode_first,
                        StepOrder.PREFILL_FIRST: self._prefill_first,
                        StepOrder.RUNNING_LOOP: self._running_loop}[config.step_order]
@@ -249,6 +251,12 @@ class Scheduler:
                         if cfg.null_block else
                         f"needs {need} KV blocks for its prompt, the pool has {cfg.num_blocks}")
             return None
+        if self.reservation is not None:  # SGLang admits only below the whole pool
+            need = seq.prompt_len + min(seq.output_len, CLIP_MAX_NEW_TOKENS) + self._block_size
+            if need >= cfg.usable_blocks * self._block_size:
+                return (f"needs {need} KV tokens free to be admitted (prompt + clipped "
+                        f"max_new_tokens + a page), the pool has "
+                        f"{cfg.usable_blocks * self._block_size}")
         usable = cfg.usable_blocks - cfg.watermark_blocks
         if seq.lifetime_blocks > usable:
             null = " - 1 null block" if cfg.null_block else ""
@@ -298,6 +306,8 @@ class Scheduler:
         plan = StepPlan(step, now)
         if self.config.delay_factor:
             self._delay_passed = self._passed_delay(now)
+        if self.reservation is not None and not (self.running or self.prefilling):
+            self.reservation.idle()
         self._order(plan)
         if plan.prefills:
             self._prev_prompt = True
@@ -316,6 +326,8 @@ class Scheduler:
 
     def _decode_first(self, plan: StepPlan) -> None:
         budget = self._decode(plan, self._budget)
+        if self.reservation is not None and plan.tick:
+            self._reservation_after_decode(plan)
         budget = self._continue_prefills(plan, budget)
         if not plan.preempted or self.config.admit_after_preempt:
             self._admit(plan, budget, allow_prefill=True, allow_swap=True)
@@ -330,6 +342,8 @@ class Scheduler:
         if plan.prefills:
             return
         budget = self._decode(plan, budget)
+        if self.reservation is not None and plan.tick:
+            self._reservation_after_decode(plan)
         if not plan.preempted or self.config.admit_after_preempt:
             self._admit(plan, budget, allow_prefill=False, allow_swap=True)
 
@@ -359,6 +373,8 @@ class Scheduler:
                         self._close_run(seq, tick)
                         self._finish(seq, plan.step, end_time)
                         plan.num_finished += 1
+            if plan.num_finished and self.reservation is not None:
+                self.reservation.left_batch()  # decoding requests left the batch
         for seq in plan.produced:
             seq.generated += 1
             last = seq.last_token_time
@@ -414,6 +430,9 @@ class Scheduler:
             return None
         if self.config.delay_factor and len(self.waiting):
             return None  # the delay passes with time alone: admissions may open mid-stretch
+        reservation = self.reservation
+        if reservation is not None and reservation.reopened and len(self.waiting):
+            return None  # the batch stopped being full: the next step may admit
         finish = self.next_finish_tick()
         limit = min(max_steps, MAX_STRETCH)
         if finish is not None:
@@ -483,6 +502,8 @@ class Scheduler:
         del durations[k:]
         starts = ends[:k]
         self.gaps.complete_many(first, ends[:k + 1], n)
+        if reservation is not None:
+            reservation.ratio.decay_steps(k)
         stretch = Stretch(step, k, n, n + len(self.prefilling), len(self.waiting), starts,
                           durations, used, kv + n)
         if tick == finish:
@@ -492,6 +513,8 @@ class Scheduler:
                     self._close_run(seq, tick)
                     self._finish(seq, last, end)
                     stretch.num_finished += 1
+            if stretch.num_finished and reservation is not None:
+                reservation.left_batch()
         return stretch
 
     def generated(self, seq: Seq) -> int:
@@ -770,6 +793,10 @@ class Scheduler:
         chunked = cfg.chunked_prefill
         max_num_seqs = cfg.max_num_seqs
         self._stopped_at = None
+        reservation = self.reservation if allow_prefill else None
+        if reservation is not None and not reservation.open_round(
+                self._decoding_pairs(0, plan), plan.prefills, len(waiting)):
+            return budget
         while budget > 0 and len(self.running) + len(self.prefilling) < max_num_seqs:
             seq = waiting.peek()
             if seq is None or not self.admitting:
@@ -805,8 +832,13 @@ class Scheduler:
                 if not allow_prefill or not self._delay_passed:
                     break
                 tokens = seq.prompt_len + seq.generated
+                cap = tokens
+                if reservation is not None:
+                    cap = reservation.check(seq, tokens, self._free_tokens())
+                    if cap is None:
+                        break
                 if chunked:
-                    chunk = min(tokens, budget, self._chunk_cap)
+                    chunk = min(tokens, budget, self._chunk_cap, cap)
                 elif tokens > budget:
                     self._stopped_at = (seq, f"needs {tokens} tokens", budget)
                     break
@@ -818,7 +850,38 @@ class Scheduler:
                     break
                 self._start_prefill(plan, seq, need, tokens, chunk)
                 budget -= chunk
+                if reservation is not None and not reservation.admitted(
+                        seq, tokens, chunk, self._free_tokens()):
+                    break
+        if reservation is not None:
+            reservation.close_round(len(self.running) + len(self.prefilling) >= max_num_seqs,
+                                    len(waiting))
         return budget
+
+    def _free_tokens(self) -> int:
+        """Free KV tokens as SGLang counts them: a prefill under way holds only the chunks
+        computed so far (kvsched allocates its whole prompt at admission)."""
+        block_size = self._block_size
+        free = self.pool.free * block_size
+        for seq in self.prefilling.values():
+            done = seq.prompt_len + seq.generated - seq.prefill_left
+            free += seq.blocks * block_size - -(-done // block_size) * block_size
+        return free
+
+    def _decoding_pairs(self, back: int, plan: StepPlan | None = None) -> list[tuple[int, int]]:
+        """(generated, output_len) of each decoding request, `back` passes ago; a prefill
+        that completes in `plan` is not decoding yet."""
+        tick = self.tick - back
+        done = {seq for seq, _ in plan.prefills} if plan is not None and plan.prefills else ()
+        return [(seq.base + tick, seq.output_len) for seq in self.running.values()
+                if seq not in done]
+
+    def _reservation_after_decode(self, plan: StepPlan) -> None:
+        """SGLang's update_running_batch: a retraction re-estimates the ratio from the
+        requests left (their tokens before this pass), else it decays."""
+        assert self.reservation is not None
+        retracted = bool(plan.preempted)
+        self.reservation.after_decode(retracted, self._decoding_pairs(1) if retracted else ())
 
     def _start_prefill(self, plan: StepPlan, seq: Seq, blocks: int, tokens: int,
                        chunk: int) -> None:

@@ -56,6 +56,11 @@ def preset_configs(draw):
         keys["swapped_fifo"] = draw(st.booleans())
     keys["max_queued_requests"] = draw(st.sampled_from([None, None, 2, 5]))
     keys["delay_factor"] = draw(st.sampled_from([0.0, 0.0, 0.5, 3.0]))
+    # SGLang's future-token admission (the sglang preset's; on the others' step orders too)
+    if preset in ("lesson", "vllm_v0") and draw(st.booleans()):
+        keys["admission_rule"] = "future_tokens"
+    keys["schedule_conservativeness"] = draw(st.sampled_from([1.0, 1.0, 0.05, 0.3, 2.0]))
+    keys["max_prefill_tokens"] = draw(st.sampled_from([16384, 16384, 24, 100]))
     return engine_config(preset, **keys)
 
 

@@ -22,6 +22,7 @@ from kvsched.policies.base import Policy, SortKey
 from kvsched.policies.fcfs import Fcfs
 from kvsched.policies.lof import LongestOutputFirst
 from kvsched.policies.priority import PriorityFirst
+from kvsched.policies.random import Random
 from kvsched.policies.spf import ShortestPromptFirst
 
 BUILTIN: dict[str, type] = {
@@ -29,6 +30,7 @@ BUILTIN: dict[str, type] = {
     "spf": ShortestPromptFirst,
     "priority": PriorityFirst,
     "lof": LongestOutputFirst,
+    "random": Random,
 }
 
 
