@@ -126,9 +126,7 @@ class FutureTokenReservation:
             if not seq.prefill_left:  # its last chunk: it reserves its output too
                 offset += min(seq.output_len, CLIP_MAX_NEW_TOKENS)
         self._offset = offset
-        if self.batch_is_full or not waiting:
-            return False
-        return True
+        return bool(waiting) and not self.batch_is_full
 
     def check(self, seq: Seq, tokens: int, free_tokens: int) -> int | None:
         """The most of its (re)prefill of `tokens` the head `seq` may compute now, or None
