@@ -55,6 +55,13 @@ class AdmissionRule(StrEnum):
     FUTURE_TOKENS = "future_tokens"
 
 
+class RejectionTexts(StrEnum):
+    """Whose words give the reason of a request turned away at arrival."""
+
+    KVSCHED = "kvsched"  # kvsched's own (and vLLM V1's for max_model_len)
+    VLLM_V0 = "vllm_v0"  # vLLM 0.8.5's scheduler warnings (a prompt equal to max_model_len runs)
+
+
 class Unschedulable(StrEnum):
     """What to do with a request that can never run (prompt over the budget, or over the pool)."""
 
@@ -102,6 +109,7 @@ class EngineConfig:
       caps the prompt tokens one prefill step takes (SGLang's flag; the first request of a
       step may exceed it when chunking is off) and `schedule_conservativeness` scales
       SGLang's initial `new_token_ratio` (0.7 x it, at most 1).
+    - `rejection_texts`: see `RejectionTexts`.
     """
 
     max_num_batched_tokens: int = 2048
@@ -129,6 +137,7 @@ class EngineConfig:
     admission_rule: AdmissionRule = AdmissionRule.BLOCKS
     max_prefill_tokens: int = 16384
     schedule_conservativeness: float = 1.0
+    rejection_texts: RejectionTexts = RejectionTexts.KVSCHED
 
     def __post_init__(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_blocks",
@@ -158,6 +167,7 @@ class EngineConfig:
         object.__setattr__(self, "requeue", Requeue(self.requeue))
         object.__setattr__(self, "on_unschedulable", Unschedulable(self.on_unschedulable))
         object.__setattr__(self, "admission_rule", AdmissionRule(self.admission_rule))
+        object.__setattr__(self, "rejection_texts", RejectionTexts(self.rejection_texts))
         order = StepOrder(self.step_order)
         if order is StepOrder.DECODE_FIRST and not self.mix_prefill_decode:
             order = StepOrder.PREFILL_FIRST

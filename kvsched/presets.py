@@ -63,10 +63,11 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
              "long_prefill_token_threshold": 0, "watermark": 0.01, "preemption": "recompute",
              "max_num_batched_tokens": 2048, "max_num_seqs": 256,
              "on_unschedulable": "reject", "preemption_warning": True,
-             "swapped_fifo": True, "delay_factor": 0.0},
+             "swapped_fifo": True, "delay_factor": 0.0, "rejection_texts": "vllm_v0"},
             missing=(
                      "max_num_partial_prefills / max_long_partial_prefills",
-                     "V0's own rejection messages (kvsched's reasons are given)",
+                     "V0 ignores a prompt when it reaches the head, kvsched at arrival; a "
+                     "prompt that fits but whose output cannot is rejected (V0 would thrash)",
                      "chunked-prefill V0 (it mixes decodes and chunks)",
                      "multi-sequence groups")),
     _preset("sglang", "SGLang 0.5.23 (approximate)",

@@ -27,6 +27,7 @@ from kvsched.blocks import BlockPool, blocks_for
 from kvsched.config import (
     EngineConfig,
     PreemptionMode,
+    RejectionTexts,
     Requeue,
     StepOrder,
     Unschedulable,
@@ -238,6 +239,10 @@ class Scheduler:
     def unschedulable_reason(self, seq: Seq) -> str | None:
         """Why `seq` can never run under this engine, or None."""
         cfg = self.config
+        if cfg.rejection_texts is RejectionTexts.VLLM_V0:
+            v0 = v0_rejection(seq.prompt_len, cfg)
+            if v0 is not None:
+                return v0
         if not cfg.chunked_prefill and seq.prompt_len > cfg.max_num_batched_tokens:
             return (f"prompt_len {seq.prompt_len} > max_num_batched_tokens "
                     f"{cfg.max_num_batched_tokens}")
@@ -276,12 +281,17 @@ class Scheduler:
         max_model_len = self.config.max_model_len
         if max_model_len is not None:
             too_long = model_len_rejection(seq.prompt_len, max_model_len)
+            if self.config.rejection_texts is RejectionTexts.VLLM_V0 and (
+                    seq.prompt_len == max_model_len):
+                too_long = None  # vLLM 0.8.5 runs a prompt of exactly max_model_len
             if too_long:
                 self.reject(seq, step, too_long)
                 return
             if seq.prompt_len + seq.output_len > max_model_len:  # stops at max_model_len
-                seq.output_len = max_model_len - seq.prompt_len
-                seq.lifetime_blocks = blocks_for(max_model_len - 1, self._block_size)
+                # (V0 lets a prompt of max_model_len tokens produce one)
+                seq.output_len = max(max_model_len - seq.prompt_len, 1)
+                seq.lifetime_blocks = blocks_for(seq.prompt_len + seq.output_len - 1,
+                                                 self._block_size)
         seq.unschedulable = self.unschedulable_reason(seq)
         if seq.unschedulable and self.config.on_unschedulable is Unschedulable.REJECT:
             self.reject(seq, step, seq.unschedulable)
@@ -834,9 +844,10 @@ class Scheduler:
                 tokens = seq.prompt_len + seq.generated
                 cap = tokens
                 if reservation is not None:
-                    cap = reservation.check(seq, tokens, self._free_tokens())
-                    if cap is None:
+                    allowed = reservation.check(seq, tokens, self._free_tokens())
+                    if allowed is None:
                         break
+                    cap = allowed
                 if chunked:
                     chunk = min(tokens, budget, self._chunk_cap, cap)
                 elif tokens > budget:
@@ -1053,4 +1064,18 @@ def model_len_rejection(prompt_len: int, max_model_len: int) -> str | None:
                 "output tokens (at least 1) is longer than the maximum model length of "
                 f"{max_model_len}. Make sure that `max_model_len` is no smaller than the "
                 "number of text tokens (prompt + requested output tokens).")
+    return None
+
+
+def v0_rejection(prompt_len: int, cfg: EngineConfig) -> str | None:
+    """vLLM 0.8.5 `_schedule_prefills`' warnings, verbatim, for a prompt it ignores: over
+    `min(max_model_len, max_num_batched_tokens)` (`max_model_len` with chunking), or whose
+    blocks would leave less than the watermark of the whole pool (`AllocStatus.NEVER`)."""
+    limit = cfg.max_model_len if cfg.chunked_prefill else min(
+        cfg.max_model_len or cfg.max_num_batched_tokens, cfg.max_num_batched_tokens)
+    if limit is not None and prompt_len > limit:
+        return f"Input prompt ({prompt_len} tokens) is too long and exceeds limit of {limit}"
+    if cfg.num_blocks - blocks_for(prompt_len, cfg.block_size) < cfg.watermark_blocks:
+        return (f"Input prompt ({prompt_len} tokens) + lookahead slots (0) is too long and "
+                "exceeds the capacity of block_manager")
     return None

@@ -109,6 +109,7 @@ class EngineSpec(Strict):
     admission_rule: Literal["blocks", "future_tokens"] = _ENGINE.admission_rule.value
     max_prefill_tokens: PositiveInt = _ENGINE.max_prefill_tokens
     schedule_conservativeness: PositiveFloat = _ENGINE.schedule_conservativeness
+    rejection_texts: Literal["kvsched", "vllm_v0"] = _ENGINE.rejection_texts.value
 
     @model_validator(mode="before")
     @classmethod
