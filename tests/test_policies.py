@@ -99,11 +99,13 @@ def test_unknown_parameter_is_rejected():
 
 
 def test_builtin_policies_list_names_and_aging_param():
-    """builtin_policies names fcfs, spf, priority, lof, each with its `aging` (default 0)."""
+    """builtin_policies names fcfs, spf, priority, lof, random, each with its `aging`
+    (default 0); random also takes its `seed`."""
     infos = builtin_policies()
-    assert [info.name for info in infos] == ["fcfs", "spf", "priority", "lof"]
+    assert [info.name for info in infos] == ["fcfs", "spf", "priority", "lof", "random"]
     for info in infos:
-        assert info.params == {"aging": 0.0}
+        expected = {"seed": 0, "aging": 0.0} if info.name == "random" else {"aging": 0.0}
+        assert info.params == expected
         assert info.summary  # a one-line description for `kvsched policies`
         assert make_policy(info.name, **info.params).aging == 0.0
 

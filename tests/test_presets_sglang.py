@@ -140,3 +140,18 @@ def test_random_policy_is_seeded_and_reproducible():
     assert order(1) == order(1)
     assert sorted(order(1)) == sorted(r.request_id for r in requests)
     assert len({tuple(order(seed)) for seed in range(4)}) > 1
+
+
+def test_a_bad_sglang_key_is_one_line_and_exit_2(tmp_path):
+    """schedule_conservativeness must be > 0: one line naming the field, exit code 2."""
+    from typer.testing import CliRunner
+
+    from kvsched.cli import app
+
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: bad\nengine: {preset: sglang, schedule_conservativeness: 0}\n"
+                    "workload: {kind: inline, requests: [{id: a, prompt_len: 4, output_len: 2}]}\n")
+    out = CliRunner().invoke(app, ["run", str(path), "-o", str(tmp_path / "out")])
+    assert out.exit_code == 2
+    assert len(out.output.strip().splitlines()) == 1
+    assert "schedule_conservativeness" in out.output
