@@ -110,6 +110,10 @@ class EngineConfig:
       step may exceed it when chunking is off) and `schedule_conservativeness` scales
       SGLang's initial `new_token_ratio` (0.7 x it, at most 1).
     - `rejection_texts`: see `RejectionTexts`.
+    - `max_num_partial_prefills` / `max_long_partial_prefills` (vLLM V0's chunked mode, 1 =
+      off): at most that many prefills under way, of which that many long ones (over
+      `long_prefill_token_threshold`, which then only classifies: default 4% of
+      `max_model_len`); see `kvsched.partial_prefills`.
     """
 
     max_num_batched_tokens: int = 2048
@@ -138,6 +142,8 @@ class EngineConfig:
     max_prefill_tokens: int = 16384
     schedule_conservativeness: float = 1.0
     rejection_texts: RejectionTexts = RejectionTexts.KVSCHED
+    max_num_partial_prefills: int = 1
+    max_long_partial_prefills: int = 1
 
     def __post_init__(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_blocks",
@@ -159,6 +165,13 @@ class EngineConfig:
         if not self.schedule_conservativeness > 0:
             raise ValueError("schedule_conservativeness must be > 0, got "
                              f"{self.schedule_conservativeness}")
+        if self.max_num_partial_prefills < 1 or self.max_long_partial_prefills < 1:
+            raise ValueError("max_num_partial_prefills and max_long_partial_prefills must be "
+                             ">= 1")
+        if self.max_long_partial_prefills > self.max_num_partial_prefills:
+            raise ValueError(f"max_long_partial_prefills ({self.max_long_partial_prefills}) "
+                             "must be <= max_num_partial_prefills "
+                             f"({self.max_num_partial_prefills})")
         if self.null_block and self.num_blocks < 2:
             raise ValueError("num_blocks must be >= 2 with a null block")
         # Accept the enums' string values from library callers too.
@@ -179,6 +192,14 @@ class EngineConfig:
                 and self.admission_rule is AdmissionRule.FUTURE_TOKENS):
             raise ValueError("admission_rule future_tokens is SGLang's: it needs step_order "
                              "prefill_first or decode_first, not running_loop")
+        if self.max_num_partial_prefills > 1:
+            if not self.chunked_prefill or order is not StepOrder.DECODE_FIRST:
+                raise ValueError("max_num_partial_prefills > 1 is vLLM V0's chunked mode: it "
+                                 "needs chunked_prefill and step_order decode_first")
+            if not self.long_prefill_token_threshold and self.max_model_len is None:
+                raise ValueError("max_num_partial_prefills > 1 needs "
+                                 "long_prefill_token_threshold or max_model_len (its default "
+                                 "is 4% of max_model_len)")
         object.__setattr__(self, "mix_prefill_decode", order is not StepOrder.PREFILL_FIRST)
 
     @property

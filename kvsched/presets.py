@@ -65,10 +65,10 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
              "on_unschedulable": "reject", "preemption_warning": True,
              "swapped_fifo": True, "delay_factor": 0.0, "rejection_texts": "vllm_v0"},
             missing=(
-                     "max_num_partial_prefills / max_long_partial_prefills",
+                     "chunked V0 is approximated by step_order decode_first (V0 walks its "
+                     "running queue in order, decodes and chunks alike)",
                      "V0 ignores a prompt when it reaches the head, kvsched at arrival; a "
                      "prompt that fits but whose output cannot is rejected (V0 would thrash)",
-                     "chunked-prefill V0 (it mixes decodes and chunks)",
                      "multi-sequence groups")),
     _preset("sglang", "SGLang 0.5.23 (approximate)",
             "prefill-first steps with chunking (one chunked request at a time, continued "

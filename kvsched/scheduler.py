@@ -34,6 +34,7 @@ from kvsched.config import (
     Victim,
 )
 from kvsched.histogram import GapHistogram
+from kvsched.partial_prefills import make_partial_prefills
 from kvsched.policies.base import Policy
 from kvsched.policies.fcfs import Fcfs
 from kvsched.policies.priority import PriorityFirst
@@ -230,6 +231,9 @@ class Scheduler:
             requeue = Requeue.FRONT if isinstance(policy, Fcfs) else Requeue.BY_POLICY
         self._requeue = requeue  # BY_POLICY here: back in policy order by original arrival
         self.reservation = make_reservation(config)  # SGLang's admission rule, or None
+        self.partial = make_partial_prefills(config)  # vLLM V0's partial prefills, or None
+        if self.partial is not None:  # the threshold then classifies prompts, caps no chunk
+            self._chunk_cap = config.max_num_batched_tokens
         self._order = {StepOrder.DECODE_FIRST: self._decode_first,
                        StepOrder.PREFILL_FIRST: self._prefill_first,
                        StepOrder.RUNNING_LOOP: self._running_loop}[config.step_order]
@@ -335,6 +339,8 @@ class Scheduler:
                 or not (self.running or self.prefilling))
 
     def _decode_first(self, plan: StepPlan) -> None:
+        if self.partial is not None:
+            self.partial.begin(self.prefilling.values(), self.waiting)
         budget = self._decode(plan, self._budget)
         if self.reservation is not None and plan.tick:
             self._reservation_after_decode(plan)
@@ -789,7 +795,8 @@ class Scheduler:
         for seq in list(self.prefilling.values()):
             if budget < 1:
                 break
-            chunk = min(seq.prefill_left, budget, self._chunk_cap)
+            cap = self._chunk_cap if self.partial is None else self.partial.slot
+            chunk = min(seq.prefill_left, budget, cap)
             budget -= chunk
             self._prefill_chunk(plan, seq, chunk)
         return budget
@@ -804,6 +811,8 @@ class Scheduler:
         max_num_seqs = cfg.max_num_seqs
         self._stopped_at = None
         reservation = self.reservation if allow_prefill else None
+        partial = self.partial
+        aside: list[tuple] = []
         if reservation is not None and not reservation.open_round(
                 self._decoding_pairs(0, plan), plan.prefills, len(waiting)):
             return budget
@@ -841,13 +850,16 @@ class Scheduler:
             else:
                 if not allow_prefill or not self._delay_passed:
                     break
+                if partial is not None and not partial.can_schedule(seq):
+                    aside.append(waiting.set_aside())  # a long prompt: shorter ones pass it
+                    continue
                 tokens = seq.prompt_len + seq.generated
-                cap = tokens
+                cap = tokens if partial is None else partial.slot
                 if reservation is not None:
                     allowed = reservation.check(seq, tokens, self._free_tokens())
                     if allowed is None:
                         break
-                    cap = allowed
+                    cap = min(cap, allowed)
                 if chunked:
                     chunk = min(tokens, budget, self._chunk_cap, cap)
                 elif tokens > budget:
@@ -861,12 +873,16 @@ class Scheduler:
                     break
                 self._start_prefill(plan, seq, need, tokens, chunk)
                 budget -= chunk
+                if partial is not None:
+                    partial.admitted(seq)
                 if reservation is not None and not reservation.admitted(
                         seq, tokens, chunk, self._free_tokens()):
                     break
         if reservation is not None:
             reservation.close_round(len(self.running) + len(self.prefilling) >= max_num_seqs,
                                     len(waiting))
+        if aside:
+            waiting.restore(aside)
         return budget
 
     def _free_tokens(self) -> int:

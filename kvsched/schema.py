@@ -110,6 +110,8 @@ class EngineSpec(Strict):
     max_prefill_tokens: PositiveInt = _ENGINE.max_prefill_tokens
     schedule_conservativeness: PositiveFloat = _ENGINE.schedule_conservativeness
     rejection_texts: Literal["kvsched", "vllm_v0"] = _ENGINE.rejection_texts.value
+    max_num_partial_prefills: PositiveInt = _ENGINE.max_num_partial_prefills
+    max_long_partial_prefills: PositiveInt = _ENGINE.max_long_partial_prefills
 
     @model_validator(mode="before")
     @classmethod
