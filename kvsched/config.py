@@ -114,6 +114,9 @@ class EngineConfig:
       off): at most that many prefills under way, of which that many long ones (over
       `long_prefill_token_threshold`, which then only classifies: default 4% of
       `max_model_len`); see `kvsched.partial_prefills`.
+    - `enable_priority_scheduling` (SGLang's flag, under `future_tokens`): a request that
+      finds the batch full preempts running requests whose `priority` is worse (larger) by
+      more than `priority_scheduling_preemption_threshold`; the queue order is `policy`.
     """
 
     max_num_batched_tokens: int = 2048
@@ -144,6 +147,8 @@ class EngineConfig:
     rejection_texts: RejectionTexts = RejectionTexts.KVSCHED
     max_num_partial_prefills: int = 1
     max_long_partial_prefills: int = 1
+    enable_priority_scheduling: bool = False
+    priority_scheduling_preemption_threshold: int = 10
 
     def __post_init__(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_blocks",
@@ -192,6 +197,10 @@ class EngineConfig:
                 and self.admission_rule is AdmissionRule.FUTURE_TOKENS):
             raise ValueError("admission_rule future_tokens is SGLang's: it needs step_order "
                              "prefill_first or decode_first, not running_loop")
+        if (self.enable_priority_scheduling
+                and self.admission_rule is not AdmissionRule.FUTURE_TOKENS):
+            raise ValueError("enable_priority_scheduling is SGLang's: it needs "
+                             "admission_rule future_tokens")
         if self.max_num_partial_prefills > 1:
             if not self.chunked_prefill or order is not StepOrder.DECODE_FIRST:
                 raise ValueError("max_num_partial_prefills > 1 is vLLM V0's chunked mode: it "

@@ -71,13 +71,16 @@ class FutureTokenReservation:
     `open_round` / `check` / `admitted` / `close_round` around its admission loop,
     `after_decode` after a decode pass, `left_batch` when decoding requests finish."""
 
-    __slots__ = ("ratio", "page", "max_prefill_tokens", "chunk_size", "batch_is_full",
-                 "reopened", "_left", "_offset", "_pages", "_rem_input", "_rem_chunk",
-                 "_admitted")
+    __slots__ = ("ratio", "page", "max_prefill_tokens", "chunk_size", "preemption_threshold",
+                 "batch_is_full", "reopened", "_left", "_offset", "_pages", "_rem_input",
+                 "_rem_chunk", "_admitted")
 
     def __init__(self, schedule_conservativeness: float, page: int,
-                 max_prefill_tokens: int, chunk_size: int | None) -> None:
+                 max_prefill_tokens: int, chunk_size: int | None,
+                 preemption_threshold: int | None = None) -> None:
         self.ratio = NewTokenRatio(schedule_conservativeness)
+        # enable_priority_scheduling: preempt running requests worse by more than this
+        self.preemption_threshold = preemption_threshold
         self.page = page
         self.max_prefill_tokens = max_prefill_tokens
         self.chunk_size = chunk_size  # None: chunked prefill off
@@ -126,7 +129,7 @@ class FutureTokenReservation:
             if not seq.prefill_left:  # its last chunk: it reserves its output too
                 offset += min(seq.output_len, CLIP_MAX_NEW_TOKENS)
         self._offset = offset
-        return bool(waiting) and not self.batch_is_full
+        return bool(waiting) and (not self.batch_is_full or self.preemption_threshold is not None)
 
     def check(self, seq: Seq, tokens: int, free_tokens: int) -> int | None:
         """The most of its (re)prefill of `tokens` the head `seq` may compute now, or None
@@ -143,7 +146,8 @@ class FutureTokenReservation:
                 return None  # the first request alone may exceed max_prefill_tokens
             return tokens
         if paged > rem_chunk:  # chunked: a whole number of pages, at least one
-            return min(rem_chunk // self.page * self.page, tokens) or None
+            chunk = rem_chunk // self.page * self.page
+            return min(chunk, tokens) if chunk > 0 else None
         return tokens
 
     def admitted(self, seq: Seq, tokens: int, chunk: int, free_tokens: int) -> bool:
@@ -168,6 +172,37 @@ class FutureTokenReservation:
         # remaining_total > 0 and remaining_current > 0; the prompts admitted are in the pool
         return free_tokens - self._offset > 0 and free_tokens - self._pages > 0
 
+    def priority_victims(self, seq: Seq, running: Iterable[tuple[Seq, int]],
+                         free_tokens: int) -> list[Seq] | None:
+        """SGLang's `preempt_to_schedule` for the head `seq` of a full batch: the running
+        requests (with their generated counts) worse than it by more than the threshold,
+        worst priority then latest arrival first, as many as free the tokens it needs
+        (its prompt and clipped max_new_tokens beyond what is left); None if they cannot.
+        kvsched's priorities are SGLang's with `--schedule-low-priority-values-first`."""
+        assert self.preemption_threshold is not None
+        ratio = self.ratio.current
+        deficit = (seq.prompt_len + seq.generated + min(seq.output_len, CLIP_MAX_NEW_TOKENS)
+                   - (free_tokens - self._offset))
+        order = sorted(running, key=lambda item: (-item[0].request.priority,
+                                                  -item[0].request.arrival_time,
+                                                  -item[0].index))
+        victims: list[Seq] = []
+        priority = seq.request.priority
+        for victim, done in order:
+            if victim.request.priority - priority <= self.preemption_threshold:
+                break
+            victims.append(victim)
+            reserve = min(victim.output_len - done, CLIP_MAX_NEW_TOKENS) * ratio
+            deficit -= reserve
+            self._offset -= reserve  # a victim's reservation goes with it
+            if deficit <= 0:
+                break
+        if not victims or deficit > 0:
+            for victim, done in order[:len(victims)]:
+                self._offset += min(victim.output_len - done, CLIP_MAX_NEW_TOKENS) * ratio
+            return None
+        return victims
+
     def close_round(self, slots_full: bool, waiting: int) -> None:
         """The round ended; a request left waiting behind full request slots sets the latch."""
         if slots_full and waiting:
@@ -176,6 +211,15 @@ class FutureTokenReservation:
     def left_batch(self) -> None:
         """Decoding requests finished: the next decode pass reopens a full batch."""
         self._left = True
+
+    def after_passes(self, k: int) -> None:
+        """`k` decode passes without retraction in one move (a decode stretch)."""
+        self.ratio.decay_steps(k)
+        if self._left:
+            if self.batch_is_full:
+                self.reopened = True
+            self.batch_is_full = False
+            self._left = False
 
     def after_decode(self, retracted: bool, left: Iterable[tuple[int, int]]) -> None:
         """After a decode pass: re-estimate after a retraction, else decay; a batch that
@@ -199,4 +243,6 @@ def make_reservation(config: EngineConfig) -> FutureTokenReservation | None:
         return None
     return FutureTokenReservation(
         config.schedule_conservativeness, config.block_size, config.max_prefill_tokens,
-        config.max_num_batched_tokens if config.chunked_prefill else None)
+        config.max_num_batched_tokens if config.chunked_prefill else None,
+        config.priority_scheduling_preemption_threshold
+        if config.enable_priority_scheduling else None)

@@ -343,7 +343,7 @@ class Scheduler:
             self.partial.begin(self.prefilling.values(), self.waiting)
         budget = self._decode(plan, self._budget)
         if self.reservation is not None and plan.tick:
-            self._reservation_after_decode(plan)
+            self._reservation_after_decode(plan, bool(plan.preempted))
         budget = self._continue_prefills(plan, budget)
         if not plan.preempted or self.config.admit_after_preempt:
             self._admit(plan, budget, allow_prefill=True, allow_swap=True)
@@ -357,9 +357,10 @@ class Scheduler:
         self._track_head_of_line(plan)
         if plan.prefills:
             return
+        admitted_victims = len(plan.preempted)  # by priority preemption, not retraction
         budget = self._decode(plan, budget)
         if self.reservation is not None and plan.tick:
-            self._reservation_after_decode(plan)
+            self._reservation_after_decode(plan, len(plan.preempted) > admitted_victims)
         if not plan.preempted or self.config.admit_after_preempt:
             self._admit(plan, budget, allow_prefill=False, allow_swap=True)
 
@@ -447,8 +448,9 @@ class Scheduler:
         if self.config.delay_factor and len(self.waiting):
             return None  # the delay passes with time alone: admissions may open mid-stretch
         reservation = self.reservation
-        if reservation is not None and reservation.reopened and len(self.waiting):
-            return None  # the batch stopped being full: the next step may admit
+        if reservation is not None and len(self.waiting) and (
+                reservation.reopened or reservation.preemption_threshold is not None):
+            return None  # the batch stopped being full, or a head may preempt: it may admit
         finish = self.next_finish_tick()
         limit = min(max_steps, MAX_STRETCH)
         if finish is not None:
@@ -519,7 +521,7 @@ class Scheduler:
         starts = ends[:k]
         self.gaps.complete_many(first, ends[:k + 1], n)
         if reservation is not None:
-            reservation.ratio.decay_steps(k)
+            reservation.after_passes(k)
         stretch = Stretch(step, k, n, n + len(self.prefilling), len(self.waiting), starts,
                           durations, used, kv + n)
         if tick == finish:
@@ -816,7 +818,10 @@ class Scheduler:
         if reservation is not None and not reservation.open_round(
                 self._decoding_pairs(0, plan), plan.prefills, len(waiting)):
             return budget
-        while budget > 0 and len(self.running) + len(self.prefilling) < max_num_seqs:
+        preempting = reservation is not None and reservation.preemption_threshold is not None
+        victims: set[Seq] = set()
+        while budget > 0 and (len(self.running) + len(self.prefilling) < max_num_seqs
+                              or preempting):
             seq = waiting.peek()
             if seq is None or not self.admitting:
                 break
@@ -825,6 +830,14 @@ class Scheduler:
                 break
             if self.reserving and self.committed_blocks + seq.lifetime_blocks > pool.num_blocks:
                 break  # backpressure: the pool could not carry it to the end
+            if preempting:
+                if seq in victims:  # SGLang re-queues them after the round
+                    aside.append(waiting.set_aside())
+                    continue
+                if not self._priority_preempt(plan, seq, max_num_seqs, victims):
+                    break
+                if waiting.peek() is not seq:
+                    continue  # a victim re-queued ahead of it: set it aside first
             request = seq.request
             if seq.state is SeqState.SWAPPED:
                 if not allow_swap:
@@ -885,6 +898,31 @@ class Scheduler:
             waiting.restore(aside)
         return budget
 
+    def _priority_preempt(self, plan: StepPlan, seq: Seq, max_num_seqs: int,
+                          victims: set[Seq]) -> bool:
+        """SGLang's priority scheduling: a head that finds the batch full (no request slot,
+        or the pool latch) preempts worse running requests (added to `victims`), or the
+        round ends."""
+        reservation = self.reservation
+        assert reservation is not None
+        if len(self.running) + len(self.prefilling) >= max_num_seqs:
+            reservation.batch_is_full = True
+        if not reservation.batch_is_full:
+            return True
+        prefilled = {s for s, _ in plan.prefills}
+        running = [(s, s.base + self.tick) for s in self.running.values() if s not in prefilled]
+        chosen = reservation.priority_victims(seq, running, self._free_tokens())
+        if chosen is None:
+            return False
+        # _preempt counts a decoding victim as at the start of the pass under way; no pass
+        # has run in this step yet, so it is the start of the next one.
+        self.tick += 1
+        for victim in chosen:
+            self._preempt(victim, plan, cause=seq)
+        self.tick -= 1
+        victims.update(chosen)
+        return True
+
     def _free_tokens(self) -> int:
         """Free KV tokens as SGLang counts them: a prefill under way holds only the chunks
         computed so far (kvsched allocates its whole prompt at admission)."""
@@ -903,11 +941,10 @@ class Scheduler:
         return [(seq.base + tick, seq.output_len) for seq in self.running.values()
                 if seq not in done]
 
-    def _reservation_after_decode(self, plan: StepPlan) -> None:
+    def _reservation_after_decode(self, plan: StepPlan, retracted: bool) -> None:
         """SGLang's update_running_batch: a retraction re-estimates the ratio from the
         requests left (their tokens before this pass), else it decays."""
         assert self.reservation is not None
-        retracted = bool(plan.preempted)
         self.reservation.after_decode(retracted, self._decoding_pairs(1) if retracted else ())
 
     def _start_prefill(self, plan: StepPlan, seq: Seq, blocks: int, tokens: int,

@@ -112,6 +112,9 @@ class EngineSpec(Strict):
     rejection_texts: Literal["kvsched", "vllm_v0"] = _ENGINE.rejection_texts.value
     max_num_partial_prefills: PositiveInt = _ENGINE.max_num_partial_prefills
     max_long_partial_prefills: PositiveInt = _ENGINE.max_long_partial_prefills
+    enable_priority_scheduling: bool = _ENGINE.enable_priority_scheduling
+    priority_scheduling_preemption_threshold: NonNegativeInt = (
+        _ENGINE.priority_scheduling_preemption_threshold)
 
     @model_validator(mode="before")
     @classmethod

@@ -155,3 +155,48 @@ def test_a_bad_sglang_key_is_one_line_and_exit_2(tmp_path):
     assert out.exit_code == 2
     assert len(out.output.strip().splitlines()) == 1
     assert "schedule_conservativeness" in out.output
+
+
+# lo (priority 20) at 0 and hi (priority 0) at 1, prompts 10 and outputs 60, 100 pages of 1.
+# Step 1: hi needs 10 + 60 + 1 = 71 < 90 - 59 x 0.7: no, the batch is full (no preemption in
+#   the round that finds it full). Step 2: the full batch lets hi preempt lo, worse by
+#   20 > 10: hi lacks 70 - (89 - 58 x 0.698997) = 21.5 tokens and lo's reservation (40.5)
+#   covers it. lo re-enters at the back and recomputes 10 + 2 tokens once hi is done (62).
+PRIORITY = [Request("lo", 0, 10, 60, priority=20), Request("hi", 1, 10, 60, priority=0)]
+
+
+def test_priority_scheduling_preempts_a_worse_running_request():
+    """enable_priority_scheduling: hi takes lo's place at step 2 instead of step 60."""
+    config = engine_config("sglang", block_size=1, num_blocks=100,
+                           enable_priority_scheduling=True)
+    result = simulate(PRIORITY, config, make_policy("priority"))
+    events = [(step, rid, kind, detail) for step, _t, rid, kind, detail in result.events
+              if kind in ("admit", "preempt")]
+    assert events == [(0, "lo", "admit", "prefill 10 tokens"),
+                      (2, "lo", "preempt", "recompute; 11 blocks freed for hi"),
+                      (2, "hi", "admit", "prefill 10 tokens"),
+                      (62, "lo", "admit", "recompute 12 tokens")]
+
+
+def test_priority_preemption_needs_a_gap_over_the_threshold():
+    """A gap of 20 is not over a threshold of 20; without the flag nothing is preempted."""
+    for keys in ({"enable_priority_scheduling": True,
+                  "priority_scheduling_preemption_threshold": 20}, {}):
+        config = engine_config("sglang", block_size=1, num_blocks=100, **keys)
+        result = simulate(PRIORITY, config, make_policy("priority"))
+        assert result.summary["num_preemptions"] == 0
+        assert admission_steps(result) == {"lo": 0, "hi": 60}
+    with pytest.raises(ValueError, match="future_tokens"):
+        engine_config("vllm_v0", enable_priority_scheduling=True)
+
+
+def test_a_spent_chunk_budget_admits_nothing_rather_than_a_negative_chunk():
+    """Pages of 16, chunk budget 40: a's first chunk is 32 (two pages); at step 1 its 40-token
+    chunk is charged 48 (-8 left), so b waits; at step 2 a's last 28 are charged 32, and b
+    (10 tokens, a 16-token page) does not fit the 8 left either: it starts at step 3."""
+    config = engine_config("sglang", max_num_batched_tokens=40, block_size=16, num_blocks=200)
+    result = simulate([Request("a", 0, 100, 3), Request("b", 1, 10, 3)], config,
+                      record_batches=True)
+    sizes = [(step, rid, n) for step, _t, rid, kind, n in result.batches if kind == "prefill"]
+    assert sizes == [(0, "a", 32), (1, "a", 40), (2, "a", 28), (3, "b", 10)]
+    assert all(r.status == "finished" for r in result.requests)

@@ -61,6 +61,9 @@ def preset_configs(draw):
         keys["admission_rule"] = "future_tokens"
     keys["schedule_conservativeness"] = draw(st.sampled_from([1.0, 1.0, 0.05, 0.3, 2.0]))
     keys["max_prefill_tokens"] = draw(st.sampled_from([16384, 16384, 24, 100]))
+    if (preset == "sglang" or keys.get("admission_rule")) and draw(st.booleans()):
+        keys["enable_priority_scheduling"] = True  # SGLang's preemption for a better arrival
+        keys["priority_scheduling_preemption_threshold"] = draw(st.sampled_from([0, 1, 10]))
     if preset in ("lesson", "vllm_v0") and draw(st.booleans()):  # vLLM V0's partial prefills
         most = draw(st.integers(2, 4))
         threshold = draw(st.sampled_from([0, 5, 20, 50]))  # 0: 4% of max_model_len
