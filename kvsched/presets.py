@@ -82,8 +82,10 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
              "max_num_batched_tokens": 8192, "max_num_seqs": 256,
              "admission_rule": "future_tokens", "max_prefill_tokens": 16384,
              "schedule_conservativeness": 1.0},
-            missing=("radix cache (lpm, dfs-weight)", "priority scheduling and its "
-                     "preemption of running requests (enable_priority_scheduling)",
+            missing=("radix cache (lpm, dfs-weight)", "priorities as with "
+                     "--schedule-low-priority-values-first (SGLang's default serves larger "
+                     "values first: negate them)", "priority preemption breaks ties by "
+                     "arrival, SGLang by the last entry into the queue",
                      "the OOM abort of a last request that cannot decode alone",
                      "--enable-mixed-chunk", "page_size is block_size (SGLang's default "
                      "is 1)", "the random policy reshuffles every round in SGLang; here "
