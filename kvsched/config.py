@@ -46,6 +46,22 @@ class StepOrder(StrEnum):
     RUNNING_LOOP = "running_loop"
 
 
+class AdmissionRule(StrEnum):
+    """What an admission must find free in the KV pool."""
+
+    BLOCKS = "blocks"  # the blocks of its prompt, above the watermark (vLLM, the lesson)
+    # SGLang's PrefillAdder: also the decode tokens the running requests are expected to
+    # write (new_token_ratio), with the batch-full latch (see kvsched.reservation)
+    FUTURE_TOKENS = "future_tokens"
+
+
+class RejectionTexts(StrEnum):
+    """Whose words give the reason of a request turned away at arrival."""
+
+    KVSCHED = "kvsched"  # kvsched's own (and vLLM V1's for max_model_len)
+    VLLM_V0 = "vllm_v0"  # vLLM 0.8.5's scheduler warnings (a prompt equal to max_model_len runs)
+
+
 class Unschedulable(StrEnum):
     """What to do with a request that can never run (prompt over the budget, or over the pool)."""
 
@@ -101,6 +117,18 @@ class EngineConfig:
       full blocks of its prefix that earlier requests computed, and its own on resume.
       `prefix_accounting` says what a hit changes at admission (`PrefixAccounting`);
       `prefix_cache` which cache: `hashed` (vLLM's blocks) or `radix` (SGLang's tree).
+    - `admission_rule`: see `AdmissionRule`. Under `future_tokens`, `max_prefill_tokens`
+      caps the prompt tokens one prefill step takes (SGLang's flag; the first request of a
+      step may exceed it when chunking is off) and `schedule_conservativeness` scales
+      SGLang's initial `new_token_ratio` (0.7 x it, at most 1).
+    - `rejection_texts`: see `RejectionTexts`.
+    - `max_num_partial_prefills` / `max_long_partial_prefills` (vLLM V0's chunked mode, 1 =
+      off): at most that many prefills under way, of which that many long ones (over
+      `long_prefill_token_threshold`, which then only classifies: default 4% of
+      `max_model_len`); see `kvsched.partial_prefills`.
+    - `enable_priority_scheduling` (SGLang's flag, under `future_tokens`): a request that
+      finds the batch full preempts running requests whose `priority` is worse (larger) by
+      more than `priority_scheduling_preemption_threshold`; the queue order is `policy`.
     """
 
     max_num_batched_tokens: int = 2048
@@ -128,6 +156,14 @@ class EngineConfig:
     enable_prefix_caching: bool = False
     prefix_accounting: PrefixAccounting = PrefixAccounting.V1
     prefix_cache: str = "hashed"
+    admission_rule: AdmissionRule = AdmissionRule.BLOCKS
+    max_prefill_tokens: int = 16384
+    schedule_conservativeness: float = 1.0
+    rejection_texts: RejectionTexts = RejectionTexts.KVSCHED
+    max_num_partial_prefills: int = 1
+    max_long_partial_prefills: int = 1
+    enable_priority_scheduling: bool = False
+    priority_scheduling_preemption_threshold: int = 10
 
     def __post_init__(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_blocks",
@@ -144,6 +180,18 @@ class EngineConfig:
             raise ValueError(f"delay_factor must be >= 0, got {self.delay_factor}")
         if self.max_queued_requests is not None and self.max_queued_requests < 1:
             raise ValueError(f"max_queued_requests must be >= 1, got {self.max_queued_requests}")
+        if self.max_prefill_tokens < 1:
+            raise ValueError(f"max_prefill_tokens must be >= 1, got {self.max_prefill_tokens}")
+        if not self.schedule_conservativeness > 0:
+            raise ValueError("schedule_conservativeness must be > 0, got "
+                             f"{self.schedule_conservativeness}")
+        if self.max_num_partial_prefills < 1 or self.max_long_partial_prefills < 1:
+            raise ValueError("max_num_partial_prefills and max_long_partial_prefills must be "
+                             ">= 1")
+        if self.max_long_partial_prefills > self.max_num_partial_prefills:
+            raise ValueError(f"max_long_partial_prefills ({self.max_long_partial_prefills}) "
+                             "must be <= max_num_partial_prefills "
+                             f"({self.max_num_partial_prefills})")
         if self.null_block and self.num_blocks < 2:
             raise ValueError("num_blocks must be >= 2 with a null block")
         # Accept the enums' string values from library callers too.
@@ -154,6 +202,8 @@ class EngineConfig:
         object.__setattr__(self, "prefix_accounting", PrefixAccounting(self.prefix_accounting))
         if self.prefix_cache not in ("hashed", "radix"):
             raise ValueError(f"prefix_cache must be hashed or radix, got {self.prefix_cache!r}")
+        object.__setattr__(self, "admission_rule", AdmissionRule(self.admission_rule))
+        object.__setattr__(self, "rejection_texts", RejectionTexts(self.rejection_texts))
         order = StepOrder(self.step_order)
         if order is StepOrder.DECODE_FIRST and not self.mix_prefill_decode:
             order = StepOrder.PREFILL_FIRST
@@ -161,6 +211,22 @@ class EngineConfig:
         if order is StepOrder.RUNNING_LOOP and self.preemption is PreemptionMode.SWAP:
             raise ValueError("step_order running_loop has no swap: vLLM V1 preempts by "
                              "recompute")
+        if (order is StepOrder.RUNNING_LOOP
+                and self.admission_rule is AdmissionRule.FUTURE_TOKENS):
+            raise ValueError("admission_rule future_tokens is SGLang's: it needs step_order "
+                             "prefill_first or decode_first, not running_loop")
+        if (self.enable_priority_scheduling
+                and self.admission_rule is not AdmissionRule.FUTURE_TOKENS):
+            raise ValueError("enable_priority_scheduling is SGLang's: it needs "
+                             "admission_rule future_tokens")
+        if self.max_num_partial_prefills > 1:
+            if not self.chunked_prefill or order is not StepOrder.DECODE_FIRST:
+                raise ValueError("max_num_partial_prefills > 1 is vLLM V0's chunked mode: it "
+                                 "needs chunked_prefill and step_order decode_first")
+            if not self.long_prefill_token_threshold and self.max_model_len is None:
+                raise ValueError("max_num_partial_prefills > 1 needs "
+                                 "long_prefill_token_threshold or max_model_len (its default "
+                                 "is 4% of max_model_len)")
         object.__setattr__(self, "mix_prefill_decode", order is not StepOrder.PREFILL_FIRST)
 
     @property

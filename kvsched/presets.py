@@ -64,26 +64,36 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
              "long_prefill_token_threshold": 0, "watermark": 0.01, "preemption": "recompute",
              "max_num_batched_tokens": 2048, "max_num_seqs": 256,
              "on_unschedulable": "reject", "preemption_warning": True,
-             "swapped_fifo": True, "delay_factor": 0.0,
+             "swapped_fifo": True, "delay_factor": 0.0, "rejection_texts": "vllm_v0",
              "enable_prefix_caching": False, "prefix_accounting": "v0"},
             missing=(
-                     "max_num_partial_prefills / max_long_partial_prefills",
-                     "V0's own rejection messages (kvsched's reasons are given)",
-                     "chunked-prefill V0 (it mixes decodes and chunks)",
+                     "chunked V0 is approximated by step_order decode_first (V0 walks its "
+                     "running queue in order, decodes and chunks alike)",
+                     "V0 ignores a prompt when it reaches the head, kvsched at arrival; a "
+                     "prompt that fits but whose output cannot is rejected (V0 would thrash)",
                      "multi-sequence groups")),
     _preset("sglang", "SGLang 0.5.23 (approximate)",
             "prefill-first steps with chunking (one chunked request at a time, continued "
-            "first), retraction victim = fewest generated then longest prompt, re-queued by "
-            "the policy",
+            "first); admission reserves the decode tokens running requests are expected to "
+            "write (new_token_ratio) and stops at a full batch until a request leaves it; "
+            "max_prefill_tokens per step; retraction victim = fewest generated then "
+            "longest prompt, re-queued at the back, the ratio re-estimated",
             {"step_order": "prefill_first", "victim": "fewest_generated", "requeue": "back",
              "admit_after_preempt": True, "chunked_prefill": True,
              "long_prefill_token_threshold": 0, "watermark": 0.0, "preemption": "recompute",
              "max_num_batched_tokens": 8192, "max_num_seqs": 256,
+             "admission_rule": "future_tokens", "max_prefill_tokens": 16384,
+             "schedule_conservativeness": 1.0,
              "enable_prefix_caching": True, "prefix_accounting": "v1", "prefix_cache": "radix"},
-            missing=("new_token_ratio admission reserving future decode tokens",
-                     "max_prefill_tokens apart from the step budget",
-                     "schedule_conservativeness", "the random policy",
-                     "the radix cache's page size 1 (pages here are blocks of block_size)")),
+            missing=("priorities as with "
+                     "--schedule-low-priority-values-first (SGLang's default serves larger "
+                     "values first: negate them)", "priority preemption breaks ties by "
+                     "arrival, SGLang by the last entry into the queue",
+                     "the OOM abort of a last request that cannot decode alone",
+                     "--enable-mixed-chunk", "page_size is block_size (SGLang's default "
+                     "is 1)", "the random policy reshuffles every round in SGLang; here "
+                     "each request draws once per queue entry",
+                     "the radix cache is not checked against SGLang's code")),
 )})
 
 

@@ -28,6 +28,7 @@ from kvsched.config import (
     EngineConfig,
     PreemptionMode,
     PrefixAccounting,
+    RejectionTexts,
     Requeue,
     StepOrder,
     Unschedulable,
@@ -35,9 +36,11 @@ from kvsched.config import (
 )
 from kvsched.histogram import GapHistogram
 from kvsched.kvcache.tracker import CACHES, PrefixTracker
+from kvsched.partial_prefills import make_partial_prefills
 from kvsched.policies.base import Policy
 from kvsched.policies.fcfs import Fcfs
 from kvsched.policies.priority import PriorityFirst
+from kvsched.reservation import CLIP_MAX_NEW_TOKENS, make_reservation
 from kvsched.sequence import Seq, SeqState
 from kvsched.timing import TimeModel, stretch_durations
 from kvsched.waiting import WaitingQueue
@@ -238,6 +241,10 @@ class Scheduler:
             self.prefix = PrefixTracker(cache, self.pool)
         self._v0_prefix = config.prefix_accounting is PrefixAccounting.V0
         self._dynamic = bool(getattr(self.waiting, "dynamic", False))  # re-ranked each step
+        self.reservation = make_reservation(config)  # SGLang's admission rule, or None
+        self.partial = make_partial_prefills(config)  # vLLM V0's partial prefills, or None
+        if self.partial is not None:  # the threshold then classifies prompts, caps no chunk
+            self._chunk_cap = config.max_num_batched_tokens
         self._order = {StepOrder.DECODE_FIRST: self._decode_first,
                        StepOrder.PREFILL_FIRST: self._prefill_first,
                        StepOrder.RUNNING_LOOP: self._running_loop}[config.step_order]
@@ -247,6 +254,10 @@ class Scheduler:
     def unschedulable_reason(self, seq: Seq) -> str | None:
         """Why `seq` can never run under this engine, or None."""
         cfg = self.config
+        if cfg.rejection_texts is RejectionTexts.VLLM_V0:
+            v0 = v0_rejection(seq.prompt_len, cfg)
+            if v0 is not None:
+                return v0
         if not cfg.chunked_prefill and seq.prompt_len > cfg.max_num_batched_tokens:
             return (f"prompt_len {seq.prompt_len} > max_num_batched_tokens "
                     f"{cfg.max_num_batched_tokens}")
@@ -260,6 +271,12 @@ class Scheduler:
                         if cfg.null_block else
                         f"needs {need} KV blocks for its prompt, the pool has {cfg.num_blocks}")
             return None
+        if self.reservation is not None:  # SGLang admits only below the whole pool
+            need = seq.prompt_len + min(seq.output_len, CLIP_MAX_NEW_TOKENS) + self._block_size
+            if need >= cfg.usable_blocks * self._block_size:
+                return (f"needs {need} KV tokens free to be admitted (prompt + clipped "
+                        f"max_new_tokens + a page), the pool has "
+                        f"{cfg.usable_blocks * self._block_size}")
         usable = cfg.usable_blocks - cfg.watermark_blocks
         if seq.lifetime_blocks > usable:
             null = " - 1 null block" if cfg.null_block else ""
@@ -279,12 +296,17 @@ class Scheduler:
         max_model_len = self.config.max_model_len
         if max_model_len is not None:
             too_long = model_len_rejection(seq.prompt_len, max_model_len)
+            if self.config.rejection_texts is RejectionTexts.VLLM_V0 and (
+                    seq.prompt_len == max_model_len):
+                too_long = None  # vLLM 0.8.5 runs a prompt of exactly max_model_len
             if too_long:
                 self.reject(seq, step, too_long)
                 return
             if seq.prompt_len + seq.output_len > max_model_len:  # stops at max_model_len
-                seq.output_len = max_model_len - seq.prompt_len
-                seq.lifetime_blocks = blocks_for(max_model_len - 1, self._block_size)
+                # (V0 lets a prompt of max_model_len tokens produce one)
+                seq.output_len = max(max_model_len - seq.prompt_len, 1)
+                seq.lifetime_blocks = blocks_for(seq.prompt_len + seq.output_len - 1,
+                                                 self._block_size)
         seq.unschedulable = self.unschedulable_reason(seq)
         if seq.unschedulable and self.config.on_unschedulable is Unschedulable.REJECT:
             self.reject(seq, step, seq.unschedulable)
@@ -311,6 +333,8 @@ class Scheduler:
             self.waiting.reorder(now, self.prefix)
         if self.config.delay_factor:
             self._delay_passed = self._passed_delay(now)
+        if self.reservation is not None and not (self.running or self.prefilling):
+            self.reservation.idle()
         self._order(plan)
         if plan.prefills:
             self._prev_prompt = True
@@ -328,7 +352,11 @@ class Scheduler:
                 or not (self.running or self.prefilling))
 
     def _decode_first(self, plan: StepPlan) -> None:
+        if self.partial is not None:
+            self.partial.begin(self.prefilling.values(), self.waiting)
         budget = self._decode(plan, self._budget)
+        if self.reservation is not None and plan.tick:
+            self._reservation_after_decode(plan, bool(plan.preempted))
         budget = self._continue_prefills(plan, budget)
         if not plan.preempted or self.config.admit_after_preempt:
             self._admit(plan, budget, allow_prefill=True, allow_swap=True)
@@ -342,7 +370,10 @@ class Scheduler:
         self._track_head_of_line(plan)
         if plan.prefills:
             return
+        admitted_victims = len(plan.preempted)  # by priority preemption, not retraction
         budget = self._decode(plan, budget)
+        if self.reservation is not None and plan.tick:
+            self._reservation_after_decode(plan, len(plan.preempted) > admitted_victims)
         if not plan.preempted or self.config.admit_after_preempt:
             self._admit(plan, budget, allow_prefill=False, allow_swap=True)
 
@@ -372,6 +403,8 @@ class Scheduler:
                         self._close_run(seq, tick)
                         self._finish(seq, plan.step, end_time)
                         plan.num_finished += 1
+            if plan.num_finished and self.reservation is not None:
+                self.reservation.left_batch()  # decoding requests left the batch
         for seq in plan.produced:
             seq.generated += 1
             last = seq.last_token_time
@@ -434,6 +467,10 @@ class Scheduler:
         prefix = self.prefix
         if prefix is not None and len(self.waiting) and not self.config.chunked_prefill:
             return None  # an eviction may lengthen a waiting prompt's uncached part
+        reservation = self.reservation
+        if reservation is not None and len(self.waiting) and (
+                reservation.reopened or reservation.preemption_threshold is not None):
+            return None  # the batch stopped being full, or a head may preempt: it may admit
         finish = self.next_finish_tick()
         limit = min(max_steps, MAX_STRETCH)
         if finish is not None:
@@ -513,6 +550,8 @@ class Scheduler:
         del durations[k:]
         starts = ends[:k]
         self.gaps.complete_many(first, ends[:k + 1], n)
+        if reservation is not None:
+            reservation.after_passes(k)
         stretch = Stretch(step, k, n, n + len(self.prefilling), len(self.waiting), starts,
                           durations, used, kv + n)
         if prefix is not None:  # only evictions change the cache within a stretch
@@ -535,6 +574,8 @@ class Scheduler:
             if prefix is not None:
                 assert stretch.cached_blocks is not None
                 stretch.cached_blocks[-1] = prefix.num_cached  # the finished cached theirs
+            if stretch.num_finished and reservation is not None:
+                reservation.left_batch()
         return stretch
 
     def generated(self, seq: Seq) -> int:
@@ -819,7 +860,8 @@ class Scheduler:
         for seq in list(self.prefilling.values()):
             if budget < 1:
                 break
-            chunk = min(seq.prefill_left, budget, self._chunk_cap)
+            cap = self._chunk_cap if self.partial is None else self.partial.slot
+            chunk = min(seq.prefill_left, budget, cap)
             budget -= chunk
             self._prefill_chunk(plan, seq, chunk)
         return budget
@@ -833,7 +875,16 @@ class Scheduler:
         chunked = cfg.chunked_prefill
         max_num_seqs = cfg.max_num_seqs
         self._stopped_at = None
-        while budget > 0 and len(self.running) + len(self.prefilling) < max_num_seqs:
+        reservation = self.reservation if allow_prefill else None
+        partial = self.partial
+        aside: list[tuple] = []
+        if reservation is not None and not reservation.open_round(
+                self._decoding_pairs(0, plan), plan.prefills, len(waiting)):
+            return budget
+        preempting = reservation is not None and reservation.preemption_threshold is not None
+        victims: set[Seq] = set()
+        while budget > 0 and (len(self.running) + len(self.prefilling) < max_num_seqs
+                              or preempting):
             seq = waiting.peek()
             if seq is None or not self.admitting:
                 break
@@ -842,6 +893,14 @@ class Scheduler:
                 break
             if self.reserving and self.committed_blocks + seq.lifetime_blocks > pool.num_blocks:
                 break  # backpressure: the pool could not carry it to the end
+            if preempting:
+                if seq in victims:  # SGLang re-queues them after the round
+                    aside.append(waiting.set_aside())
+                    continue
+                if not self._priority_preempt(plan, seq, max_num_seqs, victims):
+                    break
+                if waiting.peek() is not seq:
+                    continue  # a victim re-queued ahead of it: set it aside first
             request = seq.request
             if seq.state is SeqState.SWAPPED:
                 if not allow_swap:
@@ -867,6 +926,9 @@ class Scheduler:
             else:
                 if not allow_prefill or not self._delay_passed:
                     break
+                if partial is not None and not partial.can_schedule(seq):
+                    aside.append(waiting.set_aside())  # a long prompt: shorter ones pass it
+                    continue
                 tokens = seq.prompt_len + seq.generated
                 need = blocks_for(tokens, block_size)
                 hit = 0
@@ -875,9 +937,15 @@ class Scheduler:
                     hit = self.prefix.match(seq)
                     need, cost = self._blocks_with_hit(seq, need, hit)
                     gate = blocks_for(tokens, block_size) if self._v0_prefix else need
-                todo = tokens - hit
+                todo = tokens - hit  # what the prefill computes
+                cap = todo if partial is None else partial.slot
+                if reservation is not None:
+                    allowed = reservation.check(seq, todo, self._free_tokens())
+                    if allowed is None:
+                        break
+                    cap = min(cap, allowed)
                 if chunked:
-                    chunk = min(todo, budget, self._chunk_cap)
+                    chunk = min(todo, budget, self._chunk_cap, cap)
                     if hit and self._v0_prefix and chunk < todo:  # V0: whole blocks only
                         chunk -= chunk % block_size
                         if not chunk:
@@ -894,7 +962,66 @@ class Scheduler:
                 fresh = need - cost if self.prefix is not None else need
                 self._start_prefill(plan, seq, fresh, tokens, chunk, hit)
                 budget -= chunk
+                if partial is not None:
+                    partial.admitted(seq)
+                if reservation is not None and not reservation.admitted(
+                        seq, todo, chunk, self._free_tokens()):
+                    break
+        if reservation is not None:
+            reservation.close_round(len(self.running) + len(self.prefilling) >= max_num_seqs,
+                                    len(waiting))
+        if aside:
+            waiting.restore(aside)
         return budget
+
+    def _priority_preempt(self, plan: StepPlan, seq: Seq, max_num_seqs: int,
+                          victims: set[Seq]) -> bool:
+        """SGLang's priority scheduling: a head that finds the batch full (no request slot,
+        or the pool latch) preempts worse running requests (added to `victims`), or the
+        round ends."""
+        reservation = self.reservation
+        assert reservation is not None
+        if len(self.running) + len(self.prefilling) >= max_num_seqs:
+            reservation.batch_is_full = True
+        if not reservation.batch_is_full:
+            return True
+        prefilled = {s for s, _ in plan.prefills}
+        running = [(s, s.base + self.tick) for s in self.running.values() if s not in prefilled]
+        chosen = reservation.priority_victims(seq, running, self._free_tokens())
+        if chosen is None:
+            return False
+        # _preempt counts a decoding victim as at the start of the pass under way; no pass
+        # has run in this step yet, so it is the start of the next one.
+        self.tick += 1
+        for victim in chosen:
+            self._preempt(victim, plan, cause=seq)
+        self.tick -= 1
+        victims.update(chosen)
+        return True
+
+    def _free_tokens(self) -> int:
+        """Free KV tokens as SGLang counts them: a prefill under way holds only the chunks
+        computed so far (kvsched allocates its whole prompt at admission)."""
+        block_size = self._block_size
+        free = self.pool.free * block_size
+        for seq in self.prefilling.values():
+            done = seq.prompt_len + seq.generated - seq.prefill_left
+            free += seq.blocks * block_size - -(-done // block_size) * block_size
+        return free
+
+    def _decoding_pairs(self, back: int, plan: StepPlan | None = None) -> list[tuple[int, int]]:
+        """(generated, output_len) of each decoding request, `back` passes ago; a prefill
+        that completes in `plan` is not decoding yet."""
+        tick = self.tick - back
+        done = {seq for seq, _ in plan.prefills} if plan is not None and plan.prefills else ()
+        return [(seq.base + tick, seq.output_len) for seq in self.running.values()
+                if seq not in done]
+
+    def _reservation_after_decode(self, plan: StepPlan, retracted: bool) -> None:
+        """SGLang's update_running_batch: a retraction re-estimates the ratio from the
+        requests left (their tokens before this pass), else it decays."""
+        assert self.reservation is not None
+        self.reservation.after_decode(retracted, self._decoding_pairs(1) if retracted else ())
 
     def _start_prefill(self, plan: StepPlan, seq: Seq, blocks: int, tokens: int,
                        chunk: int, hit: int = 0) -> None:
@@ -1106,4 +1233,18 @@ def model_len_rejection(prompt_len: int, max_model_len: int) -> str | None:
                 "output tokens (at least 1) is longer than the maximum model length of "
                 f"{max_model_len}. Make sure that `max_model_len` is no smaller than the "
                 "number of text tokens (prompt + requested output tokens).")
+    return None
+
+
+def v0_rejection(prompt_len: int, cfg: EngineConfig) -> str | None:
+    """vLLM 0.8.5 `_schedule_prefills`' warnings, verbatim, for a prompt it ignores: over
+    `min(max_model_len, max_num_batched_tokens)` (`max_model_len` with chunking), or whose
+    blocks would leave less than the watermark of the whole pool (`AllocStatus.NEVER`)."""
+    limit = cfg.max_model_len if cfg.chunked_prefill else min(
+        cfg.max_model_len or cfg.max_num_batched_tokens, cfg.max_num_batched_tokens)
+    if limit is not None and prompt_len > limit:
+        return f"Input prompt ({prompt_len} tokens) is too long and exceeds limit of {limit}"
+    if cfg.num_blocks - blocks_for(prompt_len, cfg.block_size) < cfg.watermark_blocks:
+        return (f"Input prompt ({prompt_len} tokens) + lookahead slots (0) is too long and "
+                "exceeds the capacity of block_manager")
     return None

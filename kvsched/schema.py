@@ -76,7 +76,8 @@ class EngineSpec(Strict):
     """`engine:` — see `kvsched.config.EngineConfig` for what each knob means; `preset`
     (`kvsched.presets`) fills in the rest. vLLM's spellings `enable_chunked_prefill` and
     `preemption_mode`, and SGLang's `max_running_requests`, are accepted for
-    `chunked_prefill`, `preemption` and `max_num_seqs`."""
+    `chunked_prefill`, `preemption` and `max_num_seqs`; SGLang's `chunked_prefill_size: N`
+    means `chunked_prefill: true, max_num_batched_tokens: N` (-1: `chunked_prefill: false`)."""
 
     preset: Literal[tuple(PRESETS)] = "lesson"  # type: ignore[valid-type]
     max_num_batched_tokens: PositiveInt = _ENGINE.max_num_batched_tokens
@@ -108,6 +109,15 @@ class EngineSpec(Strict):
     enable_prefix_caching: bool = _ENGINE.enable_prefix_caching
     prefix_accounting: Literal["v1", "v0"] = _ENGINE.prefix_accounting.value
     prefix_cache: Literal["hashed", "radix"] = "hashed"
+    admission_rule: Literal["blocks", "future_tokens"] = _ENGINE.admission_rule.value
+    max_prefill_tokens: PositiveInt = _ENGINE.max_prefill_tokens
+    schedule_conservativeness: PositiveFloat = _ENGINE.schedule_conservativeness
+    rejection_texts: Literal["kvsched", "vllm_v0"] = _ENGINE.rejection_texts.value
+    max_num_partial_prefills: PositiveInt = _ENGINE.max_num_partial_prefills
+    max_long_partial_prefills: PositiveInt = _ENGINE.max_long_partial_prefills
+    enable_priority_scheduling: bool = _ENGINE.enable_priority_scheduling
+    priority_scheduling_preemption_threshold: NonNegativeInt = (
+        _ENGINE.priority_scheduling_preemption_threshold)
 
     @model_validator(mode="before")
     @classmethod
@@ -120,6 +130,19 @@ class EngineSpec(Strict):
                 value = data.pop(alias)
                 if name in data and data[name] != value:
                     raise ValueError(f"'{alias}' and '{name}' are the same key and disagree")
+                data[name] = value
+        if "chunked_prefill_size" in data:  # SGLang's flag: the chunk size, -1 = no chunking
+            size = data.pop("chunked_prefill_size")
+            if size == -1:
+                implied: dict[str, Any] = {"chunked_prefill": False}
+            elif isinstance(size, int) and not isinstance(size, bool) and size > 0:
+                implied = {"chunked_prefill": True, "max_num_batched_tokens": size}
+            else:
+                raise ValueError(f"chunked_prefill_size must be a positive token count or -1 "
+                                 f"(no chunking), got {size!r}")
+            for name, value in implied.items():
+                if name in data and data[name] != value:
+                    raise ValueError(f"'chunked_prefill_size' and '{name}' disagree")
                 data[name] = value
         return expand_preset(data)
 

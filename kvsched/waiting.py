@@ -128,6 +128,32 @@ class WaitingQueue:
         self.queued_tokens -= admission_tokens(seq)
         return seq
 
+    def set_aside(self) -> tuple:
+        """Pop the head for this step only; `restore` puts it back in its place."""
+        if self._swapped:
+            seq = self._swapped.popleft()
+            token: tuple = ("swapped", seq, seq)
+        elif self._stack:
+            seq = self._stack.pop()
+            token = ("stack", seq, seq)
+        else:
+            entry = heapq.heappop(self._heap)
+            seq = entry[-1]
+            token = ("heap", entry, seq)
+        self.queued_tokens -= admission_tokens(seq)
+        return token
+
+    def restore(self, tokens: list[tuple]) -> None:
+        """Put heads set aside back where they were (V0's `extendleft` of the leftovers)."""
+        for where, item, seq in reversed(tokens):
+            if where == "swapped":
+                self._swapped.appendleft(item)
+            elif where == "stack":
+                self._stack.append(item)
+            else:
+                heapq.heappush(self._heap, item)
+            self.queued_tokens += admission_tokens(seq)
+
     def __iter__(self) -> Iterator[Seq]:
         """Queued requests in service order (for reports; not for the hot path)."""
         yield from self._swapped

@@ -74,7 +74,7 @@ def configs(draw):
 
 
 policies = st.builds(lambda name, aging: make_policy(name, aging=aging),
-                     st.sampled_from(["fcfs", "spf", "priority"]),
+                     st.sampled_from(["fcfs", "spf", "priority", "random"]),
                      st.sampled_from([0.0, 0.0, 0.5, 4.0]))
 
 clocks = st.one_of(

@@ -99,13 +99,15 @@ def test_unknown_parameter_is_rejected():
 
 
 def test_builtin_policies_list_names_and_aging_param():
-    """builtin_policies names fcfs, spf, priority, lof, each with its `aging` (default 0), then
-    the cache-aware lpm, dfs-weight, hrrn (their parameters: test_policies_cache_aware)."""
+    """builtin_policies names fcfs, spf, priority, lof, random, each with its `aging`
+    (default 0; random also takes its `seed`), then the cache-aware lpm, dfs-weight, hrrn
+    (their parameters: test_policies_cache_aware)."""
     infos = builtin_policies()
-    assert [info.name for info in infos] == ["fcfs", "spf", "priority", "lof",
+    assert [info.name for info in infos] == ["fcfs", "spf", "priority", "lof", "random",
                                              "lpm", "dfs-weight", "hrrn"]
-    for info in infos[:4]:
-        assert info.params == {"aging": 0.0}
+    for info in infos[:5]:
+        expected = {"seed": 0, "aging": 0.0} if info.name == "random" else {"aging": 0.0}
+        assert info.params == expected
         assert info.summary  # a one-line description for `kvsched policies`
         assert make_policy(info.name, **info.params).aging == 0.0
 

@@ -278,3 +278,20 @@ def test_v0_delay_factor_holds_prompts_back_for_a_multiple_of_the_last_prompt_la
     alone = simulate([Request("a", 0, 8, 2), Request("b", 5, 8, 3)],
                      engine_config("vllm_v0", delay_factor=5.0))
     assert [r.first_scheduled_time for r in alone.requests] == [0.0, 5.0]
+
+
+def test_v0_turns_prompts_away_with_its_own_warnings():
+    """vLLM 0.8.5's texts: over min(max_model_len, budget), or blocks past the pool less the
+    watermark (NEVER); a prompt of exactly max_model_len runs and produces one token."""
+    config = engine_config("vllm_v0", num_blocks=10, block_size=16)
+    result = simulate([Request("a", 0, 3000, 4), Request("b", 0, 200, 4)], config)
+    reasons = {r.request_id: (r.status, r.reason) for r in result.requests}
+    assert reasons == {
+        "a": ("rejected", "Input prompt (3000 tokens) is too long and exceeds limit of 2048"),
+        "b": ("rejected", "Input prompt (200 tokens) + lookahead slots (0) is too long and "
+                          "exceeds the capacity of block_manager")}
+    capped = simulate([Request("c", 0, 64, 4), Request("d", 0, 65, 4)],
+                      engine_config("vllm_v0", max_model_len=64, num_blocks=40))
+    c, d = capped.requests
+    assert (c.status, c.generated_tokens) == ("finished", 1)
+    assert d.status == "rejected" and d.reason.startswith("The decoder prompt (length 65)")

@@ -56,6 +56,23 @@ def preset_configs(draw):
         keys["swapped_fifo"] = draw(st.booleans())
     keys["max_queued_requests"] = draw(st.sampled_from([None, None, 2, 5]))
     keys["delay_factor"] = draw(st.sampled_from([0.0, 0.0, 0.5, 3.0]))
+    # SGLang's future-token admission (the sglang preset's; on the others' step orders too)
+    if preset in ("lesson", "vllm_v0") and draw(st.booleans()):
+        keys["admission_rule"] = "future_tokens"
+    keys["schedule_conservativeness"] = draw(st.sampled_from([1.0, 1.0, 0.05, 0.3, 2.0]))
+    keys["max_prefill_tokens"] = draw(st.sampled_from([16384, 16384, 24, 100]))
+    if (preset == "sglang" or keys.get("admission_rule")) and draw(st.booleans()):
+        keys["enable_priority_scheduling"] = True  # SGLang's preemption for a better arrival
+        keys["priority_scheduling_preemption_threshold"] = draw(st.sampled_from([0, 1, 10]))
+    if preset in ("lesson", "vllm_v0") and draw(st.booleans()):  # vLLM V0's partial prefills
+        most = draw(st.integers(2, 4))
+        threshold = draw(st.sampled_from([0, 5, 20, 50]))  # 0: 4% of max_model_len
+        keys.update(enable_chunked_prefill=True, step_order="decode_first",
+                    max_num_partial_prefills=most,
+                    max_long_partial_prefills=draw(st.integers(1, most)),
+                    long_prefill_token_threshold=threshold,
+                    max_model_len=draw(st.sampled_from([None, 64, 4096])) if threshold
+                    else draw(st.sampled_from([64, 4096])))
     return engine_config(preset, **keys)
 
 

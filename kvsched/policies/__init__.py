@@ -26,6 +26,7 @@ from kvsched.policies.hrrn import HighestResponseRatio
 from kvsched.policies.lof import LongestOutputFirst
 from kvsched.policies.lpm import LongestPrefixMatch
 from kvsched.policies.priority import PriorityFirst
+from kvsched.policies.random import Random
 from kvsched.policies.spf import ShortestPromptFirst
 
 BUILTIN: dict[str, type] = {
@@ -33,6 +34,7 @@ BUILTIN: dict[str, type] = {
     "spf": ShortestPromptFirst,
     "priority": PriorityFirst,
     "lof": LongestOutputFirst,
+    "random": Random,
     "lpm": LongestPrefixMatch,
     "dfs-weight": DfsWeight,
     "hrrn": HighestResponseRatio,

@@ -1,0 +1,248 @@
+"""SGLang's admission rule: admit a prompt only if the pool can also carry the decode tokens
+the running requests are still expected to write (SGLang 0.5.23 `PrefillAdder`,
+`PrefillBudget`, `NewTokenRatioTracker`, `ScheduleBatch.retract_decode`).
+
+Each round (one prefill attempt) starts from the free KV tokens less what the running
+requests reserve: `min(output_len - generated, CLIP_MAX_NEW_TOKENS) x ratio` each. A waiting
+request is admitted only if `extend + min(output_len - generated, CLIP) + page` is below
+what is left; it then reserves one page and its whole clipped output (its prompt is
+allocated at once, so the pool already counts it). `max_prefill_tokens` and the chunk size
+are compute budgets charged in page-rounded tokens. When the pool check fails, or the
+request slots are full, the batch is "full": no admission is tried again until a request
+leaves the running batch (a finish or a retraction), seen at the next decode pass.
+
+`ratio` starts at `min(0.7 x schedule_conservativeness, 1)`, falls by
+`(init - min) / 600` after every decode pass that retracted nothing (down to `init x 0.14`),
+is set to `min(1, (sum generated + 20 x n) / (sum output_len + 1))` over the requests left
+after a retraction, and goes back to `init` when a step finds nothing running.
+
+kvsched's `block_size` plays SGLang's `page_size`. A request's `output_len` is its
+`max_new_tokens`, as when a benchmark fixes the output length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from kvsched.sequence import Seq
+
+if TYPE_CHECKING:
+    from kvsched.config import EngineConfig
+
+CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO
+MIN_NEW_TOKEN_RATIO_FACTOR = 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
+NEW_TOKEN_RATIO_DECAY_STEPS = 600  # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
+RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
+
+
+class NewTokenRatio:
+    """How much of its remaining output a running request is expected to still write."""
+
+    __slots__ = ("init", "min", "decay", "current")
+
+    def __init__(self, schedule_conservativeness: float) -> None:
+        self.init = min(INIT_NEW_TOKEN_RATIO * schedule_conservativeness, 1.0)
+        self.min = min(self.init * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
+        self.decay = (self.init - self.min) / NEW_TOKEN_RATIO_DECAY_STEPS
+        self.current = self.init
+
+    def decay_steps(self, k: int) -> None:
+        """`k` decode passes without retraction, one subtraction each (as SGLang rounds)."""
+        current, decay, floor = self.current, self.decay, self.min
+        for _ in range(k):
+            if current <= floor:
+                break
+            current = max(current - decay, floor)
+        self.current = current
+
+    def after_retract(self, left: Iterable[tuple[int, int]]) -> None:
+        """Re-estimate from the (generated, output_len) of the requests still running."""
+        pairs = list(left)
+        decoded = sum(g for g, _ in pairs)
+        max_new = sum(o for _, o in pairs)
+        self.current = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(pairs)) / (max_new + 1))
+
+
+class FutureTokenReservation:
+    """One engine's SGLang admission state: the ratio, the batch-full latch, and the
+    budgets of the round in progress. The scheduler calls it at fixed points only:
+    `open_round` / `check` / `admitted` / `close_round` around its admission loop,
+    `after_decode` after a decode pass, `left_batch` when decoding requests finish."""
+
+    __slots__ = ("ratio", "page", "max_prefill_tokens", "chunk_size", "preemption_threshold",
+                 "batch_is_full", "reopened", "_left", "_offset", "_pages", "_rem_input",
+                 "_rem_chunk", "_admitted")
+
+    def __init__(self, schedule_conservativeness: float, page: int,
+                 max_prefill_tokens: int, chunk_size: int | None,
+                 preemption_threshold: int | None = None) -> None:
+        self.ratio = NewTokenRatio(schedule_conservativeness)
+        # enable_priority_scheduling: preempt running requests worse by more than this
+        self.preemption_threshold = preemption_threshold
+        self.page = page
+        self.max_prefill_tokens = max_prefill_tokens
+        self.chunk_size = chunk_size  # None: chunked prefill off
+        self.batch_is_full = False
+        self.reopened = False  # the latch opened in the last decode pass: admissions may resume
+        self._left = False  # a decoding request finished since the last decode pass
+        self._offset = 0.0
+        self._pages = 0
+        self._rem_input = 0
+        self._rem_chunk: int | None = None
+        self._admitted = 0
+
+    def _ceil(self, tokens: int) -> int:
+        return -(-tokens // self.page) * self.page
+
+    def idle(self) -> None:
+        """A step that finds nothing running: SGLang's idle pass (the batch emptied, which
+        clears the latch) resets the ratio."""
+        self.ratio.current = self.ratio.init
+        self.batch_is_full = False
+        self._left = False
+
+    def open_round(self, running: Iterable[tuple[int, int]],
+                   continued: Iterable[tuple[Seq, int]], waiting: int) -> bool:
+        """Start a prefill round; False when the batch is full or nobody waits.
+
+        `running`: (generated, output_len) of each decoding request; `continued`: the
+        chunks of unfinished prefills already scheduled in this step."""
+        self.reopened = False
+        self._rem_input = self.max_prefill_tokens
+        self._rem_chunk = self.chunk_size
+        self._admitted = 0
+        self._pages = 0
+        ratio = self.ratio.current
+        offset = 0.0
+        for done, output_len in running:
+            offset += min(output_len - done, CLIP_MAX_NEW_TOKENS) * ratio
+        page = self.page
+        for seq, chunk in continued:
+            charged = self._ceil(chunk)
+            self._rem_input -= charged
+            if self._rem_chunk is not None:
+                self._rem_chunk -= charged
+            offset += page
+            self._pages += page
+            if not seq.prefill_left:  # its last chunk: it reserves its output too
+                offset += min(seq.output_len, CLIP_MAX_NEW_TOKENS)
+        self._offset = offset
+        return bool(waiting) and (not self.batch_is_full or self.preemption_threshold is not None)
+
+    def check(self, seq: Seq, tokens: int, free_tokens: int) -> int | None:
+        """The most of its (re)prefill of `tokens` the head `seq` may compute now, or None
+        to end the round (setting the batch-full latch when the pool is the reason).
+        `free_tokens`: free KV tokens, a prefill under way holding only its chunks done."""
+        max_new = min(max(seq.output_len - seq.generated, 0), CLIP_MAX_NEW_TOKENS)
+        if not tokens + max_new + self.page < free_tokens - self._offset:
+            self.batch_is_full = True  # NO_TOKEN
+            return None
+        paged = self._ceil(tokens)  # SGLang checks the pool first, then the budgets
+        rem_chunk = self._rem_chunk
+        if rem_chunk is None:
+            if self._admitted and paged >= self._rem_input:
+                return None  # the first request alone may exceed max_prefill_tokens
+            return tokens
+        if paged > rem_chunk:  # chunked: a whole number of pages, at least one
+            chunk = rem_chunk // self.page * self.page
+            return min(chunk, tokens) if chunk > 0 else None
+        return tokens
+
+    def admitted(self, seq: Seq, tokens: int, chunk: int, free_tokens: int) -> bool:
+        """Charge an admission of `chunk` tokens; False when the round must end."""
+        page = self.page
+        charged = self._ceil(chunk)
+        self._offset += page
+        self._pages += page
+        if chunk >= tokens:  # not chunked: it reserves its clipped max_new_tokens, whole
+            self._offset += min(seq.output_len, CLIP_MAX_NEW_TOKENS)
+        self._rem_input -= charged
+        if self._rem_chunk is not None:
+            self._rem_chunk -= charged
+        self._admitted += 1
+        if not self._capacity(free_tokens):
+            self.batch_is_full = True
+            return False
+        return not (self._rem_input <= 0
+                    or (self._rem_chunk is not None and self._rem_chunk <= 0))
+
+    def _capacity(self, free_tokens: int) -> bool:
+        # remaining_total > 0 and remaining_current > 0; the prompts admitted are in the pool
+        return free_tokens - self._offset > 0 and free_tokens - self._pages > 0
+
+    def priority_victims(self, seq: Seq, running: Iterable[tuple[Seq, int]],
+                         free_tokens: int) -> list[Seq] | None:
+        """SGLang's `preempt_to_schedule` for the head `seq` of a full batch: the running
+        requests (with their generated counts) worse than it by more than the threshold,
+        worst priority then latest arrival first, as many as free the tokens it needs
+        (its prompt and clipped max_new_tokens beyond what is left); None if they cannot.
+        kvsched's priorities are SGLang's with `--schedule-low-priority-values-first`."""
+        assert self.preemption_threshold is not None
+        ratio = self.ratio.current
+        deficit = (seq.prompt_len + seq.generated + min(seq.output_len, CLIP_MAX_NEW_TOKENS)
+                   - (free_tokens - self._offset))
+        order = sorted(running, key=lambda item: (-item[0].request.priority,
+                                                  -item[0].request.arrival_time,
+                                                  -item[0].index))
+        victims: list[Seq] = []
+        priority = seq.request.priority
+        for victim, done in order:
+            if victim.request.priority - priority <= self.preemption_threshold:
+                break
+            victims.append(victim)
+            reserve = min(victim.output_len - done, CLIP_MAX_NEW_TOKENS) * ratio
+            deficit -= reserve
+            self._offset -= reserve  # a victim's reservation goes with it
+            if deficit <= 0:
+                break
+        if not victims or deficit > 0:
+            for victim, done in order[:len(victims)]:
+                self._offset += min(victim.output_len - done, CLIP_MAX_NEW_TOKENS) * ratio
+            return None
+        return victims
+
+    def close_round(self, slots_full: bool, waiting: int) -> None:
+        """The round ended; a request left waiting behind full request slots sets the latch."""
+        if slots_full and waiting:
+            self.batch_is_full = True
+
+    def left_batch(self) -> None:
+        """Decoding requests finished: the next decode pass reopens a full batch."""
+        self._left = True
+
+    def after_passes(self, k: int) -> None:
+        """`k` decode passes without retraction in one move (a decode stretch)."""
+        self.ratio.decay_steps(k)
+        if self._left:
+            if self.batch_is_full:
+                self.reopened = True
+            self.batch_is_full = False
+            self._left = False
+
+    def after_decode(self, retracted: bool, left: Iterable[tuple[int, int]]) -> None:
+        """After a decode pass: re-estimate after a retraction, else decay; a batch that
+        shrank is no longer full."""
+        if retracted:
+            self.ratio.after_retract(left)
+        else:
+            self.ratio.decay_steps(1)
+        if retracted or self._left:
+            if self.batch_is_full:
+                self.reopened = True
+            self.batch_is_full = False
+        self._left = False
+
+
+def make_reservation(config: EngineConfig) -> FutureTokenReservation | None:
+    """The admission rule's state for one engine: None for kvsched's block check."""
+    from kvsched.config import AdmissionRule
+
+    if config.admission_rule is AdmissionRule.BLOCKS:
+        return None
+    return FutureTokenReservation(
+        config.schedule_conservativeness, config.block_size, config.max_prefill_tokens,
+        config.max_num_batched_tokens if config.chunked_prefill else None,
+        config.priority_scheduling_preemption_threshold
+        if config.enable_priority_scheduling else None)

@@ -1,0 +1,77 @@
+"""vLLM V0's partial prefills (vLLM 0.8.5 `PartialPrefillMetadata`), chunked V0 spelled
+`{preset: vllm_v0, enable_chunked_prefill: true, step_order: decode_first}`; expected
+numbers derived by hand from `from_queues`, `can_schedule` and `_chunk_new_tokens_to_schedule`."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvsched import Request, simulate
+from kvsched.presets import engine_config
+
+# L1 and L2 (300 tokens, long above 50) and S (20 tokens) at 0; budget 100, 2 partial
+# prefills of which 1 long.
+# Step 0: from_queues counts L1 (long), skips L2 (the long limit), counts S: 2 schedulable,
+#   so a chunk is at most 100 // 2 = 50. L1 starts with 50; L2 is set aside (1 long under
+#   way); S (20) passes it.
+# Steps 1-3: only L1 is under way (1 schedulable: chunks up to 100): S decodes (1 token),
+#   L1 takes 99, 99, then its last 52 at step 3; L2 stays aside while L1 is long.
+# Step 4: L1 decodes; L2 starts with 99, and has the whole budget once L1 ends (step 5).
+REQUESTS = [Request("L1", 0, 300, 3), Request("L2", 0, 300, 3), Request("S", 0, 20, 3)]
+
+
+def v0_chunked(**keys):
+    return engine_config("vllm_v0", enable_chunked_prefill=True, step_order="decode_first",
+                         max_num_batched_tokens=100, num_blocks=400, **keys)
+
+
+def chunks(result) -> list[tuple[int, str, int]]:
+    return [(step, rid, n) for step, _t, rid, kind, n in result.batches if kind == "prefill"]
+
+
+def test_short_prompts_pass_long_ones_and_chunks_share_the_budget():
+    """max_num_partial_prefills 2, max_long_partial_prefills 1: S runs at step 0 beside L1."""
+    config = v0_chunked(max_num_partial_prefills=2, max_long_partial_prefills=1,
+                        long_prefill_token_threshold=50)
+    result = simulate(REQUESTS, config, record_batches=True)
+    assert chunks(result) == [(0, "L1", 50), (0, "S", 20), (1, "L1", 99), (2, "L1", 99),
+                              (3, "L1", 52), (4, "L2", 99), (5, "L2", 99), (6, "L2", 100),
+                              (7, "L2", 2)]
+    starts = {r.request_id: r.first_scheduled_time for r in result.requests}
+    assert starts == {"L1": 0, "L2": 4, "S": 0}
+
+
+def test_one_partial_prefill_is_v0s_default_and_keeps_queue_order():
+    """max_num_partial_prefills 1: L1 takes whole budgets, L2 then S follow in order."""
+    result = simulate(REQUESTS, v0_chunked(), record_batches=True)
+    starts = {r.request_id: r.first_scheduled_time for r in result.requests}
+    assert starts == {"L1": 0, "L2": 3, "S": 6}
+
+
+def test_two_long_prefills_may_run_together_when_allowed():
+    """max_long_partial_prefills 2: L1 and L2 both start at step 0 with 50 each (3 would be
+    schedulable, but at most 2), S waits for the budget."""
+    config = v0_chunked(max_num_partial_prefills=2, max_long_partial_prefills=2,
+                        long_prefill_token_threshold=50)
+    result = simulate(REQUESTS, config, record_batches=True)
+    assert chunks(result)[:2] == [(0, "L1", 50), (0, "L2", 50)]
+
+
+def test_the_long_threshold_defaults_to_4_percent_of_max_model_len():
+    """max_model_len 1000: threshold 40, so a 45-token prompt is long and a 35-token one not."""
+    config = v0_chunked(max_num_partial_prefills=2, max_long_partial_prefills=1,
+                        max_model_len=1000)
+    requests = [Request("a", 0, 300, 3), Request("b", 0, 45, 3), Request("c", 0, 35, 3)]
+    result = simulate(requests, config, record_batches=True)
+    assert [(rid, n) for step, rid, n in chunks(result) if step == 0] == [("a", 50), ("c", 35)]
+
+
+def test_partial_prefills_need_v0s_chunked_mode():
+    """Refused with prefill-first steps, without chunking, or with more long than total."""
+    with pytest.raises(ValueError, match="chunked mode"):
+        engine_config("vllm_v0", enable_chunked_prefill=True, max_num_partial_prefills=2,
+                      max_model_len=1000)
+    with pytest.raises(ValueError, match="must be <="):
+        v0_chunked(max_num_partial_prefills=2, max_long_partial_prefills=3, max_model_len=100)
+    with pytest.raises(ValueError, match="4% of max_model_len"):
+        v0_chunked(max_num_partial_prefills=2)
