@@ -35,7 +35,7 @@ from kvsched.schema import (
     RunSpec,
     TraceWorkload,
 )
-from kvsched.simulator import simulate
+from kvsched.simulator import Abort, simulate
 from kvsched.steplog import RecordMode, StepLog
 from kvsched.timing import ConstantStep, LinearStep, StepClock, TimeModel
 from kvsched.workload import build_requests, count_requests
@@ -152,9 +152,11 @@ def run_variant(variant: Variant, record_batches: bool = False,
                 requests: list[Request] | None = None,
                 step_log: StepLog | None = None,
                 event_sink: Callable[[list[tuple]], None] | None = None,
-                progress: Callable[[int, float], None] | None = None) -> RunResult:
+                progress: Callable[[int, float], None] | None = None,
+                abort: Abort | None = None) -> RunResult:
     """Simulate one variant (`requests`: its workload, if already built; `step_log`: where
-    the step records go, by default all kept in memory)."""
+    the step records go, by default all kept in memory; `abort`: as `simulate`'s, single
+    runs only: a cluster runs to the end)."""
     spec = variant.spec
     policy = policy_of(variant)
     admission = admission_of(spec)
@@ -171,7 +173,7 @@ def run_variant(variant: Variant, record_batches: bool = False,
                     backpressure=Backpressure(pressure.window, pressure.threshold,
                                               pressure.release, Action(pressure.act)),
                     record_batches=record_batches, step_log=step_log, event_sink=event_sink,
-                    progress=progress)
+                    progress=progress, abort=abort)
 
 
 def thresholds_of(spec: RunSpec) -> Thresholds:
