@@ -91,7 +91,8 @@ class _Replica:
                  "executed", "pending", "idle", "stopped", "snapshot", "history", "num_blocks")
 
     def __init__(self, index: int, engine: Engine, log: StepLog, whole_steps: bool,
-                 max_steps: int, event_sink: EventSink | None = None, chunk: int = 1) -> None:
+                 max_steps: int, event_sink: EventSink | None = None,
+                 chunk: int = 1 << 15) -> None:
         self.index = index
         self.engine = engine
         self.log = log
