@@ -7,6 +7,11 @@ x = (1 + tolerance)^k: it brackets from x = 1 by doubling k, then bisects on k, 
 answer holds at x and fails at x * (1 + tolerance), one tolerance step above (with the
 same seed, the same requests, only denser). The SLOs hold when every `metric <= limit`
 (any summary key) and no request starved or was left unfinished.
+
+A probe stops early once its TTFT, e2e or queue-time target is provably lost
+(`kvsched.slo_watch`): the verdict is the full run's, only its figures are unknown. The
+first failing probe (`scale_above`) is then run again in full, so that the answer and its
+figures are those of full probes; `early_abort=False` runs every probe in full.
 """
 
 from __future__ import annotations
@@ -20,9 +25,10 @@ import pandas as pd
 
 from kvsched.backends import Backend, run_jobs
 from kvsched.errors import KvschedError, ScenarioError
-from kvsched.runner import run_variant, select
+from kvsched.runner import requests_of, run_variant, select
 from kvsched.scenario import Scenario, Variant, is_known_metric, known_classes, unknown_value
 from kvsched.schema import Fixed, SyntheticWorkload, TraceWorkload
+from kvsched.slo_watch import SloWatch
 from kvsched.steplog import StepLog
 from kvsched.sweep import Axis, SweepSource, grid
 
@@ -56,8 +62,9 @@ class Probe:
 
     scale: float
     rate: float
-    values: tuple[float | None, ...]
+    values: tuple[float | None, ...]  # None for every target when the probe was aborted
     holds: bool
+    aborted: bool = False  # stopped once the SLO was provably lost (figures unknown)
 
 
 @dataclass(frozen=True)
@@ -136,8 +143,6 @@ def base_rate(variant: Variant) -> float:
     if isinstance(workload, SyntheticWorkload):
         arrival = workload.arrival
         return 1.0 / arrival.interval if isinstance(arrival, Fixed) else arrival.rate  # type: ignore[union-attr]
-    from kvsched.runner import requests_of
-
     arrivals = [r.arrival_time for r in requests_of(variant)]
     span = max(arrivals) - min(arrivals)
     return (len(arrivals) - 1) / span if span > 0 else math.inf
@@ -150,8 +155,23 @@ def holds(summary: dict[str, Any], targets: Sequence[SloTarget]) -> tuple[bool, 
     return ok, values
 
 
+def run_probe(variant: Variant, targets: Sequence[SloTarget], scale: float, rate: float,
+              early_abort: bool = True) -> Probe:
+    """One run of the search at `scale` (stopped early if its SLO is provably lost)."""
+    run = scaled(variant, scale)
+    log = StepLog(run.spec.engine.to_config().num_blocks, keep=False)  # sums only
+    requests = requests_of(run)
+    watch = SloWatch(((t.metric, t.limit) for t in targets), len(requests))
+    abort = watch if early_abort and watch and run.spec.cluster is None else None
+    summary = run_variant(run, requests=requests, step_log=log, abort=abort).summary
+    if watch.fired:
+        return Probe(scale, rate * scale, (None,) * len(targets), False, aborted=True)
+    ok, values = holds(summary, targets)
+    return Probe(scale, rate * scale, values, ok)
+
+
 def search(variant: Variant, targets: Sequence[SloTarget], tolerance: float,
-           point: dict[str, Any] | None = None) -> Capacity:
+           point: dict[str, Any] | None = None, early_abort: bool = True) -> Capacity:
     """Bisect `variant`'s capacity on the grid (1 + tolerance)^k (see the module docstring)."""
     step = math.log1p(tolerance)
     k_max = int(math.log(MAX_FACTOR) / step)
@@ -160,12 +180,7 @@ def search(variant: Variant, targets: Sequence[SloTarget], tolerance: float,
 
     def probe(k: int) -> bool:
         if k not in probes:
-            scale = math.exp(k * step)
-            run = scaled(variant, scale)
-            log = StepLog(run.spec.engine.to_config().num_blocks, keep=False)  # sums only
-            summary = run_variant(run, step_log=log).summary
-            ok, values = holds(summary, targets)
-            probes[k] = Probe(scale, rate * scale, values, ok)
+            probes[k] = run_probe(variant, targets, math.exp(k * step), rate, early_abort)
         return probes[k].holds
 
     # Bracket: lo holds, hi fails (exponential steps in k from 0).
@@ -177,7 +192,7 @@ def search(variant: Variant, targets: Sequence[SloTarget], tolerance: float,
                 break
             lo = hi
             if hi == k_max:
-                return _answer(variant, point, rate, probes, lo, None)
+                return _answer(variant, point, rate, probes, lo, None, targets)
             jump *= 2
     else:
         hi, jump = 0, 1
@@ -187,7 +202,7 @@ def search(variant: Variant, targets: Sequence[SloTarget], tolerance: float,
                 break
             hi = lo
             if lo == -k_max:
-                return _answer(variant, point, rate, probes, None, hi)
+                return _answer(variant, point, rate, probes, None, hi, targets)
             jump *= 2
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -195,30 +210,35 @@ def search(variant: Variant, targets: Sequence[SloTarget], tolerance: float,
             lo = mid
         else:
             hi = mid
-    return _answer(variant, point, rate, probes, lo, hi)
+    return _answer(variant, point, rate, probes, lo, hi, targets)
 
 
 def _answer(variant: Variant, point: dict[str, Any] | None, rate: float,
-            probes: dict[int, Probe], lo: int | None, hi: int | None) -> Capacity:
+            probes: dict[int, Probe], lo: int | None, hi: int | None,
+            targets: Sequence[SloTarget]) -> Capacity:
+    if hi is not None and probes[hi].aborted:  # the answer's figures come from full runs
+        probes[hi] = run_probe(variant, targets, probes[hi].scale, rate, early_abort=False)
     ordered = tuple(probes[k] for k in sorted(probes))
     return Capacity(variant.name, dict(point or {}), rate,
                     None if lo is None else probes[lo].scale,
                     None if hi is None else probes[hi].scale, ordered)
 
 
-def _search_job(job: tuple[SweepSource, dict[str, Any], str, tuple[SloTarget, ...], float]
-                ) -> Capacity:
-    source, point, name, targets, tolerance = job
+def _search_job(job: tuple[SweepSource, dict[str, Any], str, tuple[SloTarget, ...], float,
+                           bool]) -> Capacity:
+    source, point, name, targets, tolerance, early_abort = job
     scenario = source.load(point)
     variant = next(v for v in scenario.variants if v.name == name)
-    return search(variant, targets, tolerance, point)
+    return search(variant, targets, tolerance, point, early_abort)
 
 
 def run_capacity(source: SweepSource, targets: Sequence[SloTarget], axes: Sequence[Axis] = (),
                  variants: Sequence[str] = (), tolerance: float = DEFAULT_TOLERANCE,
                  backend: Backend = Backend.LOCAL, jobs: int = 1, address: str | None = None,
-                 on_done: Callable[[], None] | None = None) -> list[Capacity]:
-    """A capacity per grid point (one point without axes) and selected variant."""
+                 on_done: Callable[[], None] | None = None,
+                 early_abort: bool = True) -> list[Capacity]:
+    """A capacity per grid point (one point without axes) and selected variant
+    (`early_abort=False`: every probe runs in full, so every probe has its figures)."""
     if not 0 < tolerance < 1:
         raise KvschedError(f"--tolerance: expected a value in (0, 1), got {tolerance:g}")
     points = grid(axes) if axes else [{}]
@@ -231,7 +251,7 @@ def run_capacity(source: SweepSource, targets: Sequence[SloTarget], axes: Sequen
         for variant in loaded.variants:
             if variant.name in names:
                 scalable(variant)
-    work = [(source, point, name, tuple(targets), tolerance) for point in points
+    work = [(source, point, name, tuple(targets), tolerance, early_abort) for point in points
             for name in names]
     return run_jobs(_search_job, work, backend, jobs, address, on_done)
 
@@ -257,8 +277,10 @@ def capacity_frame(results: Sequence[Capacity], targets: Sequence[SloTarget]) ->
 
 
 def probes_frame(results: Sequence[Capacity], targets: Sequence[SloTarget]) -> pd.DataFrame:
-    """capacity_probes.csv: every run of the searches (what `--plot` draws)."""
+    """capacity_probes.csv: every run of the searches (what `--plot` draws); an `aborted`
+    probe stopped once its SLO was lost, its SLO figures empty."""
     rows = [{**result.point, "variant": result.variant, "scale": p.scale, "rate": p.rate,
              **{t.metric: v for t, v in zip(targets, p.values, strict=True)},
-             "holds": p.holds} for result in results for p in result.probes]
+             "holds": p.holds, "aborted": p.aborted}
+            for result in results for p in result.probes]
     return pd.DataFrame.from_records(rows)

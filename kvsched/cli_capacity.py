@@ -65,7 +65,11 @@ def capacity(
     out: Out = Path("results"),
     name: Annotated[str | None, typer.Option(
         metavar="NAME", help="Results go to OUT/capacity-NAME/.")] = None,
-    plot: Annotated[bool, typer.Option("--plot", help="Also draw capacity.png.")] = False,
+    plot: Annotated[bool, typer.Option(
+        "--plot", help="Also draw capacity.png (runs every probe in full).")] = False,
+    full_probes: Annotated[bool, typer.Option(
+        "--full-probes", help="Run every probe to its end, even once its TTFT/e2e/queue "
+        "SLO is already lost (same answer, slower; every probe gets its figures).")] = False,
 ) -> None:
     """For each variant (or grid point), the highest request rate at which every --slo
     holds (and no request starves), by bisection on a geometric grid of step --tolerance."""
@@ -99,7 +103,8 @@ def capacity(
                   console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task("capacity", total=searches)
         results = run_capacity(source, targets, axes, variant, tolerance, chosen, jobs, address,
-                               lambda: progress.advance(task))
+                               lambda: progress.advance(task),
+                               early_abort=not (full_probes or plot))
     if not results:
         raise KvschedError("nothing to search")
     frame = capacity_frame(results, targets)

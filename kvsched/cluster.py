@@ -36,8 +36,8 @@ from kvsched.records import RequestRecord, RunResult
 from kvsched.request import Request, Status
 from kvsched.routers import EngineView, Router, RouteRequest
 from kvsched.sequence import Seq
-from kvsched.simulator import _explain_starvation, _record
-from kvsched.steplog import StepLog, StepStats
+from kvsched.simulator import EventSink, EventStream, _explain_starvation, _record
+from kvsched.steplog import StepLog, StepStats, replica_chunk
 from kvsched.timing import TimeModel
 from kvsched.turns import ArrivalQueue, check_turns
 
@@ -89,14 +89,16 @@ class ClusterResult(RunResult):
 class _Replica:
     """A replica's engine and its place on the cluster clock."""
 
-    __slots__ = ("index", "engine", "log", "whole_steps", "max_steps", "step", "now",
+    __slots__ = ("index", "engine", "log", "events", "whole_steps", "max_steps", "step", "now",
                  "executed", "pending", "idle", "stopped", "snapshot", "history", "num_blocks")
 
     def __init__(self, index: int, engine: Engine, log: StepLog, whole_steps: bool,
-                 max_steps: int) -> None:
+                 max_steps: int, event_sink: EventSink | None = None,
+                 chunk: int = 1 << 15) -> None:
         self.index = index
         self.engine = engine
         self.log = log
+        self.events = EventStream(engine.events, event_sink, chunk)
         self.whole_steps = whole_steps
         self.max_steps = max_steps
         self.num_blocks = engine.config.num_blocks
@@ -150,13 +152,17 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
                 admissions: Sequence[SloAdmission | None] | None = None,
                 slo: Slo | None = None, backpressure: Backpressure | None = None,
                 keep_steps: bool = True, imbalance_ttft_ratio: float = 3.0,
-                imbalance_queue: int = 8, stretches: bool = True) -> ClusterResult:
+                imbalance_queue: int = 8, stretches: bool = True,
+                step_logs: Sequence[StepLog] | None = None,
+                event_sinks: Sequence[EventSink] | None = None) -> ClusterResult:
     """Run `requests` through the replicas built from `setups`, routed by `router`, until
     nothing is left to do. A replica that reaches its `max_steps` stops there (what it holds
     or is sent later ends `unfinished`, as in a single run) while the others go on: a stop
     that does not depend on how far another replica's stretch jumped. Same inputs, same
     records. `stretches=False` runs every step on its own (the exact path, for checking the
-    stretch bound)."""
+    stretch bound). `step_logs` (one per replica, instead of logs that keep or drop steps
+    as `keep_steps` says) and `event_sinks` stream each replica's records as in a single
+    run: the result's events are then those the diagnosis reads."""
     ids = [r.request_id for r in requests]
     if len(set(ids)) != len(ids):
         seen: set[str] = set()
@@ -174,8 +180,11 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
         admission = admissions[index] if admissions else None
         engine = Engine(config, policies[index], setup.clock, admission, backpressure,
                         stretches=stretches)
-        log = StepLog(config.num_blocks, keep=keep_steps)
-        replica = _Replica(index, engine, log, setup.clock.whole_steps, config.max_steps)
+        log = step_logs[index] if step_logs else StepLog(
+            config.num_blocks, keep=keep_steps, chunk=replica_chunk(len(setups)))
+        replica = _Replica(index, engine, log, setup.clock.whole_steps, config.max_steps,
+                           event_sinks[index] if event_sinks else None,
+                           replica_chunk(len(setups)))
         if signal_delay > 0:
             replica.history = [replica.snapshot]
         engine.sched.on_done = _release_next_turns(queue)
@@ -205,6 +214,7 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
             sched.close_all_runs()
         else:
             _explain_starvation(sched, replica.step, replica.now)
+        replica.events.close()
     for i in range(len(requests)):
         if routed[i] is None:
             records[i] = _record(seqs[i], Status.UNFINISHED, replicas[0].engine.sched)  # type: ignore[arg-type]
@@ -219,7 +229,7 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
         summary = summarize(mine, stats, slo, final_blocks_used=pool.num_blocks - pool.free,
                             itl=replica.engine.sched.gaps.itl)
         replica_results.append(RunResult(replica.engine.config, setups[replica.index].clock.unit,
-                                         mine, replica.log, replica.engine.events, None,
+                                         mine, replica.log, replica.events.kept, None,
                                          summary))
     events, event_replicas = _merged_events(replica_results)
     summary = _cluster_summary(records, replicas, replica_results, slo, loop.idle_witness)
@@ -338,6 +348,7 @@ class _Loop:
         """Take in what was routed to `replica`, then run its next step or stretch.
         True when it reached `max_steps`."""
         engine = replica.engine
+        replica.events.poll()
         arrivals = self.arrivals
         while replica.pending:
             pending = replica.pending[:]

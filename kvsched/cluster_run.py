@@ -1,24 +1,36 @@
 """A variant with `cluster:`: its replicas built from the spec, run, and its records written
 with a `replica` column (requests.csv, steps.csv, events.csv: appended after the usual
-columns; steps.csv lists replica 0's steps, then replica 1's, ...)."""
+columns; steps.csv lists replica 0's steps, then replica 1's, ...; events.csv is in time
+order, ties in replica order).
+
+As a single run does, a cluster run under `kvsched run` streams its steps and events while
+it goes (`ClusterSpool`): each replica's steps into a part file, its events into a spool of
+pickled chunks (exact floats, so the merge by time is the in-memory one); writing the
+records then joins the parts, so that the bytes are those written from memory.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import heapq
+import pickle
+import shutil
+from collections.abc import Callable, Iterator
+from itertools import islice
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from kvsched.backpressure import Action, Backpressure
 from kvsched.cluster import ClusterResult, ReplicaSetup, run_cluster
-from kvsched.csvout import write_rows
+from kvsched.csvout import RowCsv, StepCsv, write_rows
 from kvsched.errors import KvschedError
 from kvsched.records import EVENT_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS
 from kvsched.request import Request
 from kvsched.routers import load_router, make_router
 from kvsched.scenario import Variant
 from kvsched.schema import ClusterSpec, EngineSpec, RunSpec
-from kvsched.steplog import COMPACT_COLUMNS, RecordMode, compact_row
+from kvsched.steplog import COMPACT_COLUMNS, RecordMode, StepLog, compact_row, replica_chunk
 
 ROUTER_SEED_TAG = 12  # the router's generator: the scenario seed, tagged apart from the workload's
 
@@ -48,9 +60,46 @@ def check_router_loads(variant: Variant) -> None:
         raise variant.error(("cluster", "router"), str(exc)) from None
 
 
+class ClusterSpool:
+    """Where a cluster run streams its records: part files in the variant's folder, one per
+    replica (`.steps-K.csv`, rows only, unless records are `summary`; `.events-K.pickle`),
+    joined by `write_cluster_records` and removed."""
+
+    def __init__(self, folder: Path, records: RecordMode, num_replicas: int) -> None:
+        self.folder = folder
+        self.records = records
+        self.chunk = replica_chunk(num_replicas)
+        self._files: list[Any] = []
+
+    def steps_part(self, index: int) -> Path:
+        return self.folder / f".steps-{index}.csv"
+
+    def events_part(self, index: int) -> Path:
+        return self.folder / f".events-{index}.pickle"
+
+    def step_log(self, index: int, num_blocks: int) -> StepLog:
+        if self.records is RecordMode.SUMMARY:
+            return StepLog(num_blocks, keep=False, chunk=self.chunk)
+        writer = StepCsv(self.steps_part(index), self.records, num_blocks, replica=index,
+                         header=False)
+        self._files.append(writer)
+        return StepLog(num_blocks, keep=False, sink=writer, chunk=self.chunk)
+
+    def event_sink(self, index: int) -> Callable[[list[tuple]], None]:
+        handle = self.events_part(index).open("wb")
+        self._files.append(handle)
+        return lambda chunk: pickle.dump(chunk, handle, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def close(self) -> None:
+        for open_file in self._files:
+            open_file.close()
+        self._files = []
+
+
 def run_cluster_variant(variant: Variant, requests: list[Request],
-                        keep_steps: bool = True) -> ClusterResult:
-    """Simulate a variant that has `cluster:`."""
+                        keep_steps: bool = True,
+                        spool: ClusterSpool | None = None) -> ClusterResult:
+    """Simulate a variant that has `cluster:` (`spool`: stream its records there)."""
     from kvsched.runner import admission_of, policy_of, slo_of, time_model_of
 
     spec = variant.spec
@@ -77,22 +126,77 @@ def run_cluster_variant(variant: Variant, requests: list[Request],
                                                      pressure.release, Action(pressure.act)),
                            keep_steps=keep_steps,
                            imbalance_ttft_ratio=cluster.imbalance_ttft_ratio,
-                           imbalance_queue=cluster.imbalance_queue)
+                           imbalance_queue=cluster.imbalance_queue,
+                           step_logs=None if spool is None else [
+                               spool.step_log(k, setup.config.num_blocks)
+                               for k, setup in enumerate(setups)],
+                           event_sinks=None if spool is None else [
+                               spool.event_sink(k) for k in range(len(setups))])
     except ValueError as exc:  # a user router that returned a bad index
         raise KvschedError(f"{variant.scenario.source}: cluster.router: {exc}") from None
 
 
-def write_cluster_records(folder: Path, result: ClusterResult, records: RecordMode) -> None:
-    """requests.csv, steps.csv (unless records: summary) and events.csv of a cluster run."""
+def write_cluster_records(folder: Path, result: ClusterResult, records: RecordMode,
+                          streamed: bool = False) -> None:
+    """requests.csv, steps.csv (unless records: summary) and events.csv of a cluster run
+    (`streamed`: its steps and events are in `ClusterSpool` part files in `folder`)."""
     write_rows(folder / "requests.csv", (*REQUEST_COLUMNS, "replica"),
                ((*r.as_row(), replica) for r, replica in zip(result.requests, result.replica_of,
                                                              strict=True)))
+    columns = STEP_COLUMNS if records is RecordMode.FULL else COMPACT_COLUMNS
+    if streamed:
+        replicas = range(len(result.replicas))
+        spool = ClusterSpool(folder, records, len(replicas))
+        if records is not RecordMode.SUMMARY:
+            _join_parts(folder / "steps.csv", (*columns, "replica"),
+                        [spool.steps_part(k) for k in replicas])
+        _merge_events(folder / "events.csv", [spool.events_part(k) for k in replicas])
+        return
     if records is not RecordMode.SUMMARY:
-        columns = STEP_COLUMNS if records is RecordMode.FULL else COMPACT_COLUMNS
         write_rows(folder / "steps.csv", (*columns, "replica"), _step_rows(result, records))
     write_rows(folder / "events.csv", (*EVENT_COLUMNS, "replica"),
                ((*e, replica) for e, replica in zip(result.events, result.event_replicas,
                                                     strict=True)))
+
+
+def _join_parts(path: Path, header: tuple[str, ...], parts: list[Path]) -> None:
+    """The header, then each part's rows in turn; the parts removed."""
+    with path.open("wb") as out:
+        out.write((",".join(header) + "\n").encode())
+        for part in parts:
+            with part.open("rb") as handle:
+                shutil.copyfileobj(handle, out, 1 << 20)
+            part.unlink()
+
+
+def _chunks(path: Path) -> Iterator[list[tuple]]:
+    with path.open("rb") as handle:
+        while True:
+            try:
+                yield pickle.load(handle)
+            except EOFError:
+                return
+
+
+def _tagged(path: Path, index: int) -> Iterator[tuple[float, int, tuple]]:
+    for chunk in _chunks(path):
+        for event in chunk:
+            yield event[1], index, event
+
+
+def _merge_events(path: Path, parts: list[Path]) -> None:
+    """events.csv from the replicas' spooled events, merged as `cluster._merged_events`
+    merges them in memory (by time, ties by replica); the spools removed."""
+    streams = [_tagged(part, index) for index, part in enumerate(parts)]
+    merged = heapq.merge(*streams, key=lambda t: (t[0], t[1]))
+    writer = RowCsv(path, (*EVENT_COLUMNS, "replica"))
+    try:
+        for batch in iter(lambda: list(islice(merged, 1 << 15)), []):
+            writer([(*event, index) for _, index, event in batch])
+    finally:
+        writer.close()
+    for part in parts:
+        part.unlink()
 
 
 def _step_rows(result: ClusterResult, records: RecordMode) -> Iterator[tuple]:

@@ -80,21 +80,28 @@ def _formatted(values: list[float], cache: dict[float, str] | None = None) -> li
 
 
 class StepCsv:
-    """A `StepLog` sink writing `steps.csv` (full or compact) chunk by chunk."""
+    """A `StepLog` sink writing `steps.csv` (full or compact) chunk by chunk.
 
-    def __init__(self, path: Path, mode: RecordMode, num_blocks: int) -> None:
+    `replica`: a cluster replica's steps, with a last `replica` column holding it;
+    `header=False` writes the rows only (one part of a cluster's file)."""
+
+    def __init__(self, path: Path, mode: RecordMode, num_blocks: int,
+                 replica: int | None = None, header: bool = True) -> None:
         import pyarrow as pa
         import pyarrow.csv as pacsv
 
         self._pa = pa
         self.mode = mode
         self.num_blocks = num_blocks
+        self.replica = replica
         self.columns = STEP_COLUMNS if mode is RecordMode.FULL else COMPACT_COLUMNS
         fields = [pa.field(name, pa.string() if name in _STEP_FLOATS else pa.int64())
                   for name in self.columns]
+        if replica is not None:
+            fields.append(pa.field("replica", pa.int64()))
         self._schema = pa.schema(fields)
         self._handle: IO[bytes] = path.open("wb")
-        options = pacsv.WriteOptions(include_header=True, quoting_style="none",
+        options = pacsv.WriteOptions(include_header=header, quoting_style="none",
                                      quoting_header="none")
         self._writer = pacsv.CSVWriter(self._handle, self._schema, write_options=options)
         self._caches: dict[str, dict[float, str]] = {"duration": {}, "thrash_ratio": {}}
@@ -110,6 +117,8 @@ class StepCsv:
                                        pa.string()))
             else:
                 arrays.append(pa.array(values, pa.int64()))
+        if self.replica is not None:
+            arrays.append(pa.repeat(self.replica, len(arrays[0])).cast(pa.int64()))
         self._writer.write_table(pa.Table.from_arrays(arrays, schema=self._schema))
         for cache in self._caches.values():
             if len(cache) > 4096:  # varying durations: keep memory flat

@@ -47,6 +47,8 @@ class _Gemm:
     weight_bytes: float
     flops_per_token: float
     bytes_per_token: float
+    p: float  # the soft maximum's exponent (the knee) for this GEMM's size
+    inv_p: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +72,6 @@ class RooflineStep:
     # constants derived in __post_init__ (seconds, or seconds per token, byte or pair)
     _gemms: list[_Gemm] = field(init=False, repr=False, compare=False)
     _head: _Gemm = field(init=False, repr=False, compare=False)
-    _p: float = field(init=False, repr=False, compare=False)
-    _inv_p: float = field(init=False, repr=False, compare=False)
     _kernel: float = field(init=False, repr=False, compare=False)
     _ew_per_token: float = field(init=False, repr=False, compare=False)
     _ew_fixed: float = field(init=False, repr=False, compare=False)
@@ -110,13 +110,13 @@ class RooflineStep:
         bandwidth = gpu.memory_bw * cal.linear_memory_eff
         shapes = [(h, (heads + 2 * kv_heads) * hd), (heads * hd, h),
                   (h, 2 * model.intermediate / tp), (model.intermediate / tp, h)]
-        set_(self, "_gemms", [_Gemm(k * n * b / bandwidth, 2 * k * n / flops,
-                                    (k + n) * b / bandwidth) for k, n in shapes])
-        set_(self, "_head", _Gemm(h * model.vocab / tp * b / bandwidth,
-                                  2 * h * model.vocab / tp / flops, (h + model.vocab / tp) * b
-                                  / bandwidth))
-        set_(self, "_p", cal.knee)
-        set_(self, "_inv_p", 1.0 / cal.knee)
+        def gemm(k: float, n: float) -> _Gemm:
+            p = max(1.0, cal.knee + cal.knee_per_decade * float(np.log10(k * n * b / 1e8)))
+            return _Gemm(k * n * b / bandwidth, 2 * k * n / flops, (k + n) * b / bandwidth,
+                         p, 1.0 / p)
+
+        set_(self, "_gemms", [gemm(k, n) for k, n in shapes])
+        set_(self, "_head", gemm(h, model.vocab / tp))
         set_(self, "_kernel", cal.kernel_overhead)
         # element-wise bytes per token: 2 norms (read+write h), rope (q and k in place),
         # the activation (read gate and up, write one), the residual add (read 2, write 1)
@@ -153,8 +153,8 @@ class RooflineStep:
         """Soft maximum of compute and memory time, plus the kernel's fixed cost."""
         compute = gemm.flops_per_token * tokens
         memory = gemm.weight_bytes + gemm.bytes_per_token * tokens
-        p = self._p
-        return (compute ** p + memory ** p) ** self._inv_p + self._kernel
+        p = gemm.p
+        return (compute ** p + memory ** p) ** gemm.inv_p + self._kernel
 
     def gemm_times(self, tokens: int) -> tuple[float, ...]:
         """One layer's four GEMMs at `tokens` tokens: qkv, o, gate+up, down."""

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvsched import __version__
 from kvsched.admission import Estimator, Slo, SloAdmission
@@ -35,10 +35,13 @@ from kvsched.schema import (
     RunSpec,
     TraceWorkload,
 )
-from kvsched.simulator import simulate
+from kvsched.simulator import Abort, simulate
 from kvsched.steplog import RecordMode, StepLog
 from kvsched.timing import ConstantStep, LinearStep, StepClock, TimeModel
 from kvsched.workload import build_requests, count_requests
+
+if TYPE_CHECKING:
+    from kvsched.cluster_run import ClusterSpool
 
 OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
@@ -152,9 +155,13 @@ def run_variant(variant: Variant, record_batches: bool = False,
                 requests: list[Request] | None = None,
                 step_log: StepLog | None = None,
                 event_sink: Callable[[list[tuple]], None] | None = None,
-                progress: Callable[[int, float], None] | None = None) -> RunResult:
+                progress: Callable[[int, float], None] | None = None,
+                abort: Abort | None = None,
+                cluster_spool: ClusterSpool | None = None) -> RunResult:
     """Simulate one variant (`requests`: its workload, if already built; `step_log`: where
-    the step records go, by default all kept in memory)."""
+    the step records go, by default all kept in memory; `abort`: as `simulate`'s, single
+    runs only: a cluster runs to the end; `cluster_spool`: where a cluster streams its
+    steps and events, instead of `step_log` and `event_sink`)."""
     spec = variant.spec
     policy = policy_of(variant)
     admission = admission_of(spec)
@@ -165,13 +172,14 @@ def run_variant(variant: Variant, record_batches: bool = False,
         from kvsched.cluster_run import run_cluster_variant
 
         return run_cluster_variant(variant, requests,
-                                   keep_steps=step_log is None or step_log.kept is not None)
+                                   keep_steps=step_log is None or step_log.kept is not None,
+                                   spool=cluster_spool)
     return simulate(requests, spec.engine.to_config(), policy, time_model_of(spec),
                     admission=admission, slo=slo_of(spec),
                     backpressure=Backpressure(pressure.window, pressure.threshold,
                                               pressure.release, Action(pressure.act)),
                     record_batches=record_batches, step_log=step_log, event_sink=event_sink,
-                    progress=progress)
+                    progress=progress, abort=abort)
 
 
 def thresholds_of(spec: RunSpec) -> Thresholds:
@@ -247,29 +255,35 @@ def run_scenario(scenario: Scenario, variants: Iterable[str] = (), record_batche
     for variant in select(scenario, variants):
         requests = workloads.get(variant.name) if workloads else None
         num_blocks = variant.spec.engine.to_config().usable_blocks  # the pool StepLog sees
-        steps_file = writer = event_writer = None
-        stream = spool is not None and variant.spec.cluster is None  # clusters write at the end
-        if stream:
-            assert spool is not None
+        steps_file = writer = event_writer = cluster_spool = None
+        stream = spool is not None
+        if spool is not None:
             (spool / variant.name).mkdir()
-            event_writer = RowCsv(spool / variant.name / "events.csv", EVENT_COLUMNS)
-        if records is RecordMode.SUMMARY:
+        if spool is not None and variant.spec.cluster is not None:  # parts, joined when written
+            from kvsched.cluster_run import ClusterSpool
+
+            cluster_spool = ClusterSpool(spool / variant.name, records,
+                                         sum(r.count for r in variant.spec.cluster.replicas))
+            log = StepLog(num_blocks, keep=False)  # unused: each replica streams its own
+        elif records is RecordMode.SUMMARY:
             log = StepLog(num_blocks, keep=False)
-        elif stream:
-            assert spool is not None
+        elif spool is not None:
             steps_file = spool / variant.name / "steps.csv"
             writer = StepCsv(steps_file, records, num_blocks)
             log = StepLog(num_blocks, keep=False, sink=writer)
         else:
             log = StepLog(num_blocks)
+        if spool is not None and cluster_spool is None:
+            event_writer = RowCsv(spool / variant.name / "events.csv", EVENT_COLUMNS)
         try:
             total = len(requests) if requests is not None else 0
             tick = None if progress is None else (
                 lambda arrived, now, name=variant.name, total=total: progress(
                     name, arrived, total, now))
-            result = run_variant(variant, record_batches, requests, log, event_writer, tick)
+            result = run_variant(variant, record_batches, requests, log, event_writer, tick,
+                                 cluster_spool=cluster_spool)
         finally:
-            for open_file in (writer, event_writer):
+            for open_file in (writer, event_writer, cluster_spool):
                 if open_file is not None:
                     open_file.close()
         run = VariantRun(variant.name, variant, result, records=records, steps_file=steps_file,
@@ -439,7 +453,7 @@ def _write_variant(folder: Path, run: VariantRun) -> None:
     if getattr(result, "replicas", ()):  # a cluster: records with a replica column
         from kvsched.cluster_run import write_cluster_records
 
-        write_cluster_records(folder, result, run.records)  # type: ignore[arg-type]
+        write_cluster_records(folder, result, run.records, run.streamed)  # type: ignore[arg-type]
     else:
         _write_records(folder, run)
     write_json({"variant": run.name, "time_unit": result.time_unit, **run.summary},

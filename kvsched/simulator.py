@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from kvsched.admission import Slo, SloAdmission
 from kvsched.backpressure import Backpressure
@@ -27,7 +27,7 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
              backpressure: Backpressure | None = None,
              record_batches: bool = False, step_log: StepLog | None = None,
              event_sink: EventSink | None = None, stretches: bool = True,
-             progress: Progress | None = None) -> RunResult:
+             progress: Progress | None = None, abort: Abort | None = None) -> RunResult:
     """Run `requests` through the engine until nothing is left to do (or `max_steps`).
 
     Requests are served in arrival order (simultaneous arrivals in input order); the records
@@ -39,6 +39,9 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
     `RunResult.events` then keeps only those the diagnosis reads (`DIAGNOSIS_EVENTS`).
     `progress(arrived, now)` is called now and then (every few thousand loop turns) with
     the requests arrived so far and the simulated time, for a progress bar.
+    `abort(now, live)` is asked as often, with the requests arrived and not yet recorded:
+    True stops the run there, as `max_steps` does (the rest count as unfinished); capacity
+    probes use it to stop once their SLO is already lost.
     `stretches=False` runs every step through the exact per-step rules instead of jumping
     over steady decode stretches: the same records, slower (for checking the fast path).
     """
@@ -73,7 +76,7 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
         log.stats.timeline = Timeline(seqs.times[0], seqs.times[-1])
     events = EventStream(engine.events, event_sink)
     step, now, stopped_early = run_loop(engine, seqs, log, config.max_steps,
-                                        clock.whole_steps, events, progress)
+                                        clock.whole_steps, events, progress, abort)
     stats = log.close()
     if stopped_early:
         sched.close_all_runs()
@@ -157,6 +160,10 @@ class Arrivals:
 
 EventSink = Callable[[list[tuple]], None]
 Progress = Callable[[int, float], None]
+Abort = Callable[[float, Iterable[Seq]], bool]
+
+ABORT_EVERY = 1024
+"""How many loop turns apart `abort` is asked (a power of two)."""
 
 DIAGNOSIS_EVENTS = frozenset({"hol_block", "hol_release", "backpressure", "reject", "starve"})
 """The events a run keeps in memory when they are streamed to a file."""
@@ -193,22 +200,27 @@ class EventStream:
 
 def run_loop(engine: Engine, seqs: Arrivals, log: StepLog, max_steps: int,
              whole_steps: bool, events: EventStream | None = None,
-             progress: Progress | None = None) -> tuple[int, float, bool]:
+             progress: Progress | None = None,
+             abort: Abort | None = None) -> tuple[int, float, bool]:
     """Feed `seqs` (in arrival order) to `engine` on one clock until nothing is left to do.
 
-    Returns the next step number, the time, and whether `max_steps` stopped the run."""
+    Returns the next step number, the time, and whether `max_steps` (or `abort`) stopped
+    the run."""
     next_time = seqs.next_time
     step = 0
     executed = 0  # steps run (step numbers also jump over idle time on the step clock)
     now = 0.0
     poll = events.poll if events is not None and events.sink is not None else None
     turns = 0
+    abort_mask = ABORT_EVERY - 1
     while True:
         if poll is not None:
             poll()
         turns += 1
         if progress is not None and not turns & 4095:
             progress(len(seqs.order), now)
+        if abort is not None and not turns & abort_mask and abort(now, seqs.live.values()):
+            return step, now, True
         # A hair of slack: times summed step by step drift (0.1 * 8 = 0.7999999999999999).
         horizon = now + 1e-9 * (1.0 + now)
         while next_time() <= horizon:

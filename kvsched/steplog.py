@@ -197,6 +197,15 @@ def segment_runs(segments: list[Segment]) -> Iterator[tuple[bool, list[Segment]]
         yield is_row, list(group)
 
 
+CHUNK = 1 << 15
+"""Segments a `StepLog` holds before it hands them on (a stretch can hold many steps)."""
+
+
+def replica_chunk(num_replicas: int) -> int:
+    """Each replica's chunk in a cluster: together they hold what one run's log holds."""
+    return max(256, CHUNK // max(1, num_replicas))
+
+
 class StepLog:
     """Collects a run's step records; see the module docstring.
 
@@ -207,7 +216,7 @@ class StepLog:
     __slots__ = ("num_blocks", "stats", "kept", "_sink", "_chunk", "_limit")
 
     def __init__(self, num_blocks: int, keep: bool = True, sink: Sink | None = None,
-                 chunk: int = 1 << 15) -> None:
+                 chunk: int = CHUNK) -> None:
         self.num_blocks = num_blocks
         self.stats = StepStats()
         self.kept: list[Segment] | None = [] if keep else None

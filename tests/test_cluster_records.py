@@ -176,3 +176,55 @@ def test_plot_draws_a_timeline_per_replica(tmp_path):
     assert (folder / "timeline-a-r0.png").exists() and (folder / "timeline-a-r1.png").exists()
     assert not (folder / "timeline-a.png").exists()
     assert (folder / "ttft.png").exists()
+
+
+STREAMED = """
+name: stream
+seed: 4
+engine: {max_num_batched_tokens: 512, num_blocks: 120, block_size: 16, max_num_seqs: 8}
+time: {kind: linear, base: 0.01, per_prefill_token: 0.0001, per_decode: 0.001}
+workload:
+  kind: synthetic
+  num_requests: 400
+  arrival: {kind: poisson, rate: 30}
+  prompt_len: {kind: uniform, low: 20, high: 400}
+  output_len: {kind: uniform, low: 5, high: 80}
+cluster: {replicas: 3, router: round_robin}
+variants:
+  - {name: a}
+  - {name: b, cluster: {replicas: [{count: 1}, {count: 1, engine: {num_blocks: 60}}]}}
+"""
+
+
+def test_a_streamed_cluster_run_writes_the_bytes_of_an_in_memory_one(tmp_path, monkeypatch):
+    """`kvsched run` streams each replica's steps and events in chunks (made small here, so
+    that every replica hands on many) and joins them: the files are byte for byte those
+    written from a run that kept everything in memory."""
+    import kvsched.steplog
+    from kvsched.cluster_run import write_cluster_records
+    from kvsched.runner import run_variant
+    from kvsched.scenario import load_scenario
+    from kvsched.steplog import RecordMode
+
+    monkeypatch.setattr(kvsched.steplog, "CHUNK", 64)  # replica chunks of 256 segments
+    path = tmp_path / "stream.yaml"
+    path.write_text(STREAMED)
+    variants = load_scenario(path).variants
+    kept = {v.name: run_variant(v) for v in variants}  # steps and events all kept
+    for result in kept.values():
+        for replica in result.replicas:  # several chunks of each
+            assert len(replica.events) > 256 and len(replica.step_log.kept) > 512
+    for mode in RecordMode:
+        result = invoke("run", path, "--out", tmp_path / mode.value, "--records", mode.value)
+        assert result.exit_code == 0, result.output
+        for name, run in kept.items():
+            folder = tmp_path / mode.value / "stream" / name
+            assert not [p.name for p in folder.iterdir() if p.name.startswith(".")]
+            memory = tmp_path / f"memory-{mode.value}-{name}"
+            memory.mkdir()
+            write_cluster_records(memory, run, mode)  # type: ignore[arg-type]
+            for file in ("requests.csv", "steps.csv", "events.csv"):
+                if mode is RecordMode.SUMMARY and file == "steps.csv":
+                    assert not (folder / file).exists()
+                    continue
+                assert (folder / file).read_bytes() == (memory / file).read_bytes(), file

@@ -115,3 +115,35 @@ def test_mbu_bytes_are_the_weights_and_the_kv_read(h100):
     idle = h100.memory_bytes(BatchShape((), 1, 0))
     assert 14.5e9 < idle < 15.5e9  # 7.5e9 weights in bf16 (the embedding table is not read)
     assert h100.memory_bytes(BatchShape((), 1, 1000)) - idle == 1000 * 32 * 8 * 128 * 2 * 2
+
+
+def test_a_bigger_gemm_turns_sharper_at_the_crossover():
+    """`knee_per_decade`: at the token count where compute time equals weight time, a GEMM
+    with 10x the weight bytes sits closer to the hard maximum (ratio 1) than a small one;
+    without it every GEMM shares one knee (the ratio is 2^(1/knee) for all)."""
+    base = replace(load_calibration("h100-sxm"), kernel_overhead=0.0, knee=1.5)
+
+    def crossover_ratio(calibration, gemm_index: int) -> float:
+        step = RooflineStep(LLAMA70, "h100-sxm", 1, calibration)
+        gemm = step._gemms[gemm_index]
+        tokens = gemm.weight_bytes / (gemm.flops_per_token - gemm.bytes_per_token)
+        hard = gemm.flops_per_token * tokens
+        return (step._gemm(gemm, tokens) - calibration.kernel_overhead) / hard
+
+    flat = replace(base, knee_per_decade=0.0)
+    sharp = replace(base, knee_per_decade=0.5)
+    # Llama-3.1-70B at TP 1: the o projection (8192 x 8192) is ~7x smaller than gate+up
+    assert crossover_ratio(flat, 1) == pytest.approx(2 ** (1 / 1.5))
+    assert crossover_ratio(flat, 2) == pytest.approx(2 ** (1 / 1.5))
+    assert crossover_ratio(sharp, 2) < crossover_ratio(sharp, 1) < 2 ** (1 / 1.2)
+
+
+def test_a_calibration_without_knee_per_decade_keeps_one_knee():
+    """Calibration files written before the key existed load with one knee for all GEMMs."""
+    from dataclasses import asdict
+
+    from kvsched.hardware import Calibration
+
+    values = {k: v for k, v in asdict(load_calibration("a100-80gb")).items()
+              if k != "knee_per_decade"}
+    assert Calibration(**values).knee_per_decade == 0.0

@@ -4,7 +4,9 @@ package (kvsched/hardware/calibration.yaml) and report its accuracy on rows it d
     .venv/bin/python tools/calibrate.py [--profiles ../shared/vidur-profiling] [--no-write]
 
 What is fitted, per GPU (A100 and H100, the GPUs measured): the GEMMs' compute and memory
-efficiencies, the knee between their two regimes and a per-kernel cost; the element-wise
+efficiencies, the knee between their two regimes (and how it sharpens with the GEMM's weight
+bytes: fitted on A100, whose two training models give GEMMs of 33-180 MB; H100, trained on one
+model, borrows it) and a per-kernel cost; the element-wise
 kernels' bandwidth efficiency and cost; attention's efficiencies and cost (A100 only: there is no
 H100 attention profile, so H100 borrows A100's attention efficiencies); all-reduce latency and
 bus-bandwidth efficiency. Fitting minimises the squared log ratio (a relative error) over a
@@ -149,12 +151,15 @@ def roofline(model: str, gpu: str, tp: int, calibration: Calibration) -> Rooflin
     return RooflineStep(MODELS[model], GPUS[gpu], tp, calibration)
 
 
-def fit_dense(cal: Calibration, gpu: str, frames: list[tuple[str, int, pd.DataFrame]]
-              ) -> Calibration:
-    """GEMM efficiencies, knee and kernel cost; then the element-wise kernels."""
+def fit_dense(cal: Calibration, gpu: str, frames: list[tuple[str, int, pd.DataFrame]],
+              knee_per_decade: float | None = None) -> Calibration:
+    """GEMM efficiencies, knee (its change with the GEMM's size too, unless given) and
+    kernel cost; then the element-wise kernels."""
     def gemm_cal(x: np.ndarray) -> Calibration:
+        slope = float(x[4]) if knee_per_decade is None else knee_per_decade
         return replace(cal, linear_compute_eff=eff(x[0]), linear_memory_eff=eff(x[1]),
-                       knee=1 + float(np.exp(x[2])), kernel_overhead=float(np.exp(x[3])))
+                       knee=1 + float(np.exp(x[2])), kernel_overhead=float(np.exp(x[3])),
+                       knee_per_decade=slope)
 
     def gemm_loss(x: np.ndarray) -> float:
         c = gemm_cal(x)
@@ -168,7 +173,8 @@ def fit_dense(cal: Calibration, gpu: str, frames: list[tuple[str, int, pd.DataFr
 
     x = nelder_mead(gemm_loss, np.array([logit(cal.linear_compute_eff),
                                          logit(cal.linear_memory_eff), np.log(cal.knee - 1),
-                                         np.log(cal.kernel_overhead)]))
+                                         np.log(cal.kernel_overhead), cal.knee_per_decade]
+                                        [:4 if knee_per_decade is not None else 5]))
     cal = gemm_cal(x)
 
     def ew_cal(x: np.ndarray) -> Calibration:
@@ -340,7 +346,10 @@ def main(argv: list[str] | None = None) -> int:
     for gpu in GPUS:
         train = [(model, tp, frame[masks[(g, model, tp)]])
                  for (g, model, tp), frame in dense.items() if g == gpu and tp == 1]
-        cal = fit_dense(START, gpu, train)
+        # How the knee sharpens with a GEMM's size needs two model sizes to be seen: A100
+        # has them (Llama-2-7B and Llama-3-8B); H100 (Llama-2-7B only) borrows A100's.
+        cal = fit_dense(START, gpu, train,
+                        None if gpu == "a100" else fitted["a100"].knee_per_decade)
         key = ("a100", "Llama-2-7b-hf", 1)
         if gpu == "a100":
             cal = fit_attention(cal, gpu, "Llama-2-7b-hf", 1, attention[key][attn_masks[key]])
@@ -353,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
         fitted[gpu] = replace(cal, source=f"tools/calibrate.py on Vidur's {gpu.upper()} profiles "
                               f"(train rows: {', '.join(m for m, _, _ in train)} at TP 1"
                               + (", attention of Llama-2-7b-hf" if gpu == "a100" else
-                                 "; attention efficiencies from A100") + ")")
+                                 "; attention efficiencies and knee_per_decade from A100")
+                              + ")")
 
     lines = ["| profile | batches | n | median abs % error | p90 abs % error |",
              "|---|---|---|---|---|"]

@@ -80,7 +80,9 @@ class Calibration:
 
     Efficiencies are fractions of peak FLOPS or memory bandwidth; overheads are seconds per
     kernel; `knee` is the exponent p of the soft maximum (c^p + m^p)^(1/p) joining the
-    compute-bound and the weight-bound regimes of a GEMM (large p: a sharp max)."""
+    compute-bound and the weight-bound regimes of a GEMM (large p: a sharp max), for a GEMM
+    of 100 MB of weights; `knee_per_decade` adds to it per tenfold more weight bytes (a big
+    GEMM fills every SM with tiles and hides its loads behind its math: a sharper knee)."""
 
     linear_compute_eff: float
     linear_memory_eff: float
@@ -94,6 +96,7 @@ class Calibration:
     allreduce_latency: float
     allreduce_bw_eff: float
     step_overhead: float = 0.0
+    knee_per_decade: float = 0.0
     source: str = ""
 
     def __post_init__(self) -> None:
