@@ -1,4 +1,5 @@
-"""The vectorised `%.10g` writes the bytes Python's `%` writes, for every float."""
+"""The vectorised `%.10g` writes the bytes Python's `%` writes, for every float (FORMAT is
+that string: the reference is Python's own `%` operator)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvsched.floatfmt import format_list
+from kvsched.floatfmt import FORMAT, format_list
 
 EDGES = [
     0.0, -0.0, 1.0, -1.0, 10.0, 1e9, 1e10, 1e-4, 1e-5, 9.9999e-5, 0.5, 2.5, 0.0039,
@@ -18,7 +19,7 @@ EDGES = [
 
 
 def expected(values):
-    return ["%.10g" % v for v in values]
+    return [FORMAT % v for v in values]
 
 
 def test_edge_cases_and_their_neighbours():
