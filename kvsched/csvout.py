@@ -31,7 +31,8 @@ FLOAT_FORMAT = "%.10g"
 _STEP_FLOATS = frozenset({"time", "duration", "thrash_ratio", "mfu", "mbu"})
 _CONSTANT = (3, 4, 5, 6, 7, 8, 9, 12, 13, 15, 16, 17, 18)
 """STEP_COLUMNS indices a decode stretch holds constant over its steps."""
-_ROWS = 1 << 20  # rows formatted and written at once
+_ROWS = 1 << 18  # steps.csv rows built, formatted and written at once (a stretch adds at
+# most MAX_STRETCH more): bounds the columns' memory and the text offsets (int32)
 
 
 def _empty_texts(pa: Any, n: int) -> Any:
@@ -95,11 +96,19 @@ class StepCsv:
         self._writer = pacsv.CSVWriter(self._handle, self._schema, write_options=options)
 
     def __call__(self, chunk: list[Segment]) -> None:
-        columns = (self._full_columns(chunk) if self.mode is RecordMode.FULL
-                   else self._compact_columns(chunk))
-        total = len(columns[0])
-        for lo in range(0, total, _ROWS):  # bounded scratch memory and int32 text offsets
-            self._write([values[lo:lo + _ROWS] for values in columns])
+        if self.mode is not RecordMode.FULL:
+            self._write(self._compact_columns(chunk))  # a row per segment: few
+            return
+        part: list[Segment] = []
+        rows = 0
+        for segment in chunk:  # parts of about _ROWS steps: bounded scratch memory
+            part.append(segment)
+            rows += 1 if type(segment) is tuple else segment.num_steps  # type: ignore[union-attr]
+            if rows >= _ROWS:
+                self._write(self._full_columns(part))
+                part, rows = [], 0
+        if part:
+            self._write(self._full_columns(part))
 
     def _write(self, columns: list[Any]) -> None:
         pa = self._pa
