@@ -23,8 +23,8 @@ setup (budget 16384, 20,000 blocks of 16, 256 sequences, 25 ms steps):
 Prints seconds (wall, best of --repeat), CPU seconds (user + system, the least of the
 runs: steadier than wall time on a shared machine), steps, events, microseconds per event
 and per step, and peak memory, and writes them to results/bench.csv. `--baseline DIR`
-also times the whole commands with the kvsched of an older checkout, interleaved round by
-round with the current code.
+also times every case but the sweeps with the kvsched of an older checkout, interleaved
+round by round with the current code.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import platform
 import resource
 import subprocess
@@ -269,7 +270,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench.csv")
     parser.add_argument("--baseline", type=Path, metavar="DIR",
                         help="a checkout of older code (`git worktree add DIR COMMIT`): each "
-                             "whole-command case also runs it, interleaved with the current "
+                             "case but the sweeps also runs it, interleaved with the current "
                              "code, round by round (rows 'code: baseline')")
     args = parser.parse_args()
     if args.case:  # child process: one measurement, as JSON
@@ -279,16 +280,18 @@ def main() -> None:
     cases = args.only or [c for c in CASES if args.big or c not in BIG_CASES]
     for case in cases:
         codes = ["current"]
-        if args.baseline is not None and case in COMMAND_CASES + BIG_CASES:
+        if args.baseline is not None and case not in SWEEP_CASES:
             codes = ["baseline", "current"]
         runs: dict[str, list[dict]] = {code: [] for code in codes}
         for _ in range(1 if case in BIG_CASES + ONCE_CASES + SWEEP_CASES else args.repeat):
             for code in codes:  # interleaved: a noisy machine hits both alike
                 command = [sys.executable, __file__, "--case", case]
-                if code == "baseline":
+                env = None
+                if code == "baseline":  # its kvsched first on the path (library cases)
                     command += ["--baseline", str(args.baseline.resolve())]
-                out = subprocess.run(command, check=True, capture_output=True,
-                                     text=True).stdout
+                    env = {**os.environ, "PYTHONPATH": str(args.baseline.resolve())}
+                out = subprocess.run(command, check=True, capture_output=True, text=True,
+                                     env=env).stdout
                 runs[code].append(json.loads(out))
         for code in codes:
             best = min(runs[code], key=lambda r: r["seconds"])
