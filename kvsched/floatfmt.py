@@ -36,7 +36,8 @@ def format_floats(values: Any) -> Any:
     n = len(x)
     if not n:
         return pa.array([], pa.string())
-    if (x == x[0]).all():  # a constant column (durations, ratios): one text, repeated
+    bits = x.view(np.int64)
+    if (bits == bits[0]).all():  # a constant column (durations, ratios): one text, repeated
         one = (FORMAT % x[0]).encode()
         offsets = np.arange(0, (n + 1) * len(one), len(one), dtype=np.int32)
         return pa.StringArray.from_buffers(n, pa.py_buffer(offsets),

@@ -30,6 +30,12 @@ def test_edge_cases_and_their_neighbours():
     assert format_list(values) == expected(values)
 
 
+def test_constant_looking_columns():
+    """Equal as floats is not equal as text: -0.0 and 0.0."""
+    for values in ([-0.0, 0.0], [0.0, -0.0, 0.0], [0.5] * 3 + [-0.5]):
+        assert format_list(values) == expected(values)
+
+
 def test_powers_of_ten_and_ties_at_every_exponent():
     """Values at, just under and just over each power of ten, and exact decimal ties."""
     values = []
