@@ -170,7 +170,8 @@ class StepCsv:
         cols[1] = chained(1, "starts", np.float64)
         cols[2] = chained(2, "durations", np.float64)
         cols[10] = chained(10, "blocks_used", np.int64)
-        cols[11] = self.num_blocks - cols[10]
+        cols[11] = self.num_blocks - cols[10]  # a stretch's; an exact row keeps its own
+        cols[11][starts[is_row]] = row_columns[11]
         for index, attribute in ((19, "mfu"), (20, "mbu")):
             first = chunk[0]
             if (first[index] if type(first) is tuple else getattr(first, attribute)) is None:
