@@ -20,8 +20,11 @@ setup (budget 16384, 20,000 blocks of 16, 256 sequences, 25 ms steps):
   as `<workload>-plain`, a plain Python loop touching every running request every step and
   recording nothing: the yardstick.
 
-Prints seconds, steps, events, microseconds per event and per step, and peak memory, and
-writes them to results/bench.csv.
+Prints seconds (wall, best of --repeat), CPU seconds (user + system, the least of the
+runs: steadier than wall time on a shared machine), steps, events, microseconds per event
+and per step, and peak memory, and writes them to results/bench.csv. `--baseline DIR`
+also times every case but the sweeps with the kvsched of an older checkout, interleaved
+round by round with the current code.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import platform
 import resource
 import subprocess
@@ -84,16 +88,21 @@ def command_scenario(case: str) -> Path:
     return path
 
 
-def run_command_case(case: str) -> dict:
-    """Time `kvsched run` as a whole process; steps and events from what it wrote."""
+def run_command_case(case: str, baseline: Path | None = None) -> dict:
+    """Time `kvsched run` as a whole process; steps and events from what it wrote.
+    `baseline`: run the kvsched package of that checkout instead (its folder holds
+    `kvsched/`; run from there, so that it comes first on the path)."""
     scenario = command_scenario(case)
     records = case.rsplit("-", 1)[1]
-    out = SCRATCH / "out"
+    out = SCRATCH / ("out-baseline" if baseline else "out")
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "kvsched", "run", str(scenario), "--out", str(out),
-                    "--records", records, "--no-check"], check=True, capture_output=True)
+                    "--records", records, "--no-check"], check=True, capture_output=True,
+                   cwd=baseline)
     seconds = time.perf_counter() - start
-    peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = usage.ru_utime + usage.ru_stime
+    peak_mib = usage.ru_maxrss / 1024
     folder = out / scenario.stem / "base"
     summary = json.loads((folder / "summary.json").read_text())
     with (folder / "events.csv").open() as handle:
@@ -101,10 +110,9 @@ def run_command_case(case: str) -> dict:
     return {"case": case, "requests": summary["num_requests"],
             "finished": summary["num_finished"], "steps": summary["num_steps"],
             "events": events, "decode_tokens": summary["decode_tokens"],
-            "seconds": round(seconds, 3)} | _rates(summary["num_requests"],
-                                                  summary["decode_tokens"], seconds,
-                                                  summary["num_steps"], events) | {
-            "peak_rss_mib": round(peak_mib, 1)}
+            "seconds": round(seconds, 3), "cpu_seconds": round(cpu, 3)} | _rates(
+        summary["num_requests"], summary["decode_tokens"], seconds, summary["num_steps"],
+        events) | {"peak_rss_mib": round(peak_mib, 1)}
 
 
 def run_sweep_case(case: str) -> dict:
@@ -116,15 +124,16 @@ def run_sweep_case(case: str) -> dict:
                     "--blocks", "60..259:+1", "--variant", "baseline", "--out", str(out),
                     "--name", case, *backend], check=True, capture_output=True)
     seconds = time.perf_counter() - start
-    peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu, peak_mib = usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
     with (out / f"sweep-{case}" / "summary.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     total = {key: sum(int(row[key]) for row in rows)
              for key in ("num_requests", "num_finished", "num_steps", "decode_tokens")}
     return {"case": case, "requests": total["num_requests"], "finished": total["num_finished"],
             "steps": total["num_steps"], "events": 0, "decode_tokens": total["decode_tokens"],
-            "seconds": round(seconds, 3)} | _rates(total["num_requests"], total["decode_tokens"],
-                                                   seconds, total["num_steps"], 0) | {
+            "seconds": round(seconds, 3), "cpu_seconds": round(cpu, 3)} | _rates(
+        total["num_requests"], total["decode_tokens"], seconds, total["num_steps"], 0) | {
             "peak_rss_mib": round(peak_mib, 1)}
 
 
@@ -219,11 +228,11 @@ def plain_loop(requests, budget=16384, block_size=16, num_blocks=20_000, max_seq
     return steps, decoded
 
 
-def run_case(case: str) -> dict:
+def run_case(case: str, baseline: Path | None = None) -> dict:
     from kvsched import ConstantStep, simulate
 
     if case.startswith("cmd-"):
-        return run_command_case(case)
+        return run_command_case(case, baseline)
     if case in SWEEP_CASES:
         return run_sweep_case(case)
     requests = requests_for(case.split("-")[0] if case.startswith("azure") else
@@ -233,7 +242,7 @@ def run_case(case: str) -> dict:
         from kvsched.roofline import RooflineStep
 
         time_model = RooflineStep("meta-llama/Llama-3.1-8B", "h100-sxm")
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     events = 0
     if case.endswith("-plain"):
         steps, decoded = plain_loop(requests)
@@ -244,10 +253,11 @@ def run_case(case: str) -> dict:
         decoded = result.summary["decode_tokens"]
         finished = result.summary["num_finished"]
         events = len(result.events)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"case": case, "requests": len(requests), "finished": finished, "steps": steps,
-            "events": events, "decode_tokens": decoded, "seconds": round(seconds, 3)} | _rates(
+            "events": events, "decode_tokens": decoded, "seconds": round(seconds, 3),
+            "cpu_seconds": round(cpu, 3)} | _rates(
         len(requests), decoded, seconds, steps, events) | {"peak_rss_mib": round(peak_mib, 1)}
 
 
@@ -258,25 +268,42 @@ def main() -> None:
     parser.add_argument("--only", choices=CASES, action="append", help="run only these cases")
     parser.add_argument("--big", action="store_true", help="also the 10M-request case")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench.csv")
+    parser.add_argument("--baseline", type=Path, metavar="DIR",
+                        help="a checkout of older code (`git worktree add DIR COMMIT`): each "
+                             "case but the sweeps also runs it, interleaved with the current "
+                             "code, round by round (rows 'code: baseline')")
     args = parser.parse_args()
     if args.case:  # child process: one measurement, as JSON
-        print(json.dumps(run_case(args.case)))
+        print(json.dumps(run_case(args.case, args.baseline)))
         return
     rows = []
     cases = args.only or [c for c in CASES if args.big or c not in BIG_CASES]
     for case in cases:
-        runs = []
+        codes = ["current"]
+        if args.baseline is not None and case not in SWEEP_CASES:
+            codes = ["baseline", "current"]
+        runs: dict[str, list[dict]] = {code: [] for code in codes}
         for _ in range(1 if case in BIG_CASES + ONCE_CASES + SWEEP_CASES else args.repeat):
-            out = subprocess.run([sys.executable, __file__, "--case", case], check=True,
-                                 capture_output=True, text=True).stdout
-            runs.append(json.loads(out))
-        best = min(runs, key=lambda r: r["seconds"])
-        best["peak_rss_mib"] = max(r["peak_rss_mib"] for r in runs)
-        rows.append(best)
-        print(f"{case:20} {best['seconds']:8.3f} s  {best['steps']:>11,} steps  "
-              f"{best['events']:>10,} events  {best['us_per_step']:7.3f} us/step  "
-              f"{best['us_per_event']:7.2f} us/event  peak {best['peak_rss_mib']:.0f} MiB",
-              flush=True)
+            for code in codes:  # interleaved: a noisy machine hits both alike
+                command = [sys.executable, __file__, "--case", case]
+                env = None
+                if code == "baseline":  # its kvsched first on the path (library cases)
+                    command += ["--baseline", str(args.baseline.resolve())]
+                    env = {**os.environ, "PYTHONPATH": str(args.baseline.resolve())}
+                out = subprocess.run(command, check=True, capture_output=True, text=True,
+                                     env=env).stdout
+                runs[code].append(json.loads(out))
+        for code in codes:
+            best = min(runs[code], key=lambda r: r["seconds"])
+            best["cpu_seconds"] = min(r["cpu_seconds"] for r in runs[code])
+            best["peak_rss_mib"] = max(r["peak_rss_mib"] for r in runs[code])
+            best = {"code": code, **best}
+            rows.append(best)
+            label = case if code == "current" else f"{case} (baseline)"
+            print(f"{label:31} {best['seconds']:8.3f} s  cpu {best['cpu_seconds']:7.3f} s  "
+                  f"{best['steps']:>11,} steps  {best['events']:>10,} events  "
+                  f"{best['us_per_step']:7.3f} us/step  {best['us_per_event']:7.2f} us/event  "
+                  f"peak {best['peak_rss_mib']:.0f} MiB", flush=True)
     machine = f"{platform.machine()} Python {platform.python_version()}"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", newline="") as handle:

@@ -6,8 +6,9 @@ None as an empty cell. Requests, events and batches go through the standard `csv
 step and so dominates a long run, goes through pyarrow's C++ CSV writer in chunks as the
 run makes them: pyarrow because it writes integer columns at C speed, streams batch by
 batch with one header, and is a well-kept wheel on every platform (polars would do as
-well; pyarrow is the smaller dependency tree). Float columns are formatted in Python
-first, so that both writers agree on every digit.
+well; pyarrow is the smaller dependency tree). Its float columns are formatted by
+`kvsched.floatfmt` (numpy and Arrow kernels, the bytes of `%.10g`), so that both writers
+agree on every digit.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from itertools import chain, repeat
 from pathlib import Path
 from typing import IO, Any, cast
 
+import numpy as np
+
+from kvsched.floatfmt import format_floats
 from kvsched.records import STEP_COLUMNS
 from kvsched.scheduler import Stretch
 from kvsched.steplog import COMPACT_COLUMNS, RecordMode, Segment, compact_row
@@ -27,6 +31,14 @@ FLOAT_FORMAT = "%.10g"
 _STEP_FLOATS = frozenset({"time", "duration", "thrash_ratio", "mfu", "mbu"})
 _CONSTANT = (3, 4, 5, 6, 7, 8, 9, 12, 13, 15, 16, 17, 18)
 """STEP_COLUMNS indices a decode stretch holds constant over its steps."""
+_ROWS = 1 << 18  # steps.csv rows built, formatted and written at once (a stretch adds at
+# most MAX_STRETCH more): bounds the columns' memory and the text offsets (int32)
+
+
+def _empty_texts(pa: Any, n: int) -> Any:
+    """`n` empty strings (not nulls: the same cells either way, but one type throughout)."""
+    return pa.StringArray.from_buffers(n, pa.py_buffer(np.zeros(n + 1, dtype=np.int32)),
+                                       pa.py_buffer(b""))
 
 
 def cell_text(value: Any) -> str:
@@ -64,21 +76,6 @@ class RowCsv:
         self._handle.close()
 
 
-def _formatted(values: list[float], cache: dict[float, str] | None = None) -> list[str]:
-    fmt = FLOAT_FORMAT
-    if values and values[0] is None:  # mfu, mbu without a hardware time model: all None
-        return [""] * len(values)
-    if cache is None:
-        return [fmt % v for v in values]
-    out = []
-    for v in values:
-        text = cache.get(v)
-        if text is None:
-            text = cache[v] = fmt % v
-        out.append(text)
-    return out
-
-
 class StepCsv:
     """A `StepLog` sink writing `steps.csv` (full or compact) chunk by chunk.
 
@@ -104,105 +101,98 @@ class StepCsv:
         options = pacsv.WriteOptions(include_header=header, quoting_style="none",
                                      quoting_header="none")
         self._writer = pacsv.CSVWriter(self._handle, self._schema, write_options=options)
-        self._caches: dict[str, dict[float, str]] = {"duration": {}, "thrash_ratio": {}}
 
     def __call__(self, chunk: list[Segment]) -> None:
-        columns = (self._full_columns(chunk) if self.mode is RecordMode.FULL
-                   else self._compact_columns(chunk))
+        if self.mode is not RecordMode.FULL:
+            self._write(self._compact_columns(chunk))  # a row per segment: few
+            return
+        part: list[Segment] = []
+        rows = 0
+        for segment in chunk:  # parts of about _ROWS steps: bounded scratch memory
+            part.append(segment)
+            rows += 1 if type(segment) is tuple else segment.num_steps  # type: ignore[union-attr]
+            if rows >= _ROWS:
+                self._write(self._full_columns(part))
+                part, rows = [], 0
+        if part:
+            self._write(self._full_columns(part))
+
+    def _write(self, columns: list[Any]) -> None:
         pa = self._pa
         arrays = []
         for name, values in zip(self.columns, columns, strict=True):
-            if name in _STEP_FLOATS:
-                arrays.append(pa.array(_formatted(values, self._caches.get(name)),
-                                       pa.string()))
-            else:
+            if name not in _STEP_FLOATS:
                 arrays.append(pa.array(values, pa.int64()))
+            elif len(values) and values[0] is None:  # mfu, mbu without a hardware model
+                arrays.append(_empty_texts(pa, len(values)))
+            else:
+                arrays.append(format_floats(values))
         if self.replica is not None:
             arrays.append(pa.repeat(self.replica, len(arrays[0])).cast(pa.int64()))
         self._writer.write_table(pa.Table.from_arrays(arrays, schema=self._schema))
-        for cache in self._caches.values():
-            if len(cache) > 4096:  # varying durations: keep memory flat
-                cache.clear()
 
     def close(self) -> None:
         self._writer.close()
         self._handle.close()
 
     def _full_columns(self, chunk: list[Segment]) -> list[Any]:
-        """One column per STEP_COLUMNS name, a row per step: the columns a stretch holds
-        constant are repeated by numpy, segment by segment; the ones that change per step
-        (times, blocks, utilisation) are chained from the stretches' lists."""
-        import numpy as np
-
-        num_blocks = self.num_blocks
-        lengths: list[int] = []
-        firsts: list[int] = []
-        constant: list[list[Any]] = [[] for _ in _CONSTANT]
-        finished: list[int] = []
-        times: list[list[float]] = []
-        durations: list[list[float]] = []
-        used: list[list[int]] = []
-        free: list[list[int]] = []
-        mfu: list[Any] = []
-        mbu: list[Any] = []
-        cached: list[Any] = []
-        evicted: list[Any] = []
-        for segment in chunk:
-            if type(segment) is tuple:
-                row = cast(tuple, segment)
-                lengths.append(1)
-                firsts.append(row[0])
-                for values, index in zip(constant, _CONSTANT, strict=True):
-                    values.append(row[index])
-                finished.append(row[14])
-                times.append([row[1]])
-                durations.append([row[2]])
-                used.append([row[10]])
-                free.append([row[11]])
-                mfu.append((row[19],))
-                mbu.append((row[20],))
-                cached.append((row[21],))
-                evicted.append((row[22],))
-                continue
-            stretch = cast(Stretch, segment)
-            steps, n = stretch.num_steps, stretch.num_decodes
-            lengths.append(steps)
-            firsts.append(stretch.step)
-            for values, value in zip(constant, (stretch.num_running, stretch.num_waiting, 0,
-                                                0, n, 0, n, 0, 0, 0, 0, 0.0, 0), strict=True):
-                values.append(value)
-            finished.append(stretch.num_finished)
-            times.append(stretch.starts)
-            durations.append(stretch.durations)
-            used.append(stretch.blocks_used)
-            free.append([num_blocks - u for u in stretch.blocks_used])
-            mfu.append(stretch.mfu or repeat(None, steps))
-            mbu.append(stretch.mbu or repeat(None, steps))
-            cached.append(stretch.cached_blocks or repeat(0, steps))
-            evicted.append(stretch.evicted_blocks or repeat(0, steps))
-        counts = np.array(lengths, dtype=np.int64)
+        """One column per STEP_COLUMNS name, a row per step, built with numpy: what a
+        stretch holds constant is repeated segment by segment; what changes per step (times,
+        blocks, utilisation) is chained from the stretches' lists."""
+        rows = [segment for segment in chunk if type(segment) is tuple]
+        stretches = cast(list[Stretch], [s for s in chunk if type(s) is not tuple])
+        is_row = np.fromiter((type(segment) is tuple for segment in chunk), dtype=bool,
+                             count=len(chunk))
+        counts = np.ones(len(chunk), dtype=np.int64)
+        counts[~is_row] = [s.num_steps for s in stretches]
         total = int(counts.sum())
         starts = np.cumsum(counts) - counts
-        offsets = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
+        row_columns = list(zip(*rows, strict=True)) if rows else [()] * len(STEP_COLUMNS)
+        stretch_of = np.flatnonzero(~is_row)
+
+        def per_segment(index: int, stretch_values: Any, dtype: Any = np.int64) -> np.ndarray:
+            values = np.empty(len(chunk), dtype=dtype)
+            values[is_row] = row_columns[index]
+            values[stretch_of] = stretch_values
+            return values
+
         cols: list[Any] = [None] * len(STEP_COLUMNS)
-        cols[0] = np.repeat(np.array(firsts, dtype=np.int64), counts) + offsets
-        for values, index in zip(constant, _CONSTANT, strict=True):
-            if index == 17:  # thrash_ratio: a float column, formatted as text later
-                cols[index] = list(chain.from_iterable(
-                    repeat(v, k) for v, k in zip(values, lengths, strict=True)))
+        offsets = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
+        cols[0] = np.repeat(per_segment(0, [s.step for s in stretches]), counts) + offsets
+        decodes = [s.num_decodes for s in stretches]
+        varying = {3: [s.num_running for s in stretches], 4: [s.num_waiting for s in stretches],
+                   7: decodes, 9: decodes}
+        for index in _CONSTANT:
+            if index == 17:  # thrash_ratio: 0.0 throughout a stretch
+                cols[index] = np.repeat(per_segment(index, 0.0, np.float64), counts)
             else:
-                cols[index] = np.repeat(np.array(values, dtype=np.int64), counts)
+                cols[index] = np.repeat(per_segment(index, varying.get(index, 0)), counts)
         last = np.zeros(total, dtype=np.int64)
-        last[starts + counts - 1] = finished
+        last[starts + counts - 1] = per_segment(14, [s.num_finished for s in stretches])
         cols[14] = last
-        cols[1] = list(chain.from_iterable(times))
-        cols[2] = list(chain.from_iterable(durations))
-        cols[10] = np.fromiter(chain.from_iterable(used), dtype=np.int64, count=total)
-        cols[11] = np.fromiter(chain.from_iterable(free), dtype=np.int64, count=total)
-        cols[19] = list(chain.from_iterable(mfu))
-        cols[20] = list(chain.from_iterable(mbu))
-        cols[21] = np.fromiter(chain.from_iterable(cached), dtype=np.int64, count=total)
-        cols[22] = np.fromiter(chain.from_iterable(evicted), dtype=np.int64, count=total)
+
+        def chained(index: int, attribute: str, dtype: Any) -> np.ndarray:
+            lists = [(segment[index],) if type(segment) is tuple
+                     else getattr(segment, attribute) for segment in chunk]
+            return np.fromiter(chain.from_iterable(lists), dtype=dtype, count=total)
+
+        cols[1] = chained(1, "starts", np.float64)
+        cols[2] = chained(2, "durations", np.float64)
+        cols[10] = chained(10, "blocks_used", np.int64)
+        cols[11] = self.num_blocks - cols[10]  # a stretch's; an exact row keeps its own
+        cols[11][starts[is_row]] = row_columns[11]
+        for index, attribute in ((19, "mfu"), (20, "mbu")):
+            first = chunk[0]
+            if (first[index] if type(first) is tuple else getattr(first, attribute)) is None:
+                cols[index] = [None] * total  # one time model per run: all steps or none
+            else:
+                cols[index] = chained(index, attribute, np.float64)
+        for index, attribute in ((21, "cached_blocks"), (22, "evicted_blocks")):
+            lists = [(segment[index],) if type(segment) is tuple
+                     else getattr(segment, attribute)
+                     or repeat(0, segment.num_steps)  # type: ignore[union-attr]
+                     for segment in chunk]
+            cols[index] = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=total)
         return cols
 
     def _compact_columns(self, chunk: list[Segment]) -> list[list[Any]]:

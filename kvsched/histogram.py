@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections import Counter
 from functools import reduce
 from itertools import accumulate, repeat
 from operator import add as add_
@@ -86,23 +85,37 @@ class GapHistogram:
         if len(ends) < 2 or not count:
             return
         if len(ends) <= SHORT:  # numpy's call overhead would dominate: count in C instead
-            gaps = list(map(sub, ends[1:], ends))
+            self.add_gaps(list(map(sub, ends[1:], ends)), count)
+            return
+        self._add_many(np.diff(np.asarray(ends, dtype=float)), count)
+
+    def add_gaps(self, gaps: list[float], count: int) -> None:
+        """`count` gaps of each value of `gaps`, in order (what `add_between` counts for
+        the gaps between its ends)."""
+        if not gaps or not count:
+            return
+        if len(gaps) < SHORT:
             self.count += count * len(gaps)
             # Sequential, value x count at a time, as `add` would have summed them.
             self.total = reduce(add_, map(mul, gaps, repeat(count)), self.total)
+            # A stretch's gaps take few distinct values (sums of equal steps differ only
+            # in their last bits): count each with list.count, in C, in order of first sight.
+            distinct = dict.fromkeys(gaps)
             exact = self._exact
             if exact is not None:
-                for value, n in Counter(gaps).items():
-                    exact[value] = exact.get(value, 0) + n * count
+                for value in distinct:
+                    exact[value] = exact.get(value, 0) + gaps.count(value) * count
                 if len(exact) > self._max_exact:
                     self._to_buckets()
                 return
             buckets, bucket = self._buckets, self._bucket
-            for value, n in Counter(gaps).items():
+            for value in distinct:
                 key = bucket(value)
-                buckets[key] = buckets.get(key, 0) + n * count
+                buckets[key] = buckets.get(key, 0) + gaps.count(value) * count
             return
-        values = np.diff(np.asarray(ends, dtype=float))
+        self._add_many(np.asarray(gaps, dtype=float), count)
+
+    def _add_many(self, values: np.ndarray, count: int) -> None:
         self.count += count * len(values)
         # A sequential sum (add.accumulate never pairs), value x count at a time: the same
         # float as adding the gaps step by step, so stretches leave the mean unchanged.

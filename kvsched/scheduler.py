@@ -167,8 +167,9 @@ class GapTracker:
         self._push(first, gap)
         self.itl.add(gap, num_decodes)
         if len(times) > 2:
-            self._push(first + len(times) - 2, max(map(sub, times[2:], times[1:-1])))
-            self.itl.add_between(times[1:], num_decodes)
+            later = list(map(sub, times[2:], times[1:-1]))
+            self._push(first + len(times) - 2, max(later))
+            self.itl.add_gaps(later, num_decodes)
         waiting = self._wanted.pop(first, None)
         if waiting:
             for seq in waiting:
@@ -500,7 +501,7 @@ class Scheduler:
         # Only passes at which someone crosses a block boundary need work: visit those in
         # order (a boundary crossed moves that request's next one a block later).
         horizon = tick + limit
-        due_ticks = sorted(t for t in block_due if t <= horizon)
+        due_ticks = sorted([t for t in block_due if t <= horizon])
         last = tick
         while due_ticks:
             t = heapq.heappop(due_ticks)

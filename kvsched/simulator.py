@@ -283,44 +283,28 @@ def _explain_starvation(sched: Scheduler, step: int, now: float) -> None:
 def _record(seq: Seq, leftover: Status, sched: Scheduler) -> RequestRecord:
     request = seq.request
     arrival = request.arrival_time
-    if seq.state is SeqState.FINISHED:
-        status = Status.FINISHED
-    elif seq.state is SeqState.REJECTED:
-        status = Status.REJECTED
+    state = seq.state
+    if state is SeqState.FINISHED:
+        status = _FINISHED
+    elif state is SeqState.REJECTED:
+        status = _REJECTED
     else:
-        status = leftover
-
-    def since_arrival(t: float | None) -> float | None:
-        return None if t is None else t - arrival
-
-    ttft_steps = (None if seq.first_token_step is None
-                  else seq.first_token_step - seq.join_step + 1)
-    ttft, e2e = since_arrival(seq.first_token_time), since_arrival(seq.finish_time)
+        status = leftover.value
+    first_token, finish, scheduled = seq.first_token_time, seq.finish_time, \
+        seq.first_scheduled_time
+    ttft = None if first_token is None else first_token - arrival
+    e2e = None if finish is None else finish - arrival
     tpot = None
     if e2e is not None and ttft is not None and request.output_len > 1:
         tpot = (e2e - ttft) / (request.output_len - 1)
     return RequestRecord(
-        request_id=request.request_id,
-        arrival_time=arrival,
-        prompt_len=request.prompt_len,
-        output_len=request.output_len,
-        priority=request.priority,
-        class_name=request.class_name,
-        status=status.value,
-        first_scheduled_time=seq.first_scheduled_time,
-        first_token_time=seq.first_token_time,
-        finish_time=seq.finish_time,
-        ttft=ttft,
-        ttft_steps=ttft_steps,
-        e2e_latency=e2e,
-        queue_time=since_arrival(seq.first_scheduled_time),
-        num_preemptions=seq.num_preemptions,
-        num_recomputed_tokens=seq.num_recomputed_tokens,
-        num_swapped_blocks=seq.num_swapped_blocks,
-        max_token_gap=seq.max_token_gap,
-        generated_tokens=sched.generated(seq),
-        reason=seq.end_reason,
-        tpot=tpot,
-        prefix_hit_tokens=seq.prefix_hit_tokens,
-        cached_tokens=seq.cached_tokens,
-    )
+        request.request_id, arrival, request.prompt_len, request.output_len, request.priority,
+        request.class_name, status, scheduled, first_token, finish, ttft,
+        None if seq.first_token_step is None else seq.first_token_step - seq.join_step + 1,
+        e2e, None if scheduled is None else scheduled - arrival, seq.num_preemptions,
+        seq.num_recomputed_tokens, seq.num_swapped_blocks, seq.max_token_gap,
+        sched.generated(seq), seq.end_reason, tpot, seq.prefix_hit_tokens,
+        seq.cached_tokens)
+
+
+_FINISHED, _REJECTED = Status.FINISHED.value, Status.REJECTED.value

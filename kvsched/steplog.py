@@ -13,13 +13,18 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from itertools import groupby, repeat
-from operator import mul
+from itertools import chain, groupby, repeat
+from operator import attrgetter, mul
 
 from kvsched.records import STEP_COLUMNS
 from kvsched.scheduler import Stretch
 
 Segment = tuple | Stretch
+
+_NUM_STEPS = attrgetter("num_steps")
+_NUM_DECODES = attrgetter("num_decodes")
+_DURATIONS = attrgetter("durations")
+_BLOCKS_USED = attrgetter("blocks_used")
 Sink = Callable[[list[Segment]], None]
 
 COMPACT_COLUMNS = ("step", "num_steps", *STEP_COLUMNS[1:])
@@ -71,15 +76,17 @@ class Timeline:
 
     def add_stretch(self, stretch: Stretch) -> None:
         starts = stretch.starts
-        first, last = self._bucket(starts[0]), self._bucket(starts[-1])
-        if first is None and last is None and (starts[-1] < self.start
-                                               or starts[0] >= self.end):
+        begin, end, width = starts[0], starts[-1], self.width
+        if end < self.start or begin >= self.end or not width:
             return
-        if first is not None and first == last:
-            self.busy[first] += sum(stretch.durations)
-            self.waiting[first] += stretch.num_waiting * len(starts)
-            self.count[first] += len(starts)
-            return
+        if begin >= self.start and end < self.end:  # the common case: one bucket
+            top = len(self.busy) - 1
+            first = min(top, int((begin - self.start) / width))
+            if first == min(top, int((end - self.start) / width)):
+                self.busy[first] += sum(stretch.durations)
+                self.waiting[first] += stretch.num_waiting * len(starts)
+                self.count[first] += len(starts)
+                return
         # Several buckets: cut the stretch where its start times change bucket.
         size = len(self.busy)
 
@@ -145,19 +152,29 @@ class StepStats:
         self.evicted_blocks += sum(columns[22])
 
     def add_stretch(self, stretch: Stretch) -> None:
-        if self.timeline is not None:
-            self.timeline.add_stretch(stretch)
-        self.num_steps += stretch.num_steps
-        self.end = stretch.end
-        self.busy_time = sum(stretch.durations, self.busy_time)
-        self.decode_tokens += stretch.num_decodes * stretch.num_steps
-        self.blocks_used_sum += sum(stretch.blocks_used)
-        self.peak_blocks_used = max(self.peak_blocks_used, stretch.blocks_used[-1])
-        if stretch.mfu is not None and stretch.mbu is not None:
-            self.mfu_sum = sum(stretch.mfu, self.mfu_sum or 0.0)
-            self.mbu_sum = sum(stretch.mbu, self.mbu_sum or 0.0)
-        if stretch.evicted_blocks:
-            self.evicted_blocks += sum(stretch.evicted_blocks)
+        self.add_stretches([stretch])
+
+    def add_stretches(self, stretches: list[Stretch]) -> None:
+        """Consecutive stretches, in order: float sums chained over their steps, the same
+        additions in the same order as one stretch at a time."""
+        timeline = self.timeline
+        if timeline is not None:
+            for stretch in stretches:
+                timeline.add_stretch(stretch)
+        self.num_steps += sum(map(_NUM_STEPS, stretches))
+        self.end = stretches[-1].end
+        self.busy_time = sum(chain.from_iterable(map(_DURATIONS, stretches)), self.busy_time)
+        self.decode_tokens += sum(map(mul, map(_NUM_DECODES, stretches),
+                                      map(_NUM_STEPS, stretches)))
+        blocks = list(map(_BLOCKS_USED, stretches))
+        self.blocks_used_sum += sum(chain.from_iterable(blocks))
+        self.peak_blocks_used = max(self.peak_blocks_used, *(used[-1] for used in blocks))
+        rated = [(s.mfu, s.mbu) for s in stretches if s.mfu is not None and s.mbu is not None]
+        if rated:
+            self.mfu_sum = sum(chain.from_iterable(mfu for mfu, _ in rated), self.mfu_sum or 0.0)
+            self.mbu_sum = sum(chain.from_iterable(mbu for _, mbu in rated), self.mbu_sum or 0.0)
+        self.evicted_blocks += sum(sum(s.evicted_blocks) for s in stretches
+                                   if s.evicted_blocks)
 
 
 def stretch_rows(stretch: Stretch, num_blocks: int) -> Iterator[tuple]:
@@ -245,8 +262,7 @@ class StepLog:
             if is_row:
                 stats.add_rows(group)  # type: ignore[arg-type]
             else:
-                for stretch in group:
-                    stats.add_stretch(stretch)  # type: ignore[arg-type]
+                stats.add_stretches(group)  # type: ignore[arg-type]
         if self._sink is not None:
             self._sink(chunk)
         if self.kept is not None:
