@@ -39,11 +39,18 @@ def test_streamed_events_are_the_events_in_order(requests):
     assert streamed.summary == whole.summary
 
 
-@pytest.mark.parametrize("engine", [ENGINE, replace(ENGINE, null_block=True, num_blocks=65)])
+@pytest.mark.parametrize("engine", [
+    ENGINE, replace(ENGINE, null_block=True, num_blocks=65),
+    replace(ENGINE, num_blocks=40, enable_prefix_caching=True),
+    replace(ENGINE, num_blocks=40, enable_prefix_caching=True, prefix_cache="radix")])
 def test_step_csv_full_equals_the_rows_written_one_by_one(tmp_path, engine):
     """The pyarrow writer, fed stretches, writes the bytes the csv module writes for rows
-    (with vLLM V1's null block too: the pool, and so the log, has one block fewer)."""
-    requests = [Request(f"r{i}", i * 3.5, 20 + 7 * i, 60 + 11 * i) for i in range(12)]
+    (with vLLM V1's null block too: the pool, and so the log, has one block fewer; and with
+    a prefix cache evicting blocks inside stretches)."""
+    from kvsched.prefix import Prefix
+
+    requests = [Request(f"r{i}", i * 3.5, 20 + 7 * i, 60 + 11 * i,
+                        prefix=Prefix(((i % 3, 20),))) for i in range(12)]
     log = StepLog(engine.usable_blocks)
     result = simulate(requests, engine, time_model=ConstantStep(0.0039), step_log=log)
     writer = StepCsv(tmp_path / "fast.csv", RecordMode.FULL, engine.usable_blocks)
@@ -52,6 +59,8 @@ def test_step_csv_full_equals_the_rows_written_one_by_one(tmp_path, engine):
     writer.close()
     write_rows(tmp_path / "slow.csv", STEP_COLUMNS, result.steps)
     assert (tmp_path / "fast.csv").read_bytes() == (tmp_path / "slow.csv").read_bytes()
+    if engine.enable_prefix_caching:  # the cache columns were exercised
+        assert any(row[21] for row in result.steps) and any(row[22] for row in result.steps)
 
 
 def test_compact_rows_add_up_to_the_full_record(tmp_path):
