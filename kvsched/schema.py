@@ -419,11 +419,13 @@ class SystemPrompts(Strict):
     """Shared system prompts: a `share` of the requests (of the conversations, with
     `sessions`) start with the prompt of one of `groups` groups, chosen uniformly. Each
     group's prompt has `prefix_len` tokens (drawn once per group) and is put before the
-    prompt drawn from `prompt_len`."""
+    prompt drawn from `prompt_len`. With `classes`, only requests of those `mix` classes
+    may have one (the share applies within them)."""
 
     groups: Annotated[int, Field(ge=1, le=MAX_GROUPS)]
     prefix_len: LengthSpec
     share: Annotated[float, Field(ge=0, le=1)] = 1.0
+    classes: Annotated[list[str], Field(min_length=1)] | None = None
 
     @field_validator("prefix_len", mode="before")
     @classmethod
@@ -468,6 +470,19 @@ class SyntheticWorkload(Strict):
     mix: Annotated[list[RequestClass], Field(min_length=1)] | None = None
     system_prompts: SystemPrompts | None = None
     sessions: Sessions | None = None
+
+    @model_validator(mode="after")
+    def _system_prompt_classes(self) -> SyntheticWorkload:
+        prompts = self.system_prompts
+        if prompts is None or prompts.classes is None:
+            return self
+        names = [c.name for c in self.mix or ()]
+        unknown = [name for name in prompts.classes if name not in names]
+        if unknown:
+            known = ", ".join(names) if names else "none: give a mix"
+            raise ValueError(f"system_prompts.classes: no mix class {unknown[0]!r} "
+                             f"(classes: {known})")
+        return self
 
     @field_validator("prompt_len", "output_len", mode="before")
     @classmethod

@@ -195,7 +195,7 @@ def _synthetic(spec: SyntheticWorkload, rng: np.random.Generator, base_dir: Path
         return [Request(f"r{i}", float(arrivals[i]), int(prompts[i]), int(outputs[i]),
                         int(priorities[i]), labels[i]) for i in range(n)]
     system: list[Segment | None] = [None] * n if spec.system_prompts is None else \
-        _system_prompts(spec, n, rng, base_dir, locate)
+        _system_prompts(spec, n, rng, base_dir, locate, labels)
     if spec.sessions is None:
         requests = []
         for k, segment in enumerate(system):
@@ -211,7 +211,8 @@ def _synthetic(spec: SyntheticWorkload, rng: np.random.Generator, base_dir: Path
 
 
 def _system_prompts(spec: SyntheticWorkload, n: int, rng: np.random.Generator,
-                    base_dir: Path, locate: Locate) -> list[Segment | None]:
+                    base_dir: Path, locate: Locate,
+                    labels: Sequence[str | None]) -> list[Segment | None]:
     """Each request's system prompt as a segment (None for those without one)."""
     prompts = spec.system_prompts
     assert prompts is not None
@@ -220,6 +221,9 @@ def _system_prompts(spec: SyntheticWorkload, n: int, rng: np.random.Generator,
                        locate)
     uses = rng.random(n) < prompts.share
     group = rng.integers(0, prompts.groups, size=n)
+    if prompts.classes is not None:  # drawn as before, then kept for those classes only
+        allowed = set(prompts.classes)
+        uses &= np.array([label in allowed for label in labels], dtype=bool)
     return [(segment_id(PREFIX_GROUP, int(group[i])), int(lengths[group[i]])) if uses[i]
             else None for i in range(n)]
 

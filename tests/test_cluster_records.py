@@ -90,7 +90,7 @@ def test_bad_cluster_input_is_one_line_and_writes_nothing(tmp_path):
 
 
 def test_routing_scenario_holds_its_checks(tmp_path):
-    result = invoke("run", ROOT / "scenarios" / "routing.yaml", "--out", tmp_path)
+    result = invoke("run", ROOT / "scenarios" / "routing_load.yaml", "--out", tmp_path)
     assert result.exit_code == 0, result.output
     assert "FAIL" not in result.output
 

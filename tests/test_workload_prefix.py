@@ -119,6 +119,24 @@ def test_system_prompts_are_shared_by_their_group(tmp_path):
     assert requests_for(tmp_path / "other", workload, seed=5) != requests
 
 
+def test_system_prompts_can_be_kept_to_some_classes(tmp_path):
+    """`classes`: only requests of those mix classes get a system prompt; the draw is the
+    same as without it for them (the other requests simply lose theirs)."""
+    mix = [{"name": "hot", "weight": 9, "prompt_len": 50, "output_len": 5},
+           {"name": "cold", "weight": 1, "prompt_len": 800, "output_len": 5}]
+    keyed = synthetic(1000, mix=mix, system_prompts={"groups": 2, "prefix_len": 300,
+                                                     "classes": ["hot"]})
+    keyed.pop("prompt_len"), keyed.pop("output_len")
+    plain = {**keyed, "system_prompts": {"groups": 2, "prefix_len": 300}}
+    with_classes = requests_for(tmp_path / "a", keyed)
+    without = requests_for(tmp_path / "b", plain)
+    assert all(r.prefix is None and r.prompt_len == 800
+               for r in with_classes if r.class_name == "cold")
+    assert sum(r.prefix is not None for r in with_classes if r.class_name == "hot") > 800
+    assert [(r.prefix, r.prompt_len) for r in with_classes if r.class_name == "hot"] == [
+        (r.prefix, r.prompt_len) for r in without if r.class_name == "hot"]
+
+
 def test_sessions_grow_each_prompt_by_the_last_answer_and_new_tokens(tmp_path):
     workload = synthetic(30, sessions={"turns": {"kind": "uniform", "low": 1, "high": 4},
                                        "user_len": 25, "think_time": 2},
@@ -270,7 +288,9 @@ def test_bad_inline_turns_and_groups(tmp_path, requests, where, problem):
     ("system_prompts: {groups: 2, prefix_len: 5, share: 1.5}",
      "workload.system_prompts.share", "1"),
     ("system_prompts: {groups: 0, prefix_len: 5}", "workload.system_prompts.groups", "1"),
-], ids=["turns", "unknown-key", "share", "groups"])
+    ("system_prompts: {groups: 2, prefix_len: 5, classes: [hot]}",
+     "workload", "system_prompts.classes: no mix class 'hot' (classes: none: give a mix)"),
+], ids=["turns", "unknown-key", "share", "groups", "classes"])
 def test_bad_synthetic_prefix_keys(tmp_path, fragment, where, problem):
     line, _ = validate_error(tmp_path, "kind: synthetic\nnum_requests: 3\n"
                              "arrival: {kind: poisson, rate: 1}\nprompt_len: 10\n"
