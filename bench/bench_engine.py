@@ -10,6 +10,10 @@ simulation, CSV writing), on the engine of the speed issue (budget 2048, 256 seq
 - cmd-1m-compact: 1,000,000 synthetic requests at 20 req/s, Azure-like lengths;
 - cmd-tight-full: the Azure hour on a 600-block pool: many preemptions, the exact path;
 - cmd-10m-compact (only with --big): 10,000,000 synthetic requests;
+- cmd-mooncake-compact / cmd-mooncake-nocache-compact: the whole Mooncake conversation trace
+  (12,031 requests with prefix hashes, replayed at a quarter of its rate) under vLLM V1's
+  rules with prefix caching on (off), 250,000 blocks, budget 8192, the H100 Llama-3.1-8B
+  roofline;
 - sweep200-j2 / sweep200-ray: `kvsched sweep` of pool60's baseline over 200 pool sizes
   (60..259 blocks), with -j 2 and with --backend ray (a local Ray, its start-up included);
   run once each.
@@ -43,10 +47,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_TRACE = ROOT / "scenarios/traces/AzureLLMInferenceTrace_conv.csv"
+MOONCAKE_TRACE = ROOT / "scenarios/traces/mooncake_conversation_trace.jsonl"
 WORKLOADS = ("azure", "busy", "synthetic-100k")
 LIBRARY_CASES = tuple(f"{w}{suffix}" for w in WORKLOADS for suffix in ("", "-plain"))
 COMMAND_CASES = ("cmd-azure-full", "cmd-azure-compact", "cmd-azure25-full", "cmd-tight-full",
-                 "cmd-1m-compact")
+                 "cmd-1m-compact", "cmd-mooncake-compact", "cmd-mooncake-nocache-compact")
 BIG_CASES = ("cmd-10m-compact",)
 ONCE_CASES = ("cmd-1m-compact",)  # a minute or more: measured once
 ROOFLINE_CASES = ("azure-roofline", "azure-8.6ms")
@@ -82,6 +87,14 @@ def command_scenario(case: str) -> Path:
     name = case.removeprefix("cmd-").replace("-", "_")
     text = (f"name: {name}\nseed: 0\nengine: {ISSUE_ENGINE % blocks}\npolicy: fcfs\n"
             f"time: {{kind: constant, step_time: {step}}}\nworkload: {workload}\n")
+    if case.startswith("cmd-mooncake"):
+        caching = "false" if "nocache" in case else "true"
+        text = (f"name: {name}\nseed: 0\nengine: {{preset: vllm_v1, num_blocks: 250000, "
+                f"max_num_batched_tokens: 8192, enable_prefix_caching: {caching}}}\n"
+                "policy: fcfs\ntime: {kind: roofline, model: meta-llama/Llama-3.1-8B, "
+                "gpu: h100-sxm}\n"
+                f"workload: {{kind: trace, format: mooncake, path: {MOONCAKE_TRACE}, "
+                "time_scale: 4}\n")
     SCRATCH.mkdir(parents=True, exist_ok=True)
     path = SCRATCH / f"{name}.yaml"
     path.write_text(text)
