@@ -16,7 +16,7 @@ free count is O(1) and an eviction costs O(log leaves) per leaf, never a walk of
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import count
 
 from kvsched.prefix import Prefix
@@ -125,19 +125,29 @@ class RadixCache:
 
     # -- the tree ------------------------------------------------------------------------
 
-    def _walk(self, pieces: list[Piece], split: bool) -> tuple[_Node, int]:
-        """The deepest node matching `pieces` from the root and the tokens matched; with
-        `split`, a match ending inside an edge splits it there (SGLang's match_prefix)."""
-        node, matched, qi = self.root, 0, 0
-        now = next(self._clock)
+    def _path(self, pieces: list[Piece]) -> Iterator[tuple[_Node, int]]:
+        """The nodes matching `pieces` from the root, each with the tokens it matches (only
+        the last may match part of its edge). Reads the tree, changes nothing."""
+        node, qi = self.root, 0
         while qi < len(pieces):
             seg, start, _ = pieces[qi]
             child = node.children.get((seg, start))
             if child is None:
-                break
+                return
             shared, qi = _common(child.key, pieces, qi)
             if not shared:
-                break
+                return
+            yield child, shared
+            if shared < child.num_tokens:
+                return
+            node = child
+
+    def _walk(self, pieces: list[Piece], split: bool) -> tuple[_Node, int]:
+        """The deepest node matching `pieces` from the root and the tokens matched; with
+        `split`, a match ending inside an edge splits it there (SGLang's match_prefix)."""
+        node, matched = self.root, 0
+        now = next(self._clock)
+        for child, shared in self._path(pieces):
             child.last_access = now
             if not child.lock and not child.children:
                 self._candidate(child)
@@ -256,23 +266,8 @@ class RadixCache:
         """Tokens of the first `hit_tokens` of `prefix` held by unlocked nodes."""
         if prefix is None or hit_tokens <= 0:
             return 0
-        pieces = self._pieces(prefix, hit_tokens)
-        node, qi, left, unlocked = self.root, 0, hit_tokens, 0
-        while qi < len(pieces) and left > 0:
-            seg, start, _ = pieces[qi]
-            child = node.children.get((seg, start))
-            if child is None:
-                break
-            shared, qi = _common(child.key, pieces, qi)
-            if not shared:
-                break
-            if not child.lock:
-                unlocked += min(shared, left)
-            left -= shared
-            if shared < child.num_tokens:
-                break
-            node = child
-        return unlocked
+        return sum(shared for node, shared in self._path(self._pieces(prefix, hit_tokens))
+                   if not node.lock)
 
     def allocate(self, owner: int, prefix: Prefix | None, hit_tokens: int,
                  num_new: int) -> None:
