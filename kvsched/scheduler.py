@@ -241,6 +241,7 @@ class Scheduler:
             cache = CACHES[config.prefix_cache](config.usable_blocks, config.block_size)
             self.prefix = PrefixTracker(cache, self.pool)
         self._v0_prefix = config.prefix_accounting is PrefixAccounting.V0
+        self._releases: list[Seq] = []  # finished in this step, blocks not yet released
         self._dynamic = bool(getattr(self.waiting, "dynamic", False))  # re-ranked each step
         self.reservation = make_reservation(config)  # SGLang's admission rule, or None
         self.partial = make_partial_prefills(config)  # vLLM V0's partial prefills, or None
@@ -426,6 +427,20 @@ class Scheduler:
                 self.gaps.want(seq.run_tick, seq)
                 self._push_block_due(seq)
                 self._push_finish_due(seq)
+        if self._releases:
+            self._release_finished()
+
+    def _release_finished(self) -> None:
+        """Give the cache the blocks of the requests that finished in the step, in the
+        order the step scheduled them (vLLM frees them so: RULES.md P6, an earlier free is
+        evicted first)."""
+        prefix = self.prefix
+        assert prefix is not None
+        releases = self._releases
+        releases.sort(key=lambda seq: seq.admit_seq)
+        for seq in releases:
+            prefix.release(seq, seq.prompt_len + seq.output_len - 1)
+        releases.clear()
 
     @property
     def hol_head(self) -> Seq | None:
@@ -573,6 +588,7 @@ class Scheduler:
                     self._finish(seq, last, end)
                     stretch.num_finished += 1
             if prefix is not None:
+                self._release_finished()
                 assert stretch.cached_blocks is not None
                 stretch.cached_blocks[-1] = prefix.num_cached  # the finished cached theirs
             if stretch.num_finished and reservation is not None:
@@ -1151,8 +1167,8 @@ class Scheduler:
         seq.state = SeqState.FINISHED
         seq.generated = seq.output_len
         seq.finish_time = end_time
-        if self.prefix is not None:  # its answer's full blocks join the cache
-            self.prefix.release(seq, seq.prompt_len + seq.output_len - 1)
+        if self.prefix is not None:  # its answer's full blocks join the cache, at step end
+            self._releases.append(seq)
         else:
             self.pool.release(seq.blocks)
         self.committed_blocks -= seq.lifetime_blocks
