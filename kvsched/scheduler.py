@@ -456,8 +456,9 @@ class Scheduler:
         if behind is None:
             return 0
         need = blocks_for(behind.prompt_len + behind.generated, self._block_size)
-        if self.prefix is not None and behind.state is not SeqState.SWAPPED:
-            need = self._blocks_with_hit(behind, need)[0]
+        if (self.prefix is not None and not self._v0_prefix
+                and behind.state is not SeqState.SWAPPED):
+            need = self._blocks_with_hit(behind, need)[0]  # (V0 counts every prompt block)
         return need + self.pool.watermark_blocks
 
     def decode_stretch(self, step: int, now: float, clock: TimeModel, next_arrival: float,
