@@ -107,5 +107,21 @@ def vllm_v1_decisions(config: dict[str, Any], workload: dict[str, Any],
             out_requests[record.request_id].update(
                 prefix_hit_tokens=None if status == "rejected" else hit,
                 cached_tokens=int(getattr(record, "cached_tokens", 0) or 0))
+    if caching:  # the cache's step fields: hits per admission, cached and evicted blocks
+        hits: dict[int, list[list[Any]]] = {}
+        for step, _time, rid, event, detail in result.events:
+            if event == "admit":
+                cached = detail.split(", ")[1] if ", " in detail else ""
+                hit = int(cached.split()[0]) if cached.endswith(" cached") else 0
+                hits.setdefault(step - 1, []).append([rid, hit])
+        rows = {row[0] - 1: row for row in result.steps}
+        cached_blocks = 0
+        for k in range(max(rows, default=-1) + 1):
+            entry = at(k + 1)
+            if k in rows:
+                cached_blocks = rows[k][21]
+                entry["evicted_blocks"] = rows[k][22]
+            entry["cached_blocks"] = cached_blocks  # an idle step changes nothing
+            entry["hits"] = hits.get(k, [])
     return {"steps": [{"step": k, **v} for k, v in sorted(steps.items())],
             "requests": out_requests}

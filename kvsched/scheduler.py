@@ -511,20 +511,29 @@ class Scheduler:
         block_size = self._block_size
         tick, num_blocks = self.tick, pool.num_blocks
         used: list[int] = []
-        evictions: dict[int, tuple[int, int]] = {}  # pass -> (evicted, cached after it)
-        cached_before = cached_start = prefix.num_cached if prefix is not None else 0
+        evicted_at: dict[int, int] = {}  # pass -> cached blocks its growth evicted
+        cached_at: dict[int, int] = {}  # pass -> cached blocks after it, where it changed
+        cached_start = prefix.num_cached if prefix is not None else 0
+        # vLLM hashes a block as a decode fills it: the pass before the request's next one
+        # crosses into a new block (`filled`: a bucket is also visited for that).
+        filled = 1 if prefix is not None and prefix.eager else 0
         blocks_used = num_blocks - pool.free
         # Only passes at which someone crosses a block boundary need work: visit those in
         # order (a boundary crossed moves that request's next one a block later).
         horizon = tick + limit
-        due_ticks = sorted([t for t in block_due if t <= horizon])
+        due_ticks = sorted([t for t in block_due if t <= horizon + filled])
         last = tick
         while due_ticks:
             t = heapq.heappop(due_ticks)
             due = block_due[t]
             growing = [entry for entry in due if entry[0].epoch == entry[1]]
-            if len(growing) > spare:
-                horizon = t - 1  # the stretch ends before this pass
+            if filled and growing and t - 1 > tick:
+                assert prefix is not None
+                for seq, _epoch in growing:
+                    prefix.filled(seq)
+                cached_at[t - 1] = prefix.num_cached
+            if t > horizon or len(growing) > spare:
+                horizon = min(horizon, t - 1)  # the stretch ends before this pass
                 break
             del block_due[t]
             used.extend([blocks_used] * (t - last - 1))
@@ -536,14 +545,12 @@ class Scheduler:
                 if prefix is not None:
                     for seq, _epoch in growing:
                         prefix.grow(seq, 1)
-                    evicted, cached = prefix.take_evicted(), prefix.num_cached
-                    if evicted or cached != cached_before:  # (a radix leaf may be < a block)
-                        evictions[t] = (evicted, cached)
-                        cached_before = cached
+                    evicted_at[t] = prefix.take_evicted()
+                    cached_at[t] = prefix.num_cached  # (a radix leaf may be < a block)
                 later = block_due.get(t + block_size)
                 if later is None:
                     block_due[t + block_size] = growing
-                    if t + block_size <= horizon:
+                    if t + block_size <= horizon + filled:
                         heapq.heappush(due_ticks, t + block_size)
                 else:
                     later.extend(growing)
@@ -571,14 +578,15 @@ class Scheduler:
             reservation.after_passes(k)
         stretch = Stretch(step, k, n, n + len(self.prefilling), len(self.waiting), starts,
                           durations, used, kv + n)
-        if prefix is not None:  # only evictions change the cache within a stretch
+        if prefix is not None:  # evictions and filled blocks change the cache
             stretch.evicted_blocks = evicted_list = [0] * k
+            for t, evicted in evicted_at.items():
+                evicted_list[t - first] = evicted
             cached_list: list[int] = []
             cached, done = cached_start, 0
-            for t in sorted(evictions):
-                evicted_list[t - first] = evictions[t][0]
+            for t in sorted(cached_at):
                 cached_list.extend([cached] * (t - first - done))
-                cached, done = evictions[t][1], t - first
+                cached, done = cached_at[t], t - first
             cached_list.extend([cached] * (k - done))
             stretch.cached_blocks = cached_list
         if tick == finish:
@@ -628,6 +636,12 @@ class Scheduler:
                     prefix.grow(seq, 1)
                 seq.blocks += 1
                 self._push_block_due(seq)
+        if self.prefix is not None and self.prefix.eager:
+            fills = self._block_due.get(tick + 1)  # their last block fills in this pass
+            if fills:
+                for seq, epoch in fills:
+                    if seq.epoch == epoch:
+                        self.prefix.filled(seq)
         if self.record_batches:
             plan.decoded = list(running.values())
         plan.num_decodes = n
@@ -639,6 +653,7 @@ class Scheduler:
         """The lesson's loop, request by request, for passes that cannot be decided in bulk."""
         block_size = self._block_size
         pool = self.pool
+        eager = self.prefix is not None and self.prefix.eager  # vLLM hashes filled blocks
         decoded: list[Seq] = []
         for seq in list(self.running.values()):
             if seq.state is not RUNNING:
@@ -660,6 +675,8 @@ class Scheduler:
             seq.decoded_tick = tick
             decoded.append(seq)
             budget -= 1
+            if eager and not (seq.prompt_len + seq.base + tick - 1) % block_size:
+                self.prefix.filled(seq)  # type: ignore[union-attr]
         self._settle_pass(plan, tick, decoded)
         return budget
 
@@ -816,6 +833,9 @@ class Scheduler:
                     self._push_block_due(seq)
                 seq.decoded_tick = tick
                 decoded.append(seq)
+                if (self.prefix is not None and self.prefix.eager
+                        and not (seq.prompt_len + seq.base + tick - 1) % block_size):
+                    self.prefix.filled(seq)  # cached as allocated, even if given back later
             else:
                 chunks[seq] = n
             budget -= n

@@ -8,8 +8,8 @@ a `KVCache` with block identity, and the pool's free count is kept equal to the 
 A request's identity is its workload prefix completed with its own tokens: the rest of its
 prompt and its answer are private segments, so a request preempted and resumed finds its own
 blocks. Prompt blocks are hashed as soon as their chunk is scheduled (vLLM caches them when it
-allocates them); blocks of generated tokens when the request stops running (finish or
-preemption), the first moment another prompt could hold those tokens.
+allocates them). Blocks of generated tokens: in the pass that fills them with the hashed
+cache (as vLLM), when the request finishes with the radix tree (as SGLang).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class PrefixTracker:
     """Drives a prefix cache (vLLM's hashed blocks or SGLang's radix tree) alongside the
     scheduler's block counts."""
 
-    __slots__ = ("cache", "pool", "block_size", "_evicted_seen", "_keep_preempted")
+    __slots__ = ("cache", "pool", "block_size", "eager", "_evicted_seen", "_keep_preempted")
 
     def __init__(self, cache: HashedBlockCache | RadixCache, pool: BlockPool) -> None:
         self.cache = cache
@@ -58,6 +58,9 @@ class PrefixTracker:
         # vLLM keeps a preempted request's blocks cached (RULES.md P7); SGLang's retraction
         # frees what the tree does not hold yet (its decoded tokens) without inserting it.
         self._keep_preempted = isinstance(cache, HashedBlockCache)
+        # vLLM hashes a block of generated tokens in the step that fills it; SGLang inserts
+        # decoded tokens into its tree when the request finishes.
+        self.eager = isinstance(cache, HashedBlockCache)
 
     # -- the read-only view (CacheView) ------------------------------------------------
 
@@ -96,6 +99,10 @@ class PrefixTracker:
         (in a radix tree, tokens another request inserted first go back to the pool)."""
         self.cache.commit(seq.index, identity(seq), num_tokens)
         self.pool.free = self.cache.num_free
+
+    def filled(self, seq: Seq) -> None:
+        """A decode pass fills `seq`'s last block: vLLM caches it in that step."""
+        self.cache.commit(seq.index, identity(seq), seq.blocks * self.block_size)
 
     def release(self, seq: Seq, computed: int) -> None:
         """`seq` stops running with `computed` tokens of KV: cache them, free its blocks."""
