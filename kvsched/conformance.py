@@ -69,9 +69,9 @@ def vllm_v1_decisions(config: dict[str, Any], workload: dict[str, Any],
     result = simulate(requests, engine, make_policy(cfg["policy"]), StepClock(),
                       record_batches=True)
 
-    steps: dict[int, dict[str, list]] = {}
+    steps: dict[int, dict[str, Any]] = {}
 
-    def at(step: int) -> dict[str, list]:
+    def at(step: int) -> dict[str, Any]:
         return steps.setdefault(step - 1, {"scheduled": [], "preempted": [], "finished": [],
                                            "rejected": []})
 
