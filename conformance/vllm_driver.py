@@ -495,6 +495,29 @@ def run(config: dict[str, Any], workload: dict[str, Any], model_dir: str,
 # --------------------------------------------------------------------------- random
 
 
+def _usable_blocks(rng: random.Random, requests: list[dict[str, Any]],
+                   counted: list[dict[str, Any]], max_model_len: int, block_size: int) -> int:
+    """A random pool size: one request of the largest possible length always fits (else it
+    preempts itself forever); 'tight' pools hold only a few requests at once, 'roomy' ones
+    all of `counted` (the random cases count every request, the prefix cases only those
+    under max_model_len: both as their fixtures were drawn)."""
+    lengths = [min(r["prompt_len"] + r["output_len"], max_model_len)
+               for r in requests if r["prompt_len"] < max_model_len]
+    need_one = -(-max(lengths, default=1) // block_size)
+    total = sum(-(-min(r["prompt_len"] + r["output_len"], max_model_len) // block_size)
+                for r in counted)
+    tightness = rng.choice(["one", "tight", "tight", "medium", "roomy"])
+    if tightness == "one":
+        usable = need_one
+    elif tightness == "tight":
+        usable = need_one + rng.randint(0, max(1, need_one))
+    elif tightness == "medium":
+        usable = max(need_one, total // rng.randint(2, 4))
+    else:
+        usable = max(need_one, total + rng.randint(0, 10))
+    return usable
+
+
 def random_case(rng: random.Random, name: str, watermark_prob: float = 0.0,
                 extra: random.Random | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """One random (config, workload), drawn to cover the V1 scheduler's rules.
@@ -537,23 +560,7 @@ def random_case(rng: random.Random, name: str, watermark_prob: float = 0.0,
                          "arrival_step": arrival, "priority": priority})
     requests.sort(key=lambda r: (r["arrival_step"], r["id"]))
 
-    # Pool: one request of the largest possible length always fits (otherwise it
-    # preempts itself forever); 'tight' pools hold only a few requests at once.
-    longest = max(min(r["prompt_len"] + r["output_len"], max_model_len)
-                  for r in requests if r["prompt_len"] < max_model_len) if any(
-        r["prompt_len"] < max_model_len for r in requests) else 1
-    need_one = -(-longest // block_size)
-    total = sum(-(-min(r["prompt_len"] + r["output_len"], max_model_len) // block_size)
-                for r in requests)
-    tightness = rng.choice(["one", "tight", "tight", "medium", "roomy"])
-    if tightness == "one":
-        usable = need_one
-    elif tightness == "tight":
-        usable = need_one + rng.randint(0, max(1, need_one))
-    elif tightness == "medium":
-        usable = max(need_one, total // rng.randint(2, 4))
-    else:
-        usable = max(need_one, total + rng.randint(0, 10))
+    usable = _usable_blocks(rng, requests, requests, max_model_len, block_size)
     config = {
         "num_blocks": usable + 1,  # vLLM's count includes the null block
         "block_size": block_size,
@@ -682,20 +689,7 @@ def random_prefix_case(rng: random.Random, name: str,
             del r["prefix"]
 
     admissible = [r for r in requests if r["prompt_len"] < max_model_len]
-    longest = max((min(r["prompt_len"] + r["output_len"], max_model_len) for r in admissible),
-                  default=1)
-    need_one = -(-longest // block_size)
-    total = sum(-(-min(r["prompt_len"] + r["output_len"], max_model_len) // block_size)
-                for r in admissible)
-    tightness = rng.choice(["one", "tight", "tight", "medium", "roomy"])
-    if tightness == "one":
-        usable = need_one
-    elif tightness == "tight":
-        usable = need_one + rng.randint(0, max(1, need_one))
-    elif tightness == "medium":
-        usable = max(need_one, total // rng.randint(2, 4))
-    else:
-        usable = max(need_one, total + rng.randint(0, 10))
+    usable = _usable_blocks(rng, requests, admissible, max_model_len, block_size)
     config = {
         "num_blocks": usable + 1,
         "block_size": block_size,
