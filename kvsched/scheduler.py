@@ -858,13 +858,8 @@ class Scheduler:
         self._stopped_at = None
         while budget > 0 and len(self.running) + len(self.prefilling) < cfg.max_num_seqs:
             seq = waiting.peek()
-            if seq is None or not self.admitting:
+            if seq is None or self._head_stops(seq, budget):
                 break
-            if seq.unschedulable:
-                self._stopped_at = (seq, "can never run", budget)
-                break
-            if self.reserving and self.committed_blocks + seq.lifetime_blocks > pool.num_blocks:
-                break  # backpressure: the pool could not carry it to the end
             tokens = seq.prompt_len + seq.generated
             hit = cost = 0
             if prefix is not None:
@@ -891,6 +886,18 @@ class Scheduler:
             budget -= n
 
     # -- prefills and admissions -------------------------------------------------------
+
+    def _head_stops(self, seq: Seq, budget: int) -> bool:
+        """Whether the head stops admissions before any budget or block check: admissions are
+        held back, it can never run, or backpressure reserves and the pool could not carry it
+        to the end."""
+        if not self.admitting:
+            return True
+        if seq.unschedulable:
+            self._stopped_at = (seq, "can never run", budget)
+            return True
+        return self.reserving and (
+            self.committed_blocks + seq.lifetime_blocks > self.pool.num_blocks)
 
     def _continue_prefills(self, plan: StepPlan, budget: int) -> int:
         if not self.prefilling:
@@ -924,13 +931,8 @@ class Scheduler:
         while budget > 0 and (len(self.running) + len(self.prefilling) < max_num_seqs
                               or preempting):
             seq = waiting.peek()
-            if seq is None or not self.admitting:
+            if seq is None or self._head_stops(seq, budget):
                 break
-            if seq.unschedulable:
-                self._stopped_at = (seq, "can never run", budget)
-                break
-            if self.reserving and self.committed_blocks + seq.lifetime_blocks > pool.num_blocks:
-                break  # backpressure: the pool could not carry it to the end
             if preempting:
                 if seq in victims:  # SGLang re-queues them after the round
                     aside.append(waiting.set_aside())
