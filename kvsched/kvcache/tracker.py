@@ -48,18 +48,17 @@ class PrefixTracker:
     """Drives a prefix cache (vLLM's hashed blocks or SGLang's radix tree) alongside the
     scheduler's block counts."""
 
-    __slots__ = ("cache", "pool", "block_size", "eager", "_evicted_seen", "_keep_preempted")
+    __slots__ = ("cache", "pool", "block_size", "eager", "_evicted_seen")
 
     def __init__(self, cache: HashedBlockCache | RadixCache, pool: BlockPool) -> None:
         self.cache = cache
         self.pool = pool
         self.block_size = cache.block_size
         self._evicted_seen = 0
-        # vLLM keeps a preempted request's blocks cached (RULES.md P7); SGLang's retraction
-        # frees what the tree does not hold yet (its decoded tokens) without inserting it.
-        self._keep_preempted = isinstance(cache, HashedBlockCache)
-        # vLLM hashes a block of generated tokens in the step that fills it; SGLang inserts
-        # decoded tokens into its tree when the request finishes.
+        # vLLM (the hashed cache) hashes a block of generated tokens in the step that fills it
+        # and keeps a preempted request's blocks cached (RULES.md P4, P7); SGLang (the radix
+        # tree) inserts decoded tokens when the request finishes, and a retraction frees
+        # them without inserting them.
         self.eager = isinstance(cache, HashedBlockCache)
 
     # -- the read-only view (CacheView) ------------------------------------------------
@@ -112,7 +111,7 @@ class PrefixTracker:
 
     def preempted(self, seq: Seq, computed: int) -> None:
         """`seq` is preempted with `computed` tokens of KV: free its blocks."""
-        if self._keep_preempted:
+        if self.eager:
             self.cache.commit(seq.index, identity(seq), computed)
         self.cache.free(seq.index)
         self.pool.free = self.cache.num_free
