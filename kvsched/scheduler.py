@@ -928,6 +928,7 @@ class Scheduler:
             return budget
         preempting = reservation is not None and reservation.preemption_threshold is not None
         victims: set[Seq] = set()
+        granted: Seq | None = None  # the head whose preemptions already made room
         while budget > 0 and (len(self.running) + len(self.prefilling) < max_num_seqs
                               or preempting):
             seq = waiting.peek()
@@ -937,10 +938,12 @@ class Scheduler:
                 if seq in victims:  # SGLang re-queues them after the round
                     aside.append(waiting.set_aside())
                     continue
-                if not self._priority_preempt(plan, seq, max_num_seqs, victims):
-                    break
-                if waiting.peek() is not seq:
-                    continue  # a victim re-queued ahead of it: set it aside first
+                if seq is not granted:
+                    if not self._priority_preempt(plan, seq, max_num_seqs, victims):
+                        break
+                    granted = seq  # SGLang adds it right after its preemptions
+                    if waiting.peek() is not seq:
+                        continue  # a victim re-queued ahead of it: set it aside first
             request = seq.request
             if seq.state is SeqState.SWAPPED:
                 if not allow_swap:
@@ -1025,8 +1028,9 @@ class Scheduler:
             reservation.batch_is_full = True
         if not reservation.batch_is_full:
             return True
-        prefilled = {s for s, _ in plan.prefills}
-        running = [(s, s.base + self.tick) for s in self.running.values() if s not in prefilled]
+        # Only the running batch can be preempted: not what this step admitted or swapped in.
+        new = {s for s, _ in plan.prefills}.union(plan.swap_ins)
+        running = [(s, s.base + self.tick) for s in self.running.values() if s not in new]
         chosen = reservation.priority_victims(seq, running, self._free_tokens())
         if chosen is None:
             return False

@@ -136,10 +136,13 @@ class WaitingQueue:
         elif self._stack:
             seq = self._stack.pop()
             token = ("stack", seq, seq)
-        else:
+        elif self._heap:
             entry = heapq.heappop(self._heap)
             seq = entry[-1]
             token = ("heap", entry, seq)
+        else:
+            seq = self._fresh.popleft()
+            token = ("fresh", seq, seq)
         self.queued_tokens -= admission_tokens(seq)
         return token
 
@@ -150,6 +153,8 @@ class WaitingQueue:
                 self._swapped.appendleft(item)
             elif where == "stack":
                 self._stack.append(item)
+            elif where == "fresh":
+                self._fresh.appendleft(item)
             else:
                 heapq.heappush(self._heap, item)
             self.queued_tokens += admission_tokens(seq)

@@ -185,6 +185,22 @@ def test_priority_scheduling_preempts_a_worse_running_request():
                       (62, "lo", "admit", "recompute 12 tokens")]
 
 
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_the_head_that_preempts_is_admitted_even_when_its_victim_requeues_ahead(mode):
+    """One request slot, victims requeued at the front: hi preempts lo at step 1 and is
+    admitted in the same round (SGLang adds the request right after `preempt_to_schedule`;
+    lo rejoins the queue after the round); lo resumes once hi is done."""
+    config = engine_config("sglang", block_size=1, num_blocks=100, max_num_seqs=1,
+                           preemption=mode, requeue="front", enable_priority_scheduling=True,
+                           enable_prefix_caching=False)
+    result = simulate(PRIORITY, config, make_policy("priority"))
+    resume = "swap_in" if mode == "swap" else "admit"
+    events = [(step, rid, kind) for step, _t, rid, kind, _d in result.events
+              if kind in ("admit", "preempt", "swap_in", "finish")]
+    assert events == [(0, "lo", "admit"), (1, "lo", "preempt"), (1, "hi", "admit"),
+                      (60, "hi", "finish"), (61, "lo", resume), (119, "lo", "finish")]
+
+
 def test_priority_preemption_needs_a_gap_over_the_threshold():
     """A gap of 20 is not over a threshold of 20; without the flag nothing is preempted."""
     for keys in ({"enable_priority_scheduling": True,

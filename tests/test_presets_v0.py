@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvsched import Request, simulate
+from kvsched import Request, make_policy, simulate
 from kvsched.presets import engine_config
 
 # L1 and L2 (300 tokens, long above 50) and S (20 tokens) at 0; budget 100, 2 partial
@@ -75,3 +75,15 @@ def test_partial_prefills_need_v0s_chunked_mode():
         v0_chunked(max_num_partial_prefills=2, max_long_partial_prefills=3, max_model_len=100)
     with pytest.raises(ValueError, match="4% of max_model_len"):
         v0_chunked(max_num_partial_prefills=2)
+
+
+@pytest.mark.parametrize("policy", ["lpm", "hrrn"])
+def test_a_cache_aware_queue_sets_long_prompts_aside_as_fcfs_does(policy):
+    """Under a policy that re-ranks the queue every step (ties keep arrival order here: no
+    cache, equal waits at 0), L2 is set aside and restored in its place as under FCFS."""
+    config = v0_chunked(max_num_partial_prefills=2, max_long_partial_prefills=1,
+                        long_prefill_token_threshold=50)
+    fcfs = simulate(REQUESTS, config, record_batches=True)
+    ranked = simulate(REQUESTS, config, make_policy(policy), record_batches=True)
+    assert chunks(ranked) == chunks(fcfs)
+    assert [r.as_row() for r in ranked.requests] == [r.as_row() for r in fcfs.requests]
