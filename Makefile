@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 OUT ?= results
 
-.PHONY: install test experiments bench lint clean conformance conformance-install
+.PHONY: install test explore experiments bench lint clean conformance conformance-install
 
 install: $(STAMP)
 
@@ -20,6 +20,14 @@ $(STAMP): pyproject.toml
 test: install
 	@$(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
+
+# The property tests under fresh random draws, SEEDS times (make test's draw is fixed).
+SEEDS ?= 3
+explore: install
+	@for i in $$(seq 1 $(SEEDS)); do seed=$$(od -An -N4 -tu4 /dev/urandom | tr -d ' '); \
+	echo "== hypothesis seed $$seed"; \
+	KVSCHED_HYPOTHESIS=explore $(BIN)/python -m pytest -q -p no:cacheprovider \
+		--hypothesis-seed=$$seed $$(grep -l '@given' tests/test_*.py) || exit 1; done
 
 experiments: install
 	$(BIN)/kvsched run scenarios/*.yaml --out $(OUT) --plot
