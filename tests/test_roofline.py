@@ -168,6 +168,7 @@ def test_a_tiled_gemm_computes_whole_tiles_of_token_rows():
 @settings(max_examples=60, deadline=None)
 @given(tokens=st.integers(1, 20000), tile=st.sampled_from([16, 64, 128]))
 def test_tiling_costs_at_most_the_next_whole_tile(tokens, tile):
+    """Per GEMM: no cheaper than untiled, no dearer than untiled at the next tile multiple."""
     base = replace(load_calibration("a100-80gb"), gemm_tile=0.0)
     plain = RooflineStep(LLAMA8, "a100-80gb", 1, base)
     tiled = RooflineStep(LLAMA8, "a100-80gb", 1, replace(base, gemm_tile=float(tile)))
