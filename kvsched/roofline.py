@@ -3,8 +3,9 @@ tensor-parallel degree and a calibration fitted on measured kernels.
 
 Each operator costs the slower of its compute (FLOPs / achieved FLOPS) and its memory traffic
 (bytes / achieved bandwidth), achieved = datasheet peak x calibrated efficiency, plus a fixed cost
-per kernel. Per layer: four GEMMs (qkv, o, gate+up, down: 2 x parameters x tokens FLOPs against
-the weights' bytes), five element-wise kernels (two norms, rope, the activation, the residual
+per kernel; a GEMM's compute counts whole tiles of token rows (the calibration's `gemm_tile`).
+Per layer: four GEMMs (qkv, o, gate+up, down: 2 x parameters x tokens FLOPs against the
+weights' bytes), five element-wise kernels (two norms, rope, the activation, the residual
 add), attention for the prefill chunks (chunk x (cached context + chunk) query-key pairs: the
 measured kernels cost as much as the full square, causal mask or not) and
 for the decodes (reading their KV context), and two all-reduces when tp > 1 (latency + ring
@@ -73,6 +74,7 @@ class RooflineStep:
     _gemms: list[_Gemm] = field(init=False, repr=False, compare=False)
     _head: _Gemm = field(init=False, repr=False, compare=False)
     _kernel: float = field(init=False, repr=False, compare=False)
+    _tile: int = field(init=False, repr=False, compare=False)
     _ew_per_token: float = field(init=False, repr=False, compare=False)
     _ew_fixed: float = field(init=False, repr=False, compare=False)
     _attn_pair: float = field(init=False, repr=False, compare=False)
@@ -118,6 +120,7 @@ class RooflineStep:
         set_(self, "_gemms", [gemm(k, n) for k, n in shapes])
         set_(self, "_head", gemm(h, model.vocab / tp))
         set_(self, "_kernel", cal.kernel_overhead)
+        set_(self, "_tile", int(cal.gemm_tile))
         # element-wise bytes per token: 2 norms (read+write h), rope (q and k in place),
         # the activation (read gate and up, write one), the residual add (read 2, write 1)
         ew_bytes = (2 * 2 * h + 2 * (heads + kv_heads) * hd + 3 * model.intermediate / tp
@@ -150,8 +153,10 @@ class RooflineStep:
     # -- operators ---------------------------------------------------------------------
 
     def _gemm(self, gemm: _Gemm, tokens: int) -> float:
-        """Soft maximum of compute and memory time, plus the kernel's fixed cost."""
-        compute = gemm.flops_per_token * tokens
+        """Soft maximum of compute and memory time, plus the kernel's fixed cost. The compute
+        counts whole tiles of token rows (when the calibration has a `gemm_tile`)."""
+        tile = self._tile
+        compute = gemm.flops_per_token * (-(-tokens // tile) * tile if tile else tokens)
         memory = gemm.weight_bytes + gemm.bytes_per_token * tokens
         p = gemm.p
         return (compute ** p + memory ** p) ** gemm.inv_p + self._kernel

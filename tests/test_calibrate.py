@@ -23,12 +23,19 @@ def test_without_profiles_it_says_so_and_fits_nothing(tmp_path, capsys):
 @pytest.mark.skipif(not HAVE_PROFILES, reason="../shared/vidur-profiling/ is not here")
 def test_the_shipped_calibration_is_the_fit_and_meets_the_accuracy_bar(capsys):
     assert calibrate.main(["--check"]) == 0
-    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines()
-            if "model not used in fitting" in line]
-    assert {row[1].strip() for row in rows} == {"prefill", "decode", "mixed"}
+    table = [[cell.strip() for cell in line.split("|")[1:-1]]
+             for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    rows = [row for row in table if "model not used in fitting" in row[0]]
+    assert {row[1] for row in rows} == {"prefill", "decode", "mixed"}
     for _, kind, n, median, p90 in rows:
         assert int(n) >= 100, kind
         assert float(median) <= 10 and float(p90) <= 25, (kind, median, p90)
+    # the unseen model's dense layers too: A100 TP 2, H100 TP 2 and TP 4, both regimes
+    dense = [row for row in table if "dense layers, not used in fitting" in row[0]]
+    assert len(dense) == 6
+    for label, kind, n, median, p90 in dense:
+        assert int(n) >= 35, (label, kind)
+        assert float(median) <= 10 and float(p90) <= 25, (label, kind, median, p90)
 
 
 def test_a_changed_value_is_reported():

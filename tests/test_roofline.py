@@ -121,7 +121,7 @@ def test_a_bigger_gemm_turns_sharper_at_the_crossover():
     """`knee_per_decade`: at the token count where compute time equals weight time, a GEMM
     with 10x the weight bytes sits closer to the hard maximum (ratio 1) than a small one;
     without it every GEMM shares one knee (the ratio is 2^(1/knee) for all)."""
-    base = replace(load_calibration("h100-sxm"), kernel_overhead=0.0, knee=1.5)
+    base = replace(load_calibration("h100-sxm"), kernel_overhead=0.0, knee=1.5, gemm_tile=0.0)
 
     def crossover_ratio(calibration, gemm_index: int) -> float:
         step = RooflineStep(LLAMA70, "h100-sxm", 1, calibration)
@@ -147,3 +147,51 @@ def test_a_calibration_without_knee_per_decade_keeps_one_knee():
     values = {k: v for k, v in asdict(load_calibration("a100-80gb")).items()
               if k != "knee_per_decade"}
     assert Calibration(**values).knee_per_decade == 0.0
+
+
+def test_a_tiled_gemm_computes_whole_tiles_of_token_rows():
+    """`gemm_tile`: 4097 tokens compute what 4160 do (65 tiles of 64 rows), one more token
+    starts a 66th tile; a tile of 0 leaves the token count as it is."""
+    base = replace(load_calibration("h100-sxm"), gemm_tile=0.0)
+    plain = RooflineStep(LLAMA8, "h100-sxm", 1, base)
+    tiled = RooflineStep(LLAMA8, "h100-sxm", 1, replace(base, gemm_tile=64.0))
+
+    def gemms(step: RooflineStep, tokens: int) -> float:
+        return sum(step.gemm_times(tokens))
+
+    assert gemms(tiled, 4097) == pytest.approx(gemms(plain, 4160), rel=2e-3)
+    assert gemms(tiled, 4097) > gemms(plain, 4097) * 1.01
+    assert gemms(tiled, 4161) > gemms(tiled, 4160) * 1.01
+    assert gemms(tiled, 4160) == gemms(plain, 4160)
+
+
+@settings(max_examples=60, deadline=None)
+@given(tokens=st.integers(1, 20000), tile=st.sampled_from([16, 64, 128]))
+def test_tiling_costs_at_most_the_next_whole_tile(tokens, tile):
+    """Per GEMM: no cheaper than untiled, no dearer than untiled at the next tile multiple."""
+    base = replace(load_calibration("a100-80gb"), gemm_tile=0.0)
+    plain = RooflineStep(LLAMA8, "a100-80gb", 1, base)
+    tiled = RooflineStep(LLAMA8, "a100-80gb", 1, replace(base, gemm_tile=float(tile)))
+    whole = -(-tokens // tile) * tile
+    for low, got, high in zip(plain.gemm_times(tokens), tiled.gemm_times(tokens),
+                              plain.gemm_times(whole), strict=True):
+        assert low <= got <= high
+
+
+def test_a_calibration_without_gemm_tile_gives_the_old_times():
+    """Calibration files written before the key existed load untiled; a bad tile is refused."""
+    from dataclasses import asdict
+
+    from kvsched.hardware import Calibration
+
+    values = {k: v for k, v in asdict(load_calibration("h100-sxm")).items() if k != "gemm_tile"}
+    old = Calibration(**values)
+    assert old.gemm_tile == 0.0
+    step = RooflineStep(LLAMA8, "h100-sxm", 1, old)
+    gemm = step._gemms[2]
+    compute, memory = gemm.flops_per_token * 100, gemm.weight_bytes + gemm.bytes_per_token * 100
+    assert step.gemm_times(100)[2] == pytest.approx(
+        (compute ** gemm.p + memory ** gemm.p) ** gemm.inv_p + old.kernel_overhead)
+    for bad in (-64.0, 1.5):
+        with pytest.raises(ValueError, match="gemm_tile"):
+            replace(old, gemm_tile=bad)

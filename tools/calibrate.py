@@ -5,8 +5,9 @@ package (kvsched/hardware/calibration.yaml) and report its accuracy on rows it d
 
 What is fitted, per GPU (A100 and H100, the GPUs measured): the GEMMs' compute and memory
 efficiencies, the knee between their two regimes (and how it sharpens with the GEMM's weight
-bytes: fitted on A100, whose two training models give GEMMs of 33-180 MB; H100, trained on one
-model, borrows it) and a per-kernel cost; the element-wise
+bytes, seen across the training models' GEMMs of 33-235 MB) and a per-kernel cost, with the
+compute counted in whole tiles of GEMM_TILE token rows (chosen by training loss: `--search-tile`
+prints it for each candidate); the element-wise
 kernels' bandwidth efficiency and cost; attention's efficiencies and cost (A100 only: there is no
 H100 attention profile, so H100 borrows A100's attention efficiencies); all-reduce latency and
 bus-bandwidth efficiency. Fitting minimises the squared log ratio (a relative error) over a
@@ -45,6 +46,10 @@ MODELS = {"Llama-2-7b-hf": "meta-llama/Llama-2-7b-hf",
 GPUS = {"a100": "a100-80gb", "h100": "h100-sxm"}  # Vidur profiled A100 80GB and H100 SXM (DGX)
 TRAIN_SHARE = 0.7
 SEED = 0
+# Token rows per GEMM tile in the compute term. 64 gives the lowest training loss of
+# TILE_CANDIDATES on both GPUs (`--search-tile`); 0 would be no tiling.
+GEMM_TILE = 64
+TILE_CANDIDATES = (0, 16, 32, 64, 128)
 
 START = Calibration(linear_compute_eff=0.7, linear_memory_eff=0.75, knee=2.0,
                     kernel_overhead=5e-6, elementwise_memory_eff=0.5, elementwise_overhead=3e-6,
@@ -151,10 +156,10 @@ def roofline(model: str, gpu: str, tp: int, calibration: Calibration) -> Rooflin
     return RooflineStep(MODELS[model], GPUS[gpu], tp, calibration)
 
 
-def fit_dense(cal: Calibration, gpu: str, frames: list[tuple[str, int, pd.DataFrame]],
-              knee_per_decade: float | None = None) -> Calibration:
+def fit_gemms(cal: Calibration, gpu: str, frames: list[tuple[str, int, pd.DataFrame]],
+              knee_per_decade: float | None = None) -> tuple[Calibration, float]:
     """GEMM efficiencies, knee (its change with the GEMM's size too, unless given) and
-    kernel cost; then the element-wise kernels."""
+    kernel cost at the calibration's `gemm_tile`, and the training loss they reach."""
     def gemm_cal(x: np.ndarray) -> Calibration:
         slope = float(x[4]) if knee_per_decade is None else knee_per_decade
         return replace(cal, linear_compute_eff=eff(x[0]), linear_memory_eff=eff(x[1]),
@@ -175,7 +180,13 @@ def fit_dense(cal: Calibration, gpu: str, frames: list[tuple[str, int, pd.DataFr
                                          logit(cal.linear_memory_eff), np.log(cal.knee - 1),
                                          np.log(cal.kernel_overhead), cal.knee_per_decade]
                                         [:4 if knee_per_decade is not None else 5]))
-    cal = gemm_cal(x)
+    return gemm_cal(x), gemm_loss(x)
+
+
+def fit_dense(cal: Calibration, gpu: str, frames: list[tuple[str, int, pd.DataFrame]],
+              knee_per_decade: float | None = None) -> Calibration:
+    """The GEMMs (`fit_gemms`), then the element-wise kernels."""
+    cal, _ = fit_gemms(cal, gpu, frames, knee_per_decade)
 
     def ew_cal(x: np.ndarray) -> Calibration:
         return replace(cal, elementwise_memory_eff=eff(x[0]),
@@ -327,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profiles", type=Path, default=DEFAULT_PROFILES)
     parser.add_argument("--no-write", action="store_true", help="Report only.")
+    parser.add_argument("--search-tile", action="store_true",
+                        help="Also print each GPU's GEMM training loss for every gemm_tile "
+                             "candidate (how GEMM_TILE was chosen).")
     parser.add_argument("--check", action="store_true",
                         help="Write nothing; exit 1 if the shipped calibration is not this fit.")
     args = parser.parse_args(argv)
@@ -346,10 +360,13 @@ def main(argv: list[str] | None = None) -> int:
     for gpu in GPUS:
         train = [(model, tp, frame[masks[(g, model, tp)]])
                  for (g, model, tp), frame in dense.items() if g == gpu and tp == 1]
-        # How the knee sharpens with a GEMM's size needs two model sizes to be seen: A100
-        # has them (Llama-2-7B and Llama-3-8B); H100 (Llama-2-7B only) borrows A100's.
-        cal = fit_dense(START, gpu, train,
-                        None if gpu == "a100" else fitted["a100"].knee_per_decade)
+        if args.search_tile:
+            for tile in TILE_CANDIDATES:
+                _, loss = fit_gemms(replace(START, gemm_tile=float(tile)), gpu, train)
+                print(f"{gpu} gemm_tile {tile}: training loss {loss * 1e3:.3f}e-3")
+        # How the knee sharpens with a GEMM's size is seen across each model's four GEMMs
+        # (Llama-2-7B's are 33-180 MB): each GPU fits its own.
+        cal = fit_dense(replace(START, gemm_tile=float(GEMM_TILE)), gpu, train)
         key = ("a100", "Llama-2-7b-hf", 1)
         if gpu == "a100":
             cal = fit_attention(cal, gpu, "Llama-2-7b-hf", 1, attention[key][attn_masks[key]])
@@ -362,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         fitted[gpu] = replace(cal, source=f"tools/calibrate.py on Vidur's {gpu.upper()} profiles "
                               f"(train rows: {', '.join(m for m, _, _ in train)} at TP 1"
                               + (", attention of Llama-2-7b-hf" if gpu == "a100" else
-                                 "; attention efficiencies and knee_per_decade from A100")
+                                 "; attention efficiencies from A100")
                               + ")")
 
     lines = ["| profile | batches | n | median abs % error | p90 abs % error |",

@@ -82,7 +82,10 @@ class Calibration:
     kernel; `knee` is the exponent p of the soft maximum (c^p + m^p)^(1/p) joining the
     compute-bound and the weight-bound regimes of a GEMM (large p: a sharp max), for a GEMM
     of 100 MB of weights; `knee_per_decade` adds to it per tenfold more weight bytes (a big
-    GEMM fills every SM with tiles and hides its loads behind its math: a sharper knee)."""
+    GEMM fills every SM with tiles and hides its loads behind its math: a sharper knee).
+    `gemm_tile` > 0 rounds a GEMM's token rows up to a multiple of it in the compute term (a
+    kernel computes whole output tiles: 65 tokens cost what 128 do with a 64-row tile);
+    0, the default for files written before the key, leaves the token count as it is."""
 
     linear_compute_eff: float
     linear_memory_eff: float
@@ -97,6 +100,7 @@ class Calibration:
     allreduce_bw_eff: float
     step_overhead: float = 0.0
     knee_per_decade: float = 0.0
+    gemm_tile: float = 0.0
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -108,6 +112,9 @@ class Calibration:
                 raise ValueError(f"calibration {f.name} must be >= 0, got {value}")
         if not self.knee >= 1:
             raise ValueError(f"calibration knee must be >= 1, got {self.knee}")
+        if not (self.gemm_tile >= 0 and float(self.gemm_tile).is_integer()):
+            raise ValueError(f"calibration gemm_tile must be a whole number >= 0 (0: off), "
+                             f"got {self.gemm_tile}")
 
 
 def _read(name: str) -> dict[str, dict[str, Any]]:
