@@ -126,6 +126,9 @@ class EngineConfig:
       off): at most that many prefills under way, of which that many long ones (over
       `long_prefill_token_threshold`, which then only classifies: default 4% of
       `max_model_len`); see `kvsched.partial_prefills`.
+    - `append_free_block` (vLLM V0's `can_append_slots`): a running request decodes only
+      while at least one block is free, even when its last block has room (V0 counts every
+      block an append touches as a new one); otherwise the tail is preempted first.
     - `enable_priority_scheduling` (SGLang's flag, under `future_tokens`): a request that
       finds the batch full preempts running requests whose `priority` is worse (larger) by
       more than `priority_scheduling_preemption_threshold`; the queue order is `policy`.
@@ -164,6 +167,7 @@ class EngineConfig:
     max_long_partial_prefills: int = 1
     enable_priority_scheduling: bool = False
     priority_scheduling_preemption_threshold: int = 10
+    append_free_block: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_blocks",

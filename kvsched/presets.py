@@ -65,6 +65,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
              "max_num_batched_tokens": 2048, "max_num_seqs": 256,
              "on_unschedulable": "reject", "preemption_warning": True,
              "swapped_fifo": True, "delay_factor": 0.0, "rejection_texts": "vllm_v0",
+             "append_free_block": True,
              "enable_prefix_caching": False, "prefix_accounting": "v0"},
             missing=(
                      "chunked V0 is approximated by step_order decode_first (V0 walks its "

@@ -225,6 +225,9 @@ class Scheduler:
         self._block_size = config.block_size
         self._budget = config.max_num_batched_tokens
         self._chunk_cap = config.long_prefill_token_threshold or config.max_num_batched_tokens
+        # vLLM V0: the bulk decode pass needs a block free beyond those it takes, else the
+        # pass runs request by request (each decode checks for a free block).
+        self._append_floor = 1 if config.append_free_block else 0
         # The rules that follow the queue policy (vLLM V1), resolved once.
         victim = config.victim
         if victim is Victim.BY_POLICY:
@@ -298,15 +301,17 @@ class Scheduler:
         max_model_len = self.config.max_model_len
         if max_model_len is not None:
             too_long = model_len_rejection(seq.prompt_len, max_model_len)
-            if self.config.rejection_texts is RejectionTexts.VLLM_V0 and (
-                    seq.prompt_len == max_model_len):
+            v0 = self.config.rejection_texts is RejectionTexts.VLLM_V0
+            if v0 and seq.prompt_len == max_model_len:
                 too_long = None  # vLLM 0.8.5 runs a prompt of exactly max_model_len
             if too_long:
                 self.reject(seq, step, too_long)
                 return
-            if seq.prompt_len + seq.output_len > max_model_len:  # stops at max_model_len
-                # (V0 lets a prompt of max_model_len tokens produce one)
-                seq.output_len = max(max_model_len - seq.prompt_len, 1)
+            # V1 stops once the sequence holds max_model_len tokens; V0's stop checker
+            # once it holds more (RULES.md V0-3): one token later.
+            cap = max_model_len - seq.prompt_len + (1 if v0 else 0)
+            if seq.output_len > cap:
+                seq.output_len = max(cap, 1)
                 seq.lifetime_blocks = blocks_for(seq.prompt_len + seq.output_len - 1,
                                                  self._block_size)
         seq.unschedulable = self.unschedulable_reason(seq)
@@ -504,7 +509,7 @@ class Scheduler:
             limit = bisect_left(ends, True, 1, limit,
                                 key=lambda t: next_arrival <= t + 1e-9 * (1.0 + t))
         pool = self.pool
-        spare = pool.free - self.hol_floor()  # blocks the stretch may take
+        spare = pool.free - self.hol_floor() - self._append_floor  # blocks it may take
         if spare < 0:  # prefill-first steps look at the pool before they decode: it shrank
             return None
         block_due = self._block_due
@@ -625,7 +630,7 @@ class Scheduler:
         tick = plan.tick = self.tick
         due = self._block_due.pop(tick, None)
         growing = [seq for seq, epoch in due if seq.epoch == epoch] if due else []
-        if n > budget or len(growing) > self.pool.free:
+        if n > budget or len(growing) > self.pool.free - self._append_floor:
             return self._decode_exact(plan, budget, tick)
         if growing:
             prefix = self.prefix
@@ -654,21 +659,23 @@ class Scheduler:
         block_size = self._block_size
         pool = self.pool
         eager = self.prefix is not None and self.prefix.eager  # vLLM hashes filled blocks
+        worst_case = self.config.append_free_block
         decoded: list[Seq] = []
         for seq in list(self.running.values()):
             if seq.state is not RUNNING:
                 continue  # preempted as a victim earlier in this pass
             if budget < 1:
                 break
-            if seq.prompt_len + seq.base + tick - 1 > seq.blocks * block_size:
-                if not pool.free:
-                    victim = self._pick_victim()
-                    self._preempt(victim, plan, cause=seq)
-                    if victim is seq:
-                        continue
-                    if victim.decoded_tick == tick:  # already decoded this pass: undo it
-                        decoded.remove(victim)
-                        budget += 1
+            grows = seq.prompt_len + seq.base + tick - 1 > seq.blocks * block_size
+            if (grows or worst_case) and not pool.free:
+                victim = self._pick_victim()
+                self._preempt(victim, plan, cause=seq)
+                if victim is seq:
+                    continue
+                if victim.decoded_tick == tick:  # already decoded this pass: undo it
+                    decoded.remove(victim)
+                    budget += 1
+            if grows:
                 self._grow(seq, 1)
                 seq.grew_tick = tick
                 self._push_block_due(seq)

@@ -118,6 +118,7 @@ class EngineSpec(Strict):
     enable_priority_scheduling: bool = _ENGINE.enable_priority_scheduling
     priority_scheduling_preemption_threshold: NonNegativeInt = (
         _ENGINE.priority_scheduling_preemption_threshold)
+    append_free_block: bool = _ENGINE.append_free_block
 
     @model_validator(mode="before")
     @classmethod
