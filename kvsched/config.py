@@ -129,6 +129,11 @@ class EngineConfig:
     - `append_free_block` (vLLM V0's `can_append_slots`): a running request decodes only
       while at least one block is free, even when its last block has room (V0 counts every
       block an append touches as a new one); otherwise the tail is preempted first.
+    - `priority_preemption` (vLLM V0's `_schedule_priority_preemption`, with `policy:
+      priority`): the waiting queue keeps arrival order (recompute victims at its front)
+      and is sorted by (priority, arrival) only in a step that admits no prefill, after
+      the running requests are sorted so and worse ones are preempted from the tail until
+      the head fits.
     - `enable_priority_scheduling` (SGLang's flag, under `future_tokens`): a request that
       finds the batch full preempts running requests whose `priority` is worse (larger) by
       more than `priority_scheduling_preemption_threshold`; the queue order is `policy`.
@@ -168,6 +173,7 @@ class EngineConfig:
     enable_priority_scheduling: bool = False
     priority_scheduling_preemption_threshold: int = 10
     append_free_block: bool = False
+    priority_preemption: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_blocks",
@@ -223,6 +229,9 @@ class EngineConfig:
                 and self.admission_rule is not AdmissionRule.FUTURE_TOKENS):
             raise ValueError("enable_priority_scheduling is SGLang's: it needs "
                              "admission_rule future_tokens")
+        if self.priority_preemption and order is not StepOrder.PREFILL_FIRST:
+            raise ValueError("priority_preemption is vLLM V0's default mode: it needs "
+                             "step_order prefill_first (chunked prefill off)")
         if self.max_num_partial_prefills > 1:
             if not self.chunked_prefill or order is not StepOrder.DECODE_FIRST:
                 raise ValueError("max_num_partial_prefills > 1 is vLLM V0's chunked mode: it "

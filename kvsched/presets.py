@@ -29,11 +29,16 @@ class Preset:
     settings: Mapping[str, Any]
     exact: bool = False
     missing: tuple[str, ...] = field(default_factory=tuple)
+    # settings that replace `settings` when chunked prefill is on (V0 runs another
+    # scheduler then: _schedule_chunked_prefill); keys written beside the preset still win
+    when_chunked: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _preset(name: str, engine: str, summary: str, settings: dict[str, Any], *,
-            exact: bool = False, missing: tuple[str, ...] = ()) -> Preset:
-    return Preset(name, engine, summary, MappingProxyType(settings), exact, missing)
+            exact: bool = False, missing: tuple[str, ...] = (),
+            when_chunked: dict[str, Any] | None = None) -> Preset:
+    return Preset(name, engine, summary, MappingProxyType(settings), exact, missing,
+                  MappingProxyType(when_chunked or {}))
 
 
 PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
@@ -65,14 +70,15 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
              "max_num_batched_tokens": 2048, "max_num_seqs": 256,
              "on_unschedulable": "reject", "preemption_warning": True,
              "swapped_fifo": True, "delay_factor": 0.0, "rejection_texts": "vllm_v0",
-             "append_free_block": True,
+             "append_free_block": True, "priority_preemption": True,
              "enable_prefix_caching": False, "prefix_accounting": "v0"},
             missing=(
                      "chunked V0 is approximated by step_order decode_first (V0 walks its "
                      "running queue in order, decodes and chunks alike)",
                      "V0 ignores a prompt when it reaches the head, kvsched at arrival; a "
                      "prompt that fits but whose output cannot is rejected (V0 would thrash)",
-                     "multi-sequence groups")),
+                     "multi-sequence groups"),
+            when_chunked={"step_order": "decode_first", "priority_preemption": False}),
     _preset("sglang", "SGLang 0.5.23 (approximate)",
             "prefill-first steps with chunking (one chunked request at a time, continued "
             "first); admission reserves the decode tokens running requests are expected to "
@@ -104,7 +110,12 @@ def expand(engine: Mapping[str, Any]) -> dict[str, Any]:
     preset = PRESETS.get(name) if isinstance(name, str) else None
     if preset is None:
         return dict(engine)  # the schema refuses the name, listing the presets
-    return {**preset.settings, **engine}
+    settings = dict(preset.settings)
+    chunked = engine.get("chunked_prefill", engine.get("enable_chunked_prefill",
+                                                       settings.get("chunked_prefill")))
+    if chunked is True:
+        settings.update(preset.when_chunked)
+    return {**settings, **engine}
 
 
 def engine_config(preset: str = "lesson", **keys: Any) -> EngineConfig:

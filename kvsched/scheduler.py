@@ -248,6 +248,10 @@ class Scheduler:
         self._dynamic = bool(getattr(self.waiting, "dynamic", False))  # re-ranked each step
         self.reservation = make_reservation(config)  # SGLang's admission rule, or None
         self.partial = make_partial_prefills(config)  # vLLM V0's partial prefills, or None
+        # vLLM V0's priority: an arrival-order queue, sorted in steps without a prefill
+        self._v0_priority = config.priority_preemption and isinstance(policy, PriorityFirst)
+        if self._v0_priority:
+            self.waiting = WaitingQueue(Fcfs())
         if self.partial is not None:  # the threshold then classifies prompts, caps no chunk
             self._chunk_cap = config.max_num_batched_tokens
         self._order = {StepOrder.DECODE_FIRST: self._decode_first,
@@ -377,12 +381,42 @@ class Scheduler:
         self._track_head_of_line(plan)
         if plan.prefills:
             return
+        if self._v0_priority:
+            self._v0_priority_preemption(plan)
         admitted_victims = len(plan.preempted)  # by priority preemption, not retraction
         budget = self._decode(plan, budget)
         if self.reservation is not None and plan.tick:
             self._reservation_after_decode(plan, len(plan.preempted) > admitted_victims)
-        if not plan.preempted or self.config.admit_after_preempt:
+        if len(plan.preempted) == admitted_victims or self.config.admit_after_preempt:
             self._admit(plan, budget, allow_prefill=False, allow_swap=True)
+
+    def _v0_priority_preemption(self, plan: StepPlan) -> None:
+        """vLLM 0.8.5 `_schedule_priority_preemption` (RULES.md V0-5), in a step that
+        admitted no prefill: sort the running requests by (priority, arrival); while the
+        worst of them is worse than the waiting head and the head could not be admitted
+        now, preempt that worst one (recompute, to the waiting front); then sort the
+        waiting queue (swapped requests aside) by (priority, arrival)."""
+        def key(seq: Seq) -> tuple[int, float]:
+            return seq.request.priority, seq.request.arrival_time
+
+        running = sorted(self.running.values(), key=key)
+        for seq in running:  # the running queue's order is the victims' order (tail first)
+            self._admissions += 1
+            seq.admit_seq = self._admissions
+        self.running = {seq.index: seq for seq in running}
+        waiting = self.waiting
+        head = waiting.first_unswapped()
+        if head is not None:
+            need = blocks_for(head.prompt_len + head.generated, self._block_size)
+            self.tick += 1  # _preempt counts a decoding victim as at the start of a pass
+            while running and key(running[-1]) > key(head):
+                if (len(self.running) < self.config.max_num_seqs
+                        and head.prompt_len + head.generated <= self._budget
+                        and self.pool.can_admit(need)):
+                    break
+                self._preempt(running.pop(), plan, cause=head)
+            self.tick -= 1
+        waiting.sort_unswapped(key)
 
     def _running_loop(self, plan: StepPlan) -> None:
         """vLLM V1 (conformance/RULES.md R3-R8): the running requests in admission order,
@@ -484,6 +518,8 @@ class Scheduler:
             return None
         if self.config.delay_factor and len(self.waiting):
             return None  # the delay passes with time alone: admissions may open mid-stretch
+        if self._v0_priority and len(self.waiting):
+            return None  # a shrinking pool may make a worse running request a victim
         if self._dynamic and len(self.waiting):
             return None  # the order changes with time and the cache: a new head may fit
         prefix = self.prefix

@@ -119,6 +119,7 @@ class EngineSpec(Strict):
     priority_scheduling_preemption_threshold: NonNegativeInt = (
         _ENGINE.priority_scheduling_preemption_threshold)
     append_free_block: bool = _ENGINE.append_free_block
+    priority_preemption: bool = _ENGINE.priority_preemption
 
     @model_validator(mode="before")
     @classmethod

@@ -70,7 +70,9 @@ def test_partial_prefills_need_v0s_chunked_mode():
     """Refused with prefill-first steps, without chunking, or with more long than total."""
     with pytest.raises(ValueError, match="chunked mode"):
         engine_config("vllm_v0", enable_chunked_prefill=True, max_num_partial_prefills=2,
-                      max_model_len=1000)
+                      max_model_len=1000, step_order="prefill_first")
+    with pytest.raises(ValueError, match="chunked mode"):
+        engine_config("vllm_v0", max_num_partial_prefills=2, max_model_len=1000)
     with pytest.raises(ValueError, match="must be <="):
         v0_chunked(max_num_partial_prefills=2, max_long_partial_prefills=3, max_model_len=100)
     with pytest.raises(ValueError, match="4% of max_model_len"):
