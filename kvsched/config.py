@@ -134,6 +134,13 @@ class EngineConfig:
       and is sorted by (priority, arrival) only in a step that admits no prefill, after
       the running requests are sorted so and worse ones are preempted from the tail until
       the head fits.
+    - `swap_in_front`, `prefill_past_swapped`, `swap_in_after_preempt` (vLLM V0's chunked
+      scheduler): a request swapped in joins the front of the running queue (so it is the
+      last victim); prefills are admitted while requests wait swapped out (after the
+      step's swap-ins); no swap-in in a step that preempted (when false).
+    - `readmit_victims`: a request preempted in a step may be admitted again in that step
+      (the lesson); false: it re-enters the queue after the step's admissions (vLLM V0's
+      chunked scheduler extends `waiting` with its victims after `_schedule_prefills`).
     - `enable_priority_scheduling` (SGLang's flag, under `future_tokens`): a request that
       finds the batch full preempts running requests whose `priority` is worse (larger) by
       more than `priority_scheduling_preemption_threshold`; the queue order is `policy`.
@@ -174,6 +181,10 @@ class EngineConfig:
     priority_scheduling_preemption_threshold: int = 10
     append_free_block: bool = False
     priority_preemption: bool = False
+    swap_in_front: bool = False
+    prefill_past_swapped: bool = False
+    swap_in_after_preempt: bool = True
+    readmit_victims: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_blocks",

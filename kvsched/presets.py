@@ -78,7 +78,10 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
                      "V0 ignores a prompt when it reaches the head, kvsched at arrival; a "
                      "prompt that fits but whose output cannot is rejected (V0 would thrash)",
                      "multi-sequence groups"),
-            when_chunked={"step_order": "decode_first", "priority_preemption": False}),
+            when_chunked={"step_order": "decode_first", "priority_preemption": False,
+                          "admit_after_preempt": True, "swap_in_after_preempt": False,
+                          "prefill_past_swapped": True, "swap_in_front": True,
+                          "readmit_victims": False}),
     _preset("sglang", "SGLang 0.5.23 (approximate)",
             "prefill-first steps with chunking (one chunked request at a time, continued "
             "first); admission reserves the decode tokens running requests are expected to "

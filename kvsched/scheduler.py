@@ -213,6 +213,7 @@ class Scheduler:
         self._finish_due: dict[int, list[tuple[Seq, int]]] = {}
         self._finish_ticks: list[int] = []  # heap of the keys of _finish_due
         self._admissions = 0
+        self._front_admissions = 0  # counts down: V0 chunked swap-ins join the front
         self._num_cumulative_preemption = 0  # vLLM V0's counter, for its warning
         # vLLM V0's delay_factor: prefills wait until the oldest waiting request has waited
         # delay_factor x the last prompt step's latency (or nothing runs).
@@ -370,7 +371,8 @@ class Scheduler:
             self._reservation_after_decode(plan, bool(plan.preempted))
         budget = self._continue_prefills(plan, budget)
         if not plan.preempted or self.config.admit_after_preempt:
-            self._admit(plan, budget, allow_prefill=True, allow_swap=True)
+            allow_swap = not plan.preempted or self.config.swap_in_after_preempt
+            self._admit(plan, budget, allow_prefill=True, allow_swap=allow_swap)
             self._track_head_of_line(plan)
 
     def _prefill_first(self, plan: StepPlan) -> None:
@@ -965,6 +967,8 @@ class Scheduler:
         self._stopped_at = None
         reservation = self.reservation if allow_prefill else None
         partial = self.partial
+        past_swapped = cfg.prefill_past_swapped
+        readmit = cfg.readmit_victims
         aside: list[tuple] = []
         if reservation is not None and not reservation.open_round(
                 self._decoding_pairs(0, plan), plan.prefills, len(waiting)):
@@ -989,14 +993,20 @@ class Scheduler:
                         continue  # a victim re-queued ahead of it: set it aside first
             request = seq.request
             if seq.state is SeqState.SWAPPED:
-                if not allow_swap:
-                    break
                 cached = seq.prompt_len + seq.generated  # its KV plus the token it decodes now
                 need = blocks_for(cached, block_size)
-                if not pool.can_admit(need):
-                    self._stopped_at = (seq, f"needs {need} blocks", budget)
+                if not allow_swap or not pool.can_admit(need):
+                    if past_swapped:  # V0 chunked: the swap-ins stop, the prefills go on
+                        allow_swap = False
+                        aside.append(waiting.set_aside())
+                        continue
+                    if allow_swap:
+                        self._stopped_at = (seq, f"needs {need} blocks", budget)
                     break
                 self._take_head(plan, seq, need)
+                if self.config.swap_in_front:  # V0 chunked: swap-ins lead the running queue
+                    self._front_admissions -= 1
+                    seq.admit_seq = self._front_admissions
                 plan.swapped_in_blocks += seq.host_blocks
                 seq.num_swapped_blocks += seq.host_blocks
                 self.events.append((plan.step, plan.time, request.request_id, "swap_in",
@@ -1004,6 +1014,9 @@ class Scheduler:
                 seq.host_blocks = 0
                 seq.state = RUNNING
                 self.running[seq.index] = seq
+                if self.config.swap_in_front:
+                    self.running = dict(sorted(self.running.items(),
+                                               key=lambda item: item[1].admit_seq))
                 self.kv_tokens += cached
                 plan.kv_read_tokens += cached
                 plan.swap_ins.append(seq)
@@ -1012,6 +1025,9 @@ class Scheduler:
             else:
                 if not allow_prefill or not self._delay_passed:
                     break
+                if not readmit and seq in plan.preempted:  # V0: back in the queue after
+                    aside.append(waiting.set_aside())
+                    continue
                 if partial is not None and not partial.can_schedule(seq):
                     aside.append(waiting.set_aside())  # a long prompt: shorter ones pass it
                     continue

@@ -120,6 +120,10 @@ class EngineSpec(Strict):
         _ENGINE.priority_scheduling_preemption_threshold)
     append_free_block: bool = _ENGINE.append_free_block
     priority_preemption: bool = _ENGINE.priority_preemption
+    swap_in_front: bool = _ENGINE.swap_in_front
+    prefill_past_swapped: bool = _ENGINE.prefill_past_swapped
+    swap_in_after_preempt: bool = _ENGINE.swap_in_after_preempt
+    readmit_victims: bool = _ENGINE.readmit_victims
 
     @model_validator(mode="before")
     @classmethod
