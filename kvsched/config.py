@@ -134,6 +134,8 @@ class EngineConfig:
       and is sorted by (priority, arrival) only in a step that admits no prefill, after
       the running requests are sorted so and worse ones are preempted from the tail until
       the head fits.
+    - `priority_orders_queue`: false: the queue policy orders nothing, requests wait in
+      arrival order (vLLM V0's chunked scheduler never sorts by priority).
     - `swap_in_front`, `prefill_past_swapped`, `swap_in_after_preempt` (vLLM V0's chunked
       scheduler): a request swapped in joins the front of the running queue (so it is the
       last victim); prefills are admitted while requests wait swapped out (after the
@@ -181,6 +183,7 @@ class EngineConfig:
     priority_scheduling_preemption_threshold: int = 10
     append_free_block: bool = False
     priority_preemption: bool = False
+    priority_orders_queue: bool = True
     swap_in_front: bool = False
     prefill_past_swapped: bool = False
     swap_in_after_preempt: bool = True

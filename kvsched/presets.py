@@ -79,6 +79,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
                      "prompt that fits but whose output cannot is rejected (V0 would thrash)",
                      "multi-sequence groups"),
             when_chunked={"step_order": "decode_first", "priority_preemption": False,
+                          "priority_orders_queue": False,
                           "admit_after_preempt": True, "swap_in_after_preempt": False,
                           "prefill_past_swapped": True, "swap_in_front": True,
                           "readmit_victims": False}),

@@ -251,8 +251,8 @@ class Scheduler:
         self.partial = make_partial_prefills(config)  # vLLM V0's partial prefills, or None
         # vLLM V0's priority: an arrival-order queue, sorted in steps without a prefill
         self._v0_priority = config.priority_preemption and isinstance(policy, PriorityFirst)
-        if self._v0_priority:
-            self.waiting = WaitingQueue(Fcfs())
+        if self._v0_priority or not config.priority_orders_queue:
+            self.waiting = WaitingQueue(Fcfs())  # in arrival order
         if self.partial is not None:  # the threshold then classifies prompts, caps no chunk
             self._chunk_cap = config.max_num_batched_tokens
         self._order = {StepOrder.DECODE_FIRST: self._decode_first,
@@ -969,6 +969,7 @@ class Scheduler:
         partial = self.partial
         past_swapped = cfg.prefill_past_swapped
         readmit = cfg.readmit_victims
+        front: list[Seq] = []  # swapped in, to lead the running queue
         aside: list[tuple] = []
         if reservation is not None and not reservation.open_round(
                 self._decoding_pairs(0, plan), plan.prefills, len(waiting)):
@@ -1005,8 +1006,7 @@ class Scheduler:
                     break
                 self._take_head(plan, seq, need)
                 if self.config.swap_in_front:  # V0 chunked: swap-ins lead the running queue
-                    self._front_admissions -= 1
-                    seq.admit_seq = self._front_admissions
+                    front.append(seq)
                 plan.swapped_in_blocks += seq.host_blocks
                 seq.num_swapped_blocks += seq.host_blocks
                 self.events.append((plan.step, plan.time, request.request_id, "swap_in",
@@ -1014,9 +1014,6 @@ class Scheduler:
                 seq.host_blocks = 0
                 seq.state = RUNNING
                 self.running[seq.index] = seq
-                if self.config.swap_in_front:
-                    self.running = dict(sorted(self.running.items(),
-                                               key=lambda item: item[1].admit_seq))
                 self.kv_tokens += cached
                 plan.kv_read_tokens += cached
                 plan.swap_ins.append(seq)
@@ -1074,6 +1071,11 @@ class Scheduler:
                                     len(waiting))
         if aside:
             waiting.restore(aside)
+        if front:  # in their swap-in order, ahead of every running request
+            self._front_admissions -= len(front)
+            for i, seq in enumerate(front):
+                seq.admit_seq = self._front_admissions + i
+            self.running = dict(sorted(self.running.items(), key=lambda item: item[1].admit_seq))
         return budget
 
     def _priority_preempt(self, plan: StepPlan, seq: Seq, max_num_seqs: int,

@@ -120,6 +120,7 @@ class EngineSpec(Strict):
         _ENGINE.priority_scheduling_preemption_threshold)
     append_free_block: bool = _ENGINE.append_free_block
     priority_preemption: bool = _ENGINE.priority_preemption
+    priority_orders_queue: bool = _ENGINE.priority_orders_queue
     swap_in_front: bool = _ENGINE.swap_in_front
     prefill_past_swapped: bool = _ENGINE.prefill_past_swapped
     swap_in_after_preempt: bool = _ENGINE.swap_in_after_preempt
