@@ -25,6 +25,10 @@ class Victim(StrEnum):
     LOWEST_PRIORITY = "lowest_priority"  # max (priority, arrival) (vLLM V1 under priority)
     FEWEST_GENERATED = "fewest_generated"  # fewest output tokens, longest prompt (SGLang)
     BY_POLICY = "by_policy"  # vLLM V1: lowest_priority under `priority`, else last_admitted
+    # vLLM V0 chunked: the tail of its running queue, where prefills under way sit behind
+    # the decodes: the last prefill under way, else the decode that joined the queue last
+    # (a request joins it when its prefill completes)
+    QUEUE_TAIL = "queue_tail"
 
 
 class Requeue(StrEnum):
@@ -140,6 +144,9 @@ class EngineConfig:
       scheduler): a request swapped in joins the front of the running queue (so it is the
       last victim); prefills are admitted while requests wait swapped out (after the
       step's swap-ins); no swap-in in a step that preempted (when false).
+    - `swap_prefills` (vLLM V0): with `preemption: swap` a request preempted mid-prefill
+      is swapped out too, its chunks kept; it is swapped back in only when the rest of its
+      prompt fits the step's budget (V0 does not chunk a swap-in), and completes it then.
     - `readmit_victims`: a request preempted in a step may be admitted again in that step
       (the lesson); false: it re-enters the queue after the step's admissions (vLLM V0's
       chunked scheduler extends `waiting` with its victims after `_schedule_prefills`).
@@ -188,6 +195,7 @@ class EngineConfig:
     prefill_past_swapped: bool = False
     swap_in_after_preempt: bool = True
     readmit_victims: bool = True
+    swap_prefills: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_blocks",

@@ -70,7 +70,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
              "max_num_batched_tokens": 2048, "max_num_seqs": 256,
              "on_unschedulable": "reject", "preemption_warning": True,
              "swapped_fifo": True, "delay_factor": 0.0, "rejection_texts": "vllm_v0",
-             "append_free_block": True, "priority_preemption": True,
+             "append_free_block": True, "priority_preemption": True, "swap_prefills": True,
              "enable_prefix_caching": False, "prefix_accounting": "v0"},
             missing=(
                      "chunked V0 is approximated by step_order decode_first (V0 walks its "
@@ -82,7 +82,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
                           "priority_orders_queue": False,
                           "admit_after_preempt": True, "swap_in_after_preempt": False,
                           "prefill_past_swapped": True, "swap_in_front": True,
-                          "readmit_victims": False}),
+                          "readmit_victims": False, "victim": "queue_tail"}),
     _preset("sglang", "SGLang 0.5.23 (approximate)",
             "prefill-first steps with chunking (one chunked request at a time, continued "
             "first); admission reserves the decode tokens running requests are expected to "

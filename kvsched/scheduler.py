@@ -745,6 +745,9 @@ class Scheduler:
 
     def _pick_victim(self) -> Seq:
         rule = self._victim
+        if rule is Victim.QUEUE_TAIL:
+            queue = self.prefilling or self.running
+            return next(reversed(queue.values()))
         if rule is Victim.LAST_ADMITTED:  # both queues are in admission order
             tails = [next(reversed(q.values())) for q in (self.running, self.prefilling) if q]
             return max(tails, key=lambda s: s.admit_seq)
@@ -774,11 +777,12 @@ class Scheduler:
                     self.pool.release(1)
             # The re-prefill recomputes its context and the token it was about to decode.
             victim.recompute_upto = victim.prompt_len + victim.generated
-        else:  # mid-prefill: the chunks computed so far are lost
+        else:  # mid-prefill: the chunks computed so far are lost (unless swapped out)
             del self.prefilling[victim.index]
             done = computed = victim.prompt_len + victim.generated - victim.prefill_left
-            victim.recompute_upto = max(victim.recompute_upto, done)
-            victim.prefill_left = 0
+            if not (self.config.swap_prefills and self.config.preemption is PreemptionMode.SWAP):
+                victim.recompute_upto = max(victim.recompute_upto, done)
+                victim.prefill_left = 0
         if self.prefix is not None:  # its computed blocks stay cached: it may find them again
             self.prefix.preempted(victim, computed)
         else:
@@ -788,14 +792,15 @@ class Scheduler:
         victim.num_preemptions += 1
         plan.preempted.append(victim)
         if self.config.preemption_warning and self._num_cumulative_preemption % 50 == 0:
-            mode = "SWAP" if (self.config.preemption is PreemptionMode.SWAP
-                              and was_decoding) else "RECOMPUTE"
+            mode = "SWAP" if (self.config.preemption is PreemptionMode.SWAP and (
+                was_decoding or self.config.swap_prefills)) else "RECOMPUTE"
             self.events.append((plan.step, plan.time, request.request_id, "warning",
                                 V0_PREEMPTION_WARNING.format(
                                     request.request_id, mode,
                                     self._num_cumulative_preemption + 1)))
         self._num_cumulative_preemption += 1
-        swap = self.config.preemption is PreemptionMode.SWAP and was_decoding
+        swap = self.config.preemption is PreemptionMode.SWAP and (
+            was_decoding or self.config.swap_prefills)
         mode = "swap" if swap else "recompute"
         self.events.append((plan.step, plan.time, request.request_id, "preempt",
                             f"{mode}; {victim.blocks} blocks freed for "
@@ -947,11 +952,23 @@ class Scheduler:
     def _continue_prefills(self, plan: StepPlan, budget: int) -> int:
         if not self.prefilling:
             return budget
+        worst_case = self.config.append_free_block
         for seq in list(self.prefilling.values()):
+            if seq.state is not PREFILLING:
+                continue  # preempted as a victim earlier in this loop
             if budget < 1:
                 break
             cap = self._chunk_cap if self.partial is None else self.partial.slot
             chunk = min(seq.prefill_left, budget, cap)
+            # vLLM V0 holds the whole prompt's blocks; its append check still wants a free
+            # block unless the prompt ends on a block boundary (RULES.md V0-2)
+            if worst_case and (seq.prompt_len + seq.generated) % self._block_size:
+                victim = None
+                while not self.pool.free and victim is not seq:
+                    victim = self._pick_victim()
+                    self._preempt(victim, plan, cause=seq)
+                if victim is seq:
+                    continue
             budget -= chunk
             self._prefill_chunk(plan, seq, chunk)
         return budget
@@ -996,7 +1013,8 @@ class Scheduler:
             if seq.state is SeqState.SWAPPED:
                 cached = seq.prompt_len + seq.generated  # its KV plus the token it decodes now
                 need = blocks_for(cached, block_size)
-                if not allow_swap or not pool.can_admit(need):
+                rest = seq.prefill_left  # swapped out mid-prefill: the rest, unchunked
+                if not allow_swap or not pool.can_admit(need) or rest > budget:
                     if past_swapped:  # V0 chunked: the swap-ins stop, the prefills go on
                         allow_swap = False
                         aside.append(waiting.set_aside())
@@ -1012,6 +1030,11 @@ class Scheduler:
                 self.events.append((plan.step, plan.time, request.request_id, "swap_in",
                                     f"{seq.host_blocks} blocks"))
                 seq.host_blocks = 0
+                if rest:
+                    seq.state = PREFILLING
+                    self._prefill_chunk(plan, seq, rest)
+                    budget -= rest
+                    continue
                 seq.state = RUNNING
                 self.running[seq.index] = seq
                 self.kv_tokens += cached
@@ -1242,6 +1265,9 @@ class Scheduler:
         self.prefilling.pop(seq.index, None)
         seq.state = RUNNING
         running = self.running
+        if self._victim is Victim.QUEUE_TAIL:  # it joins the running queue's tail now
+            self._admissions += 1
+            seq.admit_seq = self._admissions
         late = bool(running) and next(reversed(running.values())).admit_seq > seq.admit_seq
         running[seq.index] = seq
         if late:  # a chunked prefill finished after a later admission: keep admission order
