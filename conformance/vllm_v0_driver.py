@@ -294,6 +294,8 @@ def run(config: dict[str, Any], workload: dict[str, Any], max_steps: int = 5000,
         "num_finished": sum(p["status"] == "finished" for p in per_req.values()),
         "num_rejected": sum(p["status"] == "rejected" for p in per_req.values()),
     }
+    if summary["hit_max_steps"]:  # kvsched must stop at the same step to be compared
+        cfg = {**cfg, "max_steps": max_steps}
     return {
         "format": FORMAT,
         "engine": {"name": "vllm", "version": vllm.__version__,

@@ -90,6 +90,7 @@ def vllm_v0_decisions(config: dict[str, Any], workload: dict[str, Any],
     """kvsched's `vllm_v0` decisions for a V0 harness `(config, workload)`; the steps also
     carry `swapped_out` and `swapped_in`."""
     policy = config.get("policy", V0_HARNESS_DEFAULTS["policy"])
+    max_steps = int(config.get("max_steps", max_steps))  # a record that stopped there
     return _decisions(vllm_v0_engine(config, max_steps), policy, workload, False, swaps=True)
 
 
