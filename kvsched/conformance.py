@@ -90,8 +90,29 @@ def vllm_v0_decisions(config: dict[str, Any], workload: dict[str, Any],
     """kvsched's `vllm_v0` decisions for a V0 harness `(config, workload)`; the steps also
     carry `swapped_out` and `swapped_in`."""
     policy = config.get("policy", V0_HARNESS_DEFAULTS["policy"])
-    max_steps = int(config.get("max_steps", max_steps))  # a record that stopped there
-    return _decisions(vllm_v0_engine(config, max_steps), policy, workload, False, swaps=True)
+    until = config.get("max_steps")  # the record stopped there (a V0 livelock)
+    out = _decisions(vllm_v0_engine(config, max_steps if until is None else int(until)),
+                     policy, workload, False, swaps=True)
+    return out if until is None else _cut(out, int(until))
+
+
+def _cut(decisions: dict[str, Any], until: int) -> dict[str, Any]:
+    """The decisions of steps before `until` only (kvsched's max_steps counts the steps it
+    ran, not the idle ones the harness's clock counts too)."""
+    steps = [s for s in decisions["steps"] if s["step"] < until]
+    preemptions: dict[str, int] = {}
+    for s in steps:
+        for rid in s["preempted"]:
+            preemptions[rid] = preemptions.get(rid, 0) + 1
+    requests = {}
+    for rid, r in decisions["requests"].items():
+        r = dict(r, num_preemptions=preemptions.get(rid, 0))
+        if r["first_token_step"] is not None and r["first_token_step"] >= until:
+            r["first_token_step"] = None
+        if r["finish_step"] is not None and r["finish_step"] >= until:
+            r.update(finish_step=None, status="unfinished")
+        requests[rid] = r
+    return {"steps": steps, "requests": requests}
 
 
 def _decisions(engine: EngineConfig, policy: str, workload: dict[str, Any], caching: bool,
