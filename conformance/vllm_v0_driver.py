@@ -146,7 +146,8 @@ class Harness:
         from vllm.sequence import Sequence, SequenceGroup
 
         prompt = [rng.randrange(100, VOCAB_SIZE) for _ in range(int(spec["prompt_len"]))]
-        seq = Sequence(index, inputs=token_inputs(prompt), block_size=int(self.config["block_size"]))
+        seq = Sequence(index, inputs=token_inputs(prompt),
+                       block_size=int(self.config["block_size"]))
         return SequenceGroup(
             request_id=str(spec["id"]),
             seqs=[seq],
@@ -210,7 +211,7 @@ def run(config: dict[str, Any], workload: dict[str, Any], max_steps: int = 5000,
         scheduled: list[list[Any]] = []
         produced: list[str] = []
         finished: list[str] = []
-        for s, meta in zip(out.scheduled_seq_groups, metas):
+        for s, meta in zip(out.scheduled_seq_groups, metas, strict=True):
             group = s.seq_group
             rid = group.request_id
             scheduled.append([rid, int(s.token_chunk_size)])
@@ -221,9 +222,8 @@ def run(config: dict[str, Any], workload: dict[str, Any], max_steps: int = 5000,
             seq.append_token_id(SAMPLED_TOKEN_ID, {SAMPLED_TOKEN_ID: Logprob(0.0)})
             produced.append(rid)
             # The stop checker's length rules (engine/output_processor/stop_checker.py).
-            if seq.get_len() > max_model_len:
-                seq.status = SequenceStatus.FINISHED_LENGTH_CAPPED
-            elif seq.get_output_len() == group.sampling_params.max_tokens:
+            if (seq.get_len() > max_model_len
+                    or seq.get_output_len() == group.sampling_params.max_tokens):
                 seq.status = SequenceStatus.FINISHED_LENGTH_CAPPED
             if seq.is_finished():
                 sched.free_seq(seq)
@@ -276,7 +276,7 @@ def run(config: dict[str, Any], workload: dict[str, Any], max_steps: int = 5000,
             stalled = True  # nothing ran, nothing can change
             break
 
-    for rid, p in per_req.items():
+    for p in per_req.values():
         if p["status"] in ("pending", "waiting"):
             p["status"] = "stalled" if stalled else "unfinished"
     for rid, group in groups.items():

@@ -32,13 +32,14 @@ class Preset:
     # settings that replace `settings` when chunked prefill is on (V0 runs another
     # scheduler then: _schedule_chunked_prefill); keys written beside the preset still win
     when_chunked: Mapping[str, Any] = field(default_factory=dict)
+    checked: str = ""  # how far a preset that is not `exact` was checked against the engine
 
 
 def _preset(name: str, engine: str, summary: str, settings: dict[str, Any], *,
             exact: bool = False, missing: tuple[str, ...] = (),
-            when_chunked: dict[str, Any] | None = None) -> Preset:
+            when_chunked: dict[str, Any] | None = None, checked: str = "") -> Preset:
     return Preset(name, engine, summary, MappingProxyType(settings), exact, missing,
-                  MappingProxyType(when_chunked or {}))
+                  MappingProxyType(when_chunked or {}), checked)
 
 
 PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
@@ -60,10 +61,14 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
             missing=("async scheduling (the server's default)",
                      "speculative decoding", "multi-sequence requests (n > 1)",
                      "KV connectors, LoRA, multimodal")),
-    _preset("vllm_v0", "vLLM 0.8.5, V0 engine (approximate)",
+    _preset("vllm_v0", "vLLM 0.8.5, V0 engine",
             "prefill-first steps without chunking, victims from the tail re-queued at the "
             "head in admission order, no prefill while a swapped request waits, swap-in only "
-            "in a step that preempted nothing, watermark 1%, the preemption warning",
+            "in a step that preempted nothing, watermark 1%, a decode needs a free block, "
+            "priority sorts the queue only in steps without a prefill, the preemption warning; "
+            "with enable_chunked_prefill V0's chunked scheduler (decodes first, swap-ins at "
+            "the running queue's front, prefills past swapped requests, no sorting by "
+            "priority)",
             {"step_order": "prefill_first", "victim": "last_admitted", "requeue": "front",
              "admit_after_preempt": False, "chunked_prefill": False,
              "long_prefill_token_threshold": 0, "watermark": 0.01, "preemption": "recompute",
@@ -73,16 +78,22 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
              "append_free_block": True, "priority_preemption": True, "swap_prefills": True,
              "enable_prefix_caching": False, "prefix_accounting": "v0"},
             missing=(
-                     "chunked V0 is approximated by step_order decode_first (V0 walks its "
-                     "running queue in order, decodes and chunks alike)",
+                     "with chunking, V0 walks one running queue in which a prefill completed "
+                     "in its first step sits behind prefills under way (kvsched runs decodes "
+                     "first): it decides only with several prefills at once "
+                     "(max_num_partial_prefills > 1)",
                      "V0 ignores a prompt when it reaches the head, kvsched at arrival; a "
                      "prompt that fits but whose output cannot is rejected (V0 would thrash)",
+                     "delay_factor and prefix caching are not checked against V0",
                      "multi-sequence groups"),
             when_chunked={"step_order": "decode_first", "priority_preemption": False,
                           "priority_orders_queue": False,
                           "admit_after_preempt": True, "swap_in_after_preempt": False,
                           "prefill_past_swapped": True, "swap_in_front": True,
-                          "readmit_victims": False, "victim": "queue_tail"}),
+                          "readmit_victims": False, "victim": "queue_tail"},
+            checked="step by step against the real scheduler: 100% without chunking and with "
+                    "max_num_partial_prefills 1, 91% of workloads with 2-4 "
+                    "(conformance/RULES.md, V0)"),
     _preset("sglang", "SGLang 0.5.23 (approximate)",
             "prefill-first steps with chunking (one chunked request at a time, continued "
             "first); admission reserves the decode tokens running requests are expected to "
@@ -136,6 +147,7 @@ def describe() -> str:
     lines: list[str] = []
     for preset in PRESETS.values():
         check = ("checked step by step against the real engine" if preset.exact
+                 else f"checked {preset.checked}" if preset.checked
                  else "not checked against the real engine")
         lines.append(f"{preset.name}: {preset.engine} ({check})")
         lines.append(f"  {preset.summary}")
@@ -145,6 +157,9 @@ def describe() -> str:
                          for key, value in preset.settings.items())
         else:
             lines.append("  (every engine default, see `EngineConfig`)")
+        if preset.when_chunked:
+            lines.append("  with chunked prefill: " + ", ".join(
+                f"{key} {_show(value)}" for key, value in preset.when_chunked.items()))
         if preset.missing:
             lines.append("  not modelled: " + "; ".join(preset.missing))
         lines.append("")

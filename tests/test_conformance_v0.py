@@ -33,7 +33,7 @@ AGREEING = [p for p in PATHS if p.stem not in KNOWN]
 def test_fixtures_are_there_small_and_cover_v0s_rules():
     assert len(PATHS) >= 15
     recs = [cmp.load(p) for p in PATHS]
-    for p, rec in zip(PATHS, recs):
+    for p, rec in zip(PATHS, recs, strict=True):
         assert p.stat().st_size < 60_000, p
         assert rec["engine"] == {"name": "vllm", "version": "0.8.5",
                                  "scheduler": "vllm.core.scheduler.Scheduler"}
