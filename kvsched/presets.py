@@ -6,7 +6,8 @@ scenario before that, so `--set engine.preset=vllm_v0,vllm_v1,sglang` sweeps pre
 Keys are the `engine:` keys of a scenario (`kvsched.schema.EngineSpec`).
 
 `exact` says whether the preset is checked decision for decision against the real engine
-(`vllm_v1`: conformance/ and tests/test_presets_vllm_v1.py); `missing` names the engine's
+(`vllm_v1`: conformance/ and tests/test_presets_vllm_v1.py; `vllm_v0`: conformance/RULES.md, V0,
+and tests/test_conformance_v0.py); `missing` names the engine's
 rules that kvsched does not model yet, so that a preset never claims more than it does.
 """
 
@@ -32,14 +33,13 @@ class Preset:
     # settings that replace `settings` when chunked prefill is on (V0 runs another
     # scheduler then: _schedule_chunked_prefill); keys written beside the preset still win
     when_chunked: Mapping[str, Any] = field(default_factory=dict)
-    checked: str = ""  # how far a preset that is not `exact` was checked against the engine
 
 
 def _preset(name: str, engine: str, summary: str, settings: dict[str, Any], *,
             exact: bool = False, missing: tuple[str, ...] = (),
-            when_chunked: dict[str, Any] | None = None, checked: str = "") -> Preset:
+            when_chunked: dict[str, Any] | None = None) -> Preset:
     return Preset(name, engine, summary, MappingProxyType(settings), exact, missing,
-                  MappingProxyType(when_chunked or {}), checked)
+                  MappingProxyType(when_chunked or {}))
 
 
 PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
@@ -66,9 +66,9 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
             "head in admission order, no prefill while a swapped request waits, swap-in only "
             "in a step that preempted nothing, watermark 1%, a decode needs a free block, "
             "priority sorts the queue only in steps without a prefill, the preemption warning; "
-            "with enable_chunked_prefill V0's chunked scheduler (decodes first, swap-ins at "
-            "the running queue's front, prefills past swapped requests, no sorting by "
-            "priority)",
+            "with enable_chunked_prefill V0's chunked scheduler (one running queue, decodes "
+            "and chunks in its order, swap-ins at its front, prefills past swapped "
+            "requests, no sorting by priority)",
             {"step_order": "prefill_first", "victim": "last_admitted", "requeue": "front",
              "admit_after_preempt": False, "chunked_prefill": False,
              "long_prefill_token_threshold": 0, "watermark": 0.01, "preemption": "recompute",
@@ -78,10 +78,6 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
              "append_free_block": True, "priority_preemption": True, "swap_prefills": True,
              "enable_prefix_caching": False, "prefix_accounting": "v0"},
             missing=(
-                     "with chunking, V0 walks one running queue in which a prefill completed "
-                     "in its first step sits behind prefills under way (kvsched runs decodes "
-                     "first): it decides only with several prefills at once "
-                     "(max_num_partial_prefills > 1)",
                      "V0 ignores a prompt when it reaches the head, kvsched at arrival; a "
                      "prompt that fits but whose output cannot is rejected (V0 would thrash)",
                      "delay_factor and prefix caching are not checked against V0",
@@ -91,9 +87,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
                           "admit_after_preempt": True, "swap_in_after_preempt": False,
                           "prefill_past_swapped": True, "swap_in_front": True,
                           "readmit_victims": False, "victim": "queue_tail"},
-            checked="step by step against the real scheduler: 100% without chunking and with "
-                    "max_num_partial_prefills 1, 91% of workloads with 2-4 "
-                    "(conformance/RULES.md, V0)"),
+            exact=True),
     _preset("sglang", "SGLang 0.5.23 (approximate)",
             "prefill-first steps with chunking (one chunked request at a time, continued "
             "first); admission reserves the decode tokens running requests are expected to "
@@ -147,7 +141,6 @@ def describe() -> str:
     lines: list[str] = []
     for preset in PRESETS.values():
         check = ("checked step by step against the real engine" if preset.exact
-                 else f"checked {preset.checked}" if preset.checked
                  else "not checked against the real engine")
         lines.append(f"{preset.name}: {preset.engine} ({check})")
         lines.append(f"  {preset.summary}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import accumulate, chain
@@ -214,6 +215,7 @@ class Scheduler:
         self._finish_ticks: list[int] = []  # heap of the keys of _finish_due
         self._admissions = 0
         self._front_admissions = 0  # counts down: V0 chunked swap-ins join the front
+        self._swapped_in: set[Seq] = set()  # V0 chunked: swapped in mid-prefill this step
         self._num_cumulative_preemption = 0  # vLLM V0's counter, for its warning
         # vLLM V0's delay_factor: prefills wait until the oldest waiting request has waited
         # delay_factor x the last prompt step's latency (or nothing runs).
@@ -366,14 +368,91 @@ class Scheduler:
     def _decode_first(self, plan: StepPlan) -> None:
         if self.partial is not None:
             self.partial.begin(self.prefilling.values(), self.waiting)
-        budget = self._decode(plan, self._budget)
-        if self.reservation is not None and plan.tick:
-            self._reservation_after_decode(plan, bool(plan.preempted))
-        budget = self._continue_prefills(plan, budget)
+        walked: tuple[list[Seq], list[Seq], list[Seq]] | None = None
+        self._swapped_in.clear()
+        if self._victim is Victim.QUEUE_TAIL and self.prefilling:
+            budget, walked = self._v0_queue_loop(plan, self._budget)
+        else:
+            budget = self._decode(plan, self._budget)
+            if self.reservation is not None and plan.tick:
+                self._reservation_after_decode(plan, bool(plan.preempted))
+            budget = self._continue_prefills(plan, budget)
+        admitted = len(plan.prefills)
         if not plan.preempted or self.config.admit_after_preempt:
             allow_swap = not plan.preempted or self.config.swap_in_after_preempt
             self._admit(plan, budget, allow_prefill=True, allow_swap=allow_swap)
             self._track_head_of_line(plan)
+        if walked is not None:
+            self._v0_requeue(plan, *walked, admitted)
+
+    def _v0_queue_loop(self, plan: StepPlan, budget: int
+                       ) -> tuple[int, tuple[list[Seq], list[Seq], list[Seq]]]:
+        """vLLM V0's chunked running loop (RULES.md V0-6) while prefills are under way: one
+        queue, decodes and chunks in its order; a request that gets no tokens ends the loop
+        (those not reached lead the next queue); a request that cannot append (V0-2)
+        preempts the queue's tail, or itself when it is the last. Returns the budget left and
+        (not reached, decoded, chunked) in queue order."""
+        pool = self.pool
+        block_size = self._block_size
+        tick = 0
+        if self.running:
+            self.tick += 1
+            tick = plan.tick = self.tick
+            self._block_due.pop(tick, None)  # growth is checked one by one below
+        queue = deque(sorted(chain(self.running.values(), self.prefilling.values()),
+                             key=lambda s: s.admit_seq))
+        cap = self._chunk_cap if self.partial is None else self.partial.slot
+        decoded: list[Seq] = []
+        chunks: dict[Seq, int] = {}
+        while queue:
+            seq = queue[0]
+            decoding = seq.state is RUNNING
+            n = min(1 if decoding else min(seq.prefill_left, cap), budget)
+            if n < 1:
+                break
+            queue.popleft()
+            grows = decoding and seq.prompt_len + seq.base + tick - 1 > seq.blocks * block_size
+            touched = 1 if decoding or (seq.prompt_len + seq.generated) % block_size else 0
+            victim = None
+            while touched > pool.free and victim is not seq:
+                victim = queue.pop() if queue else seq
+                self._preempt(victim, plan, cause=seq)
+            if victim is seq:
+                break  # nothing was left behind it
+            if decoding:
+                if grows:
+                    self._grow(seq, 1)
+                    seq.grew_tick = tick
+                    self._push_block_due(seq)
+                seq.decoded_tick = tick
+                decoded.append(seq)
+            else:
+                chunks[seq] = n
+            budget -= n
+        if tick:
+            self._settle_pass(plan, tick, decoded)
+        for seq, n in chunks.items():
+            self._prefill_chunk(plan, seq, n)
+        return budget, (list(queue), decoded, list(chunks))
+
+    def _v0_requeue(self, plan: StepPlan, left: list[Seq], decoded: list[Seq],
+                    chunked: list[Seq], admitted: int) -> None:
+        """The running queue after a V0 chunked step (S:1387-1402): those the loop did not
+        reach, the swap-ins, the decodes, the chunks that completed a prompt, those that did
+        not, then the new prefills."""
+        swapped = plan.swap_ins
+        swapped_prefills = [s for s, _ in plan.prefills[admitted:] if s in self._swapped_in]
+        done = [s for s in chunked if s.state is RUNNING]
+        going = [s for s in chunked if s.state is PREFILLING]
+        seen = {id(s) for s in chain(left, swapped, swapped_prefills, decoded, done, going)}
+        new = [s for s, _ in plan.prefills[admitted:] if id(s) not in seen]
+        for seq in chain(left, swapped, swapped_prefills, decoded, done, going, new):
+            if seq.state is RUNNING or seq.state is PREFILLING:
+                self._admissions += 1
+                seq.admit_seq = self._admissions
+        self.running = dict(sorted(self.running.items(), key=lambda item: item[1].admit_seq))
+        self.prefilling = dict(sorted(self.prefilling.items(),
+                                      key=lambda item: item[1].admit_seq))
 
     def _prefill_first(self, plan: StepPlan) -> None:
         """A step that prefills anything runs no decode (vLLM V0, SGLang)."""
@@ -1032,6 +1111,7 @@ class Scheduler:
                 seq.host_blocks = 0
                 if rest:
                     seq.state = PREFILLING
+                    self._swapped_in.add(seq)
                     self._prefill_chunk(plan, seq, rest)
                     budget -= rest
                     continue
@@ -1094,7 +1174,8 @@ class Scheduler:
                                     len(waiting))
         if aside:
             waiting.restore(aside)
-        if front:  # in their swap-in order, ahead of every running request
+        if front:  # ahead of every running request: decodes, then prefills, in their order
+            front.sort(key=lambda seq: seq in self._swapped_in)
             self._front_admissions -= len(front)
             for i, seq in enumerate(front):
                 seq.admit_seq = self._front_admissions + i
