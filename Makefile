@@ -6,7 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 OUT ?= results
 
-.PHONY: install test explore experiments bench lint clean conformance conformance-install
+.PHONY: install test explore experiments bench lint clean conformance conformance-install \
+	conformance-v0 conformance-v0-install
 
 install: $(STAMP)
 
@@ -84,6 +85,33 @@ conformance: install $(CSTAMP)
 	@echo "== kvsched ($(KVSCHED_FN)) vs vLLM, prefix caching on"
 	$(BIN)/python -m conformance.compare $(CONFORMANCE_OUT)/prefix \
 		--kvsched $(KVSCHED_FN) --quiet --allow-missing
+
+# Proof harness against the real vLLM 0.8.5 V0 scheduler (issue 9). Not part of `make test`.
+# vllm 0.8.5 pins the CUDA torch 2.6.0, over the machine's pip cap: it is installed without its
+# dependencies, on the CPU torch 2.13 wheel and the few pure-Python packages its
+# `vllm.core.scheduler` import chain needs (conformance/requirements-v0.txt): about 2.2 GB.
+CVENV0 := .venv-conformance-v0
+CBIN0 := $(CVENV0)/bin
+CSTAMP0 := $(CVENV0)/.installed-stamp
+VLLM_V0_VERSION := 0.8.5
+V0_FN ?= kvsched.conformance:vllm_v0_decisions
+
+conformance-v0-install: $(CSTAMP0)
+
+$(CSTAMP0): conformance/requirements-v0.txt
+	$(PY) -m venv $(CVENV0)
+	$(CBIN0)/python -m pip install -q 'vllm==$(VLLM_V0_VERSION)' --no-deps
+	$(CBIN0)/python -m pip install -q -r conformance/requirements-v0.txt
+	$(CBIN0)/python -c "import vllm.core.scheduler"
+	touch $(CSTAMP0)
+
+conformance-v0: install $(CSTAMP0)
+	$(CBIN0)/python conformance/vllm_v0_driver.py --random $(CONFORMANCE_N) \
+		--seed $(CONFORMANCE_SEED) --out-dir $(CONFORMANCE_OUT)/v0-random
+	$(CBIN0)/python conformance/vllm_v0_driver.py --cases --out-dir $(CONFORMANCE_OUT)/v0-cases
+	@echo "== kvsched ($(V0_FN)) vs vLLM 0.8.5 V0"
+	$(BIN)/python -m conformance.compare $(CONFORMANCE_OUT)/v0-random \
+		$(CONFORMANCE_OUT)/v0-cases --kvsched $(V0_FN) --quiet
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -42,11 +42,18 @@ REQUEST_FIELDS = ("first_token_step", "finish_step", "num_preemptions", "status"
 HIT_FIELDS = ("prefix_hit_tokens", "cached_tokens")  # with prefix caching on
 CACHE_STEP_FIELDS = ("hits", "cached_blocks", "evicted_blocks")  # if the side gives them
 DEFAULT_KVSCHED = "kvsched.conformance:vllm_v1_decisions"
+RECORD_FORMATS = ("kvsched-vllm-v1-record/", "kvsched-vllm-v0-record/")
+# V0 records (conformance/vllm_v0_driver.py) also say who was swapped out and in.
+V0_STEP_FIELDS = ("swapped_out", "swapped_in")
+
+
+def is_v0(record: dict[str, Any]) -> bool:
+    return str(record.get("format", "")).startswith("kvsched-vllm-v0-record/")
 
 
 def load(path: str | Path) -> dict[str, Any]:
     record = json.loads(Path(path).read_text())
-    if not str(record.get("format", "")).startswith("kvsched-vllm-v1-record/"):
+    if not str(record.get("format", "")).startswith(RECORD_FORMATS):
         raise ValueError(f"{path}: not a recorded vLLM run (format={record.get('format')!r})")
     return record
 
@@ -71,7 +78,7 @@ def _norm_step(step: dict[str, Any] | None, strict_order: bool) -> dict[str, Any
     out: dict[str, Any] = {}
     sched = [(str(r), int(n)) for r, n in step.get("scheduled", [])]
     out["scheduled"] = sched if strict_order else sorted(sched)
-    for key in ("preempted", "finished", "rejected"):
+    for key in ("preempted", "finished", "rejected", *V0_STEP_FIELDS):
         ids = [str(r) for r in step.get(key, [])]
         out[key] = ids if (strict_order and key == "preempted") else sorted(ids)
     hits = [(str(r), int(n)) for r, n in step.get("hits", [])]
@@ -157,7 +164,7 @@ def compare(record: dict[str, Any], kvsched: Decisions | KvschedFn,
     kv_steps = {int(s["step"]): s for s in kvsched.get("steps", [])}
     n = max([*vllm_steps, *kv_steps], default=-1) + 1
     caching = bool(record.get("config", {}).get("enable_prefix_caching"))
-    step_fields: tuple[str, ...] = STEP_FIELDS
+    step_fields: tuple[str, ...] = STEP_FIELDS + (V0_STEP_FIELDS if is_v0(record) else ())
     if caching and kv_steps and all("cached_blocks" in s for s in kv_steps.values()):
         step_fields += CACHE_STEP_FIELDS
     request_fields: tuple[str, ...] = REQUEST_FIELDS + (HIT_FIELDS if caching else ())
@@ -206,6 +213,10 @@ def _fmt_step(s: dict[str, Any]) -> str:
         parts.append("F[" + " ".join(s["finished"]) + "]")
     if s["rejected"]:
         parts.append("R[" + " ".join(s["rejected"]) + "]")
+    if s["swapped_out"]:
+        parts.append("SO[" + " ".join(s["swapped_out"]) + "]")
+    if s["swapped_in"]:
+        parts.append("SI[" + " ".join(s["swapped_in"]) + "]")
     if s["hits"]:
         parts.append("H[" + " ".join(f"{r}:{t}" for r, t in s["hits"]) + "]")
     if s["cached_blocks"] is not None:
@@ -221,7 +232,7 @@ def side_by_side(report: Report, context: int = 3, width: int = 56) -> str:
     if first is not None:
         lo = max(0, first - context)
         hi = min(report.steps_total, first + context + 1)
-        lines.append(f"{'step':>5}  {'vLLM 0.33 (recorded)':<{width}} | kvsched")
+        lines.append(f"{'step':>5}  {'vLLM (recorded)':<{width}} | kvsched")
         for k in range(lo, hi):
             a = _fmt_step(report.vllm_steps[k])
             b = _fmt_step(report.kvsched_steps[k])

@@ -25,6 +25,10 @@ class Victim(StrEnum):
     LOWEST_PRIORITY = "lowest_priority"  # max (priority, arrival) (vLLM V1 under priority)
     FEWEST_GENERATED = "fewest_generated"  # fewest output tokens, longest prompt (SGLang)
     BY_POLICY = "by_policy"  # vLLM V1: lowest_priority under `priority`, else last_admitted
+    # vLLM V0 chunked: the tail of its running queue, where prefills under way sit behind
+    # the decodes: the last prefill under way, else the decode that joined the queue last
+    # (a request joins it when its prefill completes)
+    QUEUE_TAIL = "queue_tail"
 
 
 class Requeue(StrEnum):
@@ -126,6 +130,26 @@ class EngineConfig:
       off): at most that many prefills under way, of which that many long ones (over
       `long_prefill_token_threshold`, which then only classifies: default 4% of
       `max_model_len`); see `kvsched.partial_prefills`.
+    - `append_free_block` (vLLM V0's `can_append_slots`): a running request decodes only
+      while at least one block is free, even when its last block has room (V0 counts every
+      block an append touches as a new one); otherwise the tail is preempted first.
+    - `priority_preemption` (vLLM V0's `_schedule_priority_preemption`, with `policy:
+      priority`): the waiting queue keeps arrival order (recompute victims at its front)
+      and is sorted by (priority, arrival) only in a step that admits no prefill, after
+      the running requests are sorted so and worse ones are preempted from the tail until
+      the head fits.
+    - `priority_orders_queue`: false: the queue policy orders nothing, requests wait in
+      arrival order (vLLM V0's chunked scheduler never sorts by priority).
+    - `swap_in_front`, `prefill_past_swapped`, `swap_in_after_preempt` (vLLM V0's chunked
+      scheduler): a request swapped in joins the front of the running queue (so it is the
+      last victim); prefills are admitted while requests wait swapped out (after the
+      step's swap-ins); no swap-in in a step that preempted (when false).
+    - `swap_prefills` (vLLM V0): with `preemption: swap` a request preempted mid-prefill
+      is swapped out too, its chunks kept; it is swapped back in only when the rest of its
+      prompt fits the step's budget (V0 does not chunk a swap-in), and completes it then.
+    - `readmit_victims`: a request preempted in a step may be admitted again in that step
+      (the lesson); false: it re-enters the queue after the step's admissions (vLLM V0's
+      chunked scheduler extends `waiting` with its victims after `_schedule_prefills`).
     - `enable_priority_scheduling` (SGLang's flag, under `future_tokens`): a request that
       finds the batch full preempts running requests whose `priority` is worse (larger) by
       more than `priority_scheduling_preemption_threshold`; the queue order is `policy`.
@@ -164,6 +188,14 @@ class EngineConfig:
     max_long_partial_prefills: int = 1
     enable_priority_scheduling: bool = False
     priority_scheduling_preemption_threshold: int = 10
+    append_free_block: bool = False
+    priority_preemption: bool = False
+    priority_orders_queue: bool = True
+    swap_in_front: bool = False
+    prefill_past_swapped: bool = False
+    swap_in_after_preempt: bool = True
+    readmit_victims: bool = True
+    swap_prefills: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_blocks",
@@ -219,6 +251,9 @@ class EngineConfig:
                 and self.admission_rule is not AdmissionRule.FUTURE_TOKENS):
             raise ValueError("enable_priority_scheduling is SGLang's: it needs "
                              "admission_rule future_tokens")
+        if self.priority_preemption and order is not StepOrder.PREFILL_FIRST:
+            raise ValueError("priority_preemption is vLLM V0's default mode: it needs "
+                             "step_order prefill_first (chunked prefill off)")
         if self.max_num_partial_prefills > 1:
             if not self.chunked_prefill or order is not StepOrder.DECODE_FIRST:
                 raise ValueError("max_num_partial_prefills > 1 is vLLM V0's chunked mode: it "

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvsched.config import EngineConfig
 from kvsched.policies import make_policy
 from kvsched.prefix import Prefix
 from kvsched.request import Request, Status
@@ -50,6 +51,73 @@ def vllm_v1_decisions(config: dict[str, Any], workload: dict[str, Any],
         {"preset": "vllm_v1", "max_steps": max_steps,
          "enable_prefix_caching": caching,
          **{key: cfg[key] for key in _ENGINE_KEYS}}).to_config()
+    return _decisions(engine, cfg["policy"], workload, caching)
+
+
+# The V0 harness's defaults (vLLM 0.8.5's, as conformance/vllm_v0_driver.py fills them in).
+V0_HARNESS_DEFAULTS: dict[str, Any] = {
+    "num_blocks": 10000, "block_size": 16, "max_num_batched_tokens": None,
+    "max_num_seqs": 128, "max_model_len": 8192, "enable_chunked_prefill": False,
+    "policy": "fcfs", "preemption_mode": None, "max_num_partial_prefills": 1,
+    "max_long_partial_prefills": 1, "long_prefill_token_threshold": 0,
+}
+
+
+def vllm_v0_engine(config: dict[str, Any], max_steps: int = 100_000) -> EngineConfig:
+    """The `vllm_v0` preset for a V0 harness config (`num_blocks` is vLLM's num_gpu_blocks;
+    the watermark is the block manager's fixed 1%, the preset's own)."""
+    cfg = {**V0_HARNESS_DEFAULTS, **config}
+    chunked = bool(cfg["enable_chunked_prefill"])
+    budget = cfg["max_num_batched_tokens"]
+    if budget is None:  # SchedulerConfig.__post_init__
+        budget = 2048 if chunked else max(int(cfg["max_model_len"]), 2048)
+    keys: dict[str, Any] = {
+        "preset": "vllm_v0", "max_steps": max_steps,
+        "num_blocks": int(cfg["num_blocks"]), "block_size": int(cfg["block_size"]),
+        "max_num_batched_tokens": int(budget), "max_num_seqs": int(cfg["max_num_seqs"]),
+        "max_model_len": int(cfg["max_model_len"]), "enable_chunked_prefill": chunked,
+        "max_num_partial_prefills": int(cfg["max_num_partial_prefills"]),
+        "max_long_partial_prefills": int(cfg["max_long_partial_prefills"]),
+        "long_prefill_token_threshold": int(cfg["long_prefill_token_threshold"]),
+    }
+    if cfg["preemption_mode"] is not None:  # None: recompute for a one-sequence request
+        keys["preemption_mode"] = cfg["preemption_mode"]
+    return EngineSpec.model_validate(keys).to_config()
+
+
+def vllm_v0_decisions(config: dict[str, Any], workload: dict[str, Any],
+                      max_steps: int = 100_000) -> dict[str, Any]:
+    """kvsched's `vllm_v0` decisions for a V0 harness `(config, workload)`; the steps also
+    carry `swapped_out` and `swapped_in`."""
+    policy = config.get("policy", V0_HARNESS_DEFAULTS["policy"])
+    until = config.get("max_steps")  # the record stopped there (a V0 livelock)
+    out = _decisions(vllm_v0_engine(config, max_steps if until is None else int(until)),
+                     policy, workload, False, swaps=True)
+    return out if until is None else _cut(out, int(until))
+
+
+def _cut(decisions: dict[str, Any], until: int) -> dict[str, Any]:
+    """The decisions of steps before `until` only (kvsched's max_steps counts the steps it
+    ran, not the idle ones the harness's clock counts too)."""
+    steps = [s for s in decisions["steps"] if s["step"] < until]
+    preemptions: dict[str, int] = {}
+    for s in steps:
+        for rid in s["preempted"]:
+            preemptions[rid] = preemptions.get(rid, 0) + 1
+    requests = {}
+    for rid, r in decisions["requests"].items():
+        r = dict(r, num_preemptions=preemptions.get(rid, 0))
+        if r["first_token_step"] is not None and r["first_token_step"] >= until:
+            r["first_token_step"] = None
+        if r["finish_step"] is not None and r["finish_step"] >= until:
+            r.update(finish_step=None, status="unfinished")
+        requests[rid] = r
+    return {"steps": steps, "requests": requests}
+
+
+def _decisions(engine: EngineConfig, policy: str, workload: dict[str, Any], caching: bool,
+               swaps: bool = False) -> dict[str, Any]:
+    """Run `workload` through `simulate` on the step clock; read the decisions back."""
     specs = workload["requests"]
 
     def vllm_time(i: int) -> float:
@@ -66,7 +134,7 @@ def vllm_v1_decisions(config: dict[str, Any], workload: dict[str, Any],
         requests.append(Request(str(spec["id"]), arrival, int(spec["prompt_len"]),
                                 int(spec["output_len"]), int(spec.get("priority", 0)),
                                 prefix=Prefix(segments) if segments else None))
-    result = simulate(requests, engine, make_policy(cfg["policy"]), StepClock(),
+    result = simulate(requests, engine, make_policy(policy), StepClock(),
                       record_batches=True)
 
     steps: dict[int, dict[str, Any]] = {}
@@ -84,6 +152,9 @@ def vllm_v1_decisions(config: dict[str, Any], workload: dict[str, Any],
         elif event == "finish":
             at(step)["finished"].append(rid)
             finish_step[rid] = step - 1
+        elif swaps and event in ("swap_out", "swap_in"):
+            at(step).setdefault("swapped_out" if event == "swap_out" else "swapped_in",
+                                []).append(rid)
         elif event == "reject":
             at(step)["rejected"].append(rid)
             finish_step[rid] = step - 1

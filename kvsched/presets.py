@@ -6,7 +6,8 @@ scenario before that, so `--set engine.preset=vllm_v0,vllm_v1,sglang` sweeps pre
 Keys are the `engine:` keys of a scenario (`kvsched.schema.EngineSpec`).
 
 `exact` says whether the preset is checked decision for decision against the real engine
-(`vllm_v1`: conformance/ and tests/test_presets_vllm_v1.py); `missing` names the engine's
+(`vllm_v1`: conformance/ and tests/test_presets_vllm_v1.py; `vllm_v0`: conformance/RULES.md, V0,
+and tests/test_conformance_v0.py); `missing` names the engine's
 rules that kvsched does not model yet, so that a preset never claims more than it does.
 """
 
@@ -29,11 +30,16 @@ class Preset:
     settings: Mapping[str, Any]
     exact: bool = False
     missing: tuple[str, ...] = field(default_factory=tuple)
+    # settings that replace `settings` when chunked prefill is on (V0 runs another
+    # scheduler then: _schedule_chunked_prefill); keys written beside the preset still win
+    when_chunked: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _preset(name: str, engine: str, summary: str, settings: dict[str, Any], *,
-            exact: bool = False, missing: tuple[str, ...] = ()) -> Preset:
-    return Preset(name, engine, summary, MappingProxyType(settings), exact, missing)
+            exact: bool = False, missing: tuple[str, ...] = (),
+            when_chunked: dict[str, Any] | None = None) -> Preset:
+    return Preset(name, engine, summary, MappingProxyType(settings), exact, missing,
+                  MappingProxyType(when_chunked or {}))
 
 
 PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
@@ -55,23 +61,33 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
             missing=("async scheduling (the server's default)",
                      "speculative decoding", "multi-sequence requests (n > 1)",
                      "KV connectors, LoRA, multimodal")),
-    _preset("vllm_v0", "vLLM 0.8.5, V0 engine (approximate)",
+    _preset("vllm_v0", "vLLM 0.8.5, V0 engine",
             "prefill-first steps without chunking, victims from the tail re-queued at the "
             "head in admission order, no prefill while a swapped request waits, swap-in only "
-            "in a step that preempted nothing, watermark 1%, the preemption warning",
+            "in a step that preempted nothing, watermark 1%, a decode needs a free block, "
+            "priority sorts the queue only in steps without a prefill, the preemption warning; "
+            "with enable_chunked_prefill V0's chunked scheduler (one running queue, decodes "
+            "and chunks in its order, swap-ins at its front, prefills past swapped "
+            "requests, no sorting by priority)",
             {"step_order": "prefill_first", "victim": "last_admitted", "requeue": "front",
              "admit_after_preempt": False, "chunked_prefill": False,
              "long_prefill_token_threshold": 0, "watermark": 0.01, "preemption": "recompute",
              "max_num_batched_tokens": 2048, "max_num_seqs": 256,
              "on_unschedulable": "reject", "preemption_warning": True,
              "swapped_fifo": True, "delay_factor": 0.0, "rejection_texts": "vllm_v0",
+             "append_free_block": True, "priority_preemption": True, "swap_prefills": True,
              "enable_prefix_caching": False, "prefix_accounting": "v0"},
             missing=(
-                     "chunked V0 is approximated by step_order decode_first (V0 walks its "
-                     "running queue in order, decodes and chunks alike)",
                      "V0 ignores a prompt when it reaches the head, kvsched at arrival; a "
                      "prompt that fits but whose output cannot is rejected (V0 would thrash)",
-                     "multi-sequence groups")),
+                     "delay_factor and prefix caching are not checked against V0",
+                     "multi-sequence groups"),
+            when_chunked={"step_order": "decode_first", "priority_preemption": False,
+                          "priority_orders_queue": False,
+                          "admit_after_preempt": True, "swap_in_after_preempt": False,
+                          "prefill_past_swapped": True, "swap_in_front": True,
+                          "readmit_victims": False, "victim": "queue_tail"},
+            exact=True),
     _preset("sglang", "SGLang 0.5.23 (approximate)",
             "prefill-first steps with chunking (one chunked request at a time, continued "
             "first); admission reserves the decode tokens running requests are expected to "
@@ -103,7 +119,12 @@ def expand(engine: Mapping[str, Any]) -> dict[str, Any]:
     preset = PRESETS.get(name) if isinstance(name, str) else None
     if preset is None:
         return dict(engine)  # the schema refuses the name, listing the presets
-    return {**preset.settings, **engine}
+    settings = dict(preset.settings)
+    chunked = engine.get("chunked_prefill", engine.get("enable_chunked_prefill",
+                                                       settings.get("chunked_prefill")))
+    if chunked is True:
+        settings.update(preset.when_chunked)
+    return {**settings, **engine}
 
 
 def engine_config(preset: str = "lesson", **keys: Any) -> EngineConfig:
@@ -129,6 +150,9 @@ def describe() -> str:
                          for key, value in preset.settings.items())
         else:
             lines.append("  (every engine default, see `EngineConfig`)")
+        if preset.when_chunked:
+            lines.append("  with chunked prefill: " + ", ".join(
+                f"{key} {_show(value)}" for key, value in preset.when_chunked.items()))
         if preset.missing:
             lines.append("  not modelled: " + "; ".join(preset.missing))
         lines.append("")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import accumulate, chain
@@ -213,6 +214,8 @@ class Scheduler:
         self._finish_due: dict[int, list[tuple[Seq, int]]] = {}
         self._finish_ticks: list[int] = []  # heap of the keys of _finish_due
         self._admissions = 0
+        self._front_admissions = 0  # counts down: V0 chunked swap-ins join the front
+        self._swapped_in: set[Seq] = set()  # V0 chunked: swapped in mid-prefill this step
         self._num_cumulative_preemption = 0  # vLLM V0's counter, for its warning
         # vLLM V0's delay_factor: prefills wait until the oldest waiting request has waited
         # delay_factor x the last prompt step's latency (or nothing runs).
@@ -225,6 +228,9 @@ class Scheduler:
         self._block_size = config.block_size
         self._budget = config.max_num_batched_tokens
         self._chunk_cap = config.long_prefill_token_threshold or config.max_num_batched_tokens
+        # vLLM V0: the bulk decode pass needs a block free beyond those it takes, else the
+        # pass runs request by request (each decode checks for a free block).
+        self._append_floor = 1 if config.append_free_block else 0
         # The rules that follow the queue policy (vLLM V1), resolved once.
         victim = config.victim
         if victim is Victim.BY_POLICY:
@@ -245,6 +251,10 @@ class Scheduler:
         self._dynamic = bool(getattr(self.waiting, "dynamic", False))  # re-ranked each step
         self.reservation = make_reservation(config)  # SGLang's admission rule, or None
         self.partial = make_partial_prefills(config)  # vLLM V0's partial prefills, or None
+        # vLLM V0's priority: an arrival-order queue, sorted in steps without a prefill
+        self._v0_priority = config.priority_preemption and isinstance(policy, PriorityFirst)
+        if self._v0_priority or not config.priority_orders_queue:
+            self.waiting = WaitingQueue(Fcfs())  # in arrival order
         if self.partial is not None:  # the threshold then classifies prompts, caps no chunk
             self._chunk_cap = config.max_num_batched_tokens
         self._order = {StepOrder.DECODE_FIRST: self._decode_first,
@@ -298,15 +308,17 @@ class Scheduler:
         max_model_len = self.config.max_model_len
         if max_model_len is not None:
             too_long = model_len_rejection(seq.prompt_len, max_model_len)
-            if self.config.rejection_texts is RejectionTexts.VLLM_V0 and (
-                    seq.prompt_len == max_model_len):
+            v0 = self.config.rejection_texts is RejectionTexts.VLLM_V0
+            if v0 and seq.prompt_len == max_model_len:
                 too_long = None  # vLLM 0.8.5 runs a prompt of exactly max_model_len
             if too_long:
                 self.reject(seq, step, too_long)
                 return
-            if seq.prompt_len + seq.output_len > max_model_len:  # stops at max_model_len
-                # (V0 lets a prompt of max_model_len tokens produce one)
-                seq.output_len = max(max_model_len - seq.prompt_len, 1)
+            # V1 stops once the sequence holds max_model_len tokens; V0's stop checker
+            # once it holds more (RULES.md V0-3): one token later.
+            cap = max_model_len - seq.prompt_len + (1 if v0 else 0)
+            if seq.output_len > cap:
+                seq.output_len = max(cap, 1)
                 seq.lifetime_blocks = blocks_for(seq.prompt_len + seq.output_len - 1,
                                                  self._block_size)
         seq.unschedulable = self.unschedulable_reason(seq)
@@ -356,13 +368,91 @@ class Scheduler:
     def _decode_first(self, plan: StepPlan) -> None:
         if self.partial is not None:
             self.partial.begin(self.prefilling.values(), self.waiting)
-        budget = self._decode(plan, self._budget)
-        if self.reservation is not None and plan.tick:
-            self._reservation_after_decode(plan, bool(plan.preempted))
-        budget = self._continue_prefills(plan, budget)
+        walked: tuple[list[Seq], list[Seq], list[Seq]] | None = None
+        self._swapped_in.clear()
+        if self._victim is Victim.QUEUE_TAIL and self.prefilling:
+            budget, walked = self._v0_queue_loop(plan, self._budget)
+        else:
+            budget = self._decode(plan, self._budget)
+            if self.reservation is not None and plan.tick:
+                self._reservation_after_decode(plan, bool(plan.preempted))
+            budget = self._continue_prefills(plan, budget)
+        admitted = len(plan.prefills)
         if not plan.preempted or self.config.admit_after_preempt:
-            self._admit(plan, budget, allow_prefill=True, allow_swap=True)
+            allow_swap = not plan.preempted or self.config.swap_in_after_preempt
+            self._admit(plan, budget, allow_prefill=True, allow_swap=allow_swap)
             self._track_head_of_line(plan)
+        if walked is not None:
+            self._v0_requeue(plan, *walked, admitted)
+
+    def _v0_queue_loop(self, plan: StepPlan, budget: int
+                       ) -> tuple[int, tuple[list[Seq], list[Seq], list[Seq]]]:
+        """vLLM V0's chunked running loop (RULES.md V0-6) while prefills are under way: one
+        queue, decodes and chunks in its order; a request that gets no tokens ends the loop
+        (those not reached lead the next queue); a request that cannot append (V0-2)
+        preempts the queue's tail, or itself when it is the last. Returns the budget left and
+        (not reached, decoded, chunked) in queue order."""
+        pool = self.pool
+        block_size = self._block_size
+        tick = 0
+        if self.running:
+            self.tick += 1
+            tick = plan.tick = self.tick
+            self._block_due.pop(tick, None)  # growth is checked one by one below
+        queue = deque(sorted(chain(self.running.values(), self.prefilling.values()),
+                             key=lambda s: s.admit_seq))
+        cap = self._chunk_cap if self.partial is None else self.partial.slot
+        decoded: list[Seq] = []
+        chunks: dict[Seq, int] = {}
+        while queue:
+            seq = queue[0]
+            decoding = seq.state is RUNNING
+            n = min(1 if decoding else min(seq.prefill_left, cap), budget)
+            if n < 1:
+                break
+            queue.popleft()
+            grows = decoding and seq.prompt_len + seq.base + tick - 1 > seq.blocks * block_size
+            touched = 1 if decoding or (seq.prompt_len + seq.generated) % block_size else 0
+            victim = None
+            while touched > pool.free and victim is not seq:
+                victim = queue.pop() if queue else seq
+                self._preempt(victim, plan, cause=seq)
+            if victim is seq:
+                break  # nothing was left behind it
+            if decoding:
+                if grows:
+                    self._grow(seq, 1)
+                    seq.grew_tick = tick
+                    self._push_block_due(seq)
+                seq.decoded_tick = tick
+                decoded.append(seq)
+            else:
+                chunks[seq] = n
+            budget -= n
+        if tick:
+            self._settle_pass(plan, tick, decoded)
+        for seq, n in chunks.items():
+            self._prefill_chunk(plan, seq, n)
+        return budget, (list(queue), decoded, list(chunks))
+
+    def _v0_requeue(self, plan: StepPlan, left: list[Seq], decoded: list[Seq],
+                    chunked: list[Seq], admitted: int) -> None:
+        """The running queue after a V0 chunked step (S:1387-1402): those the loop did not
+        reach, the swap-ins, the decodes, the chunks that completed a prompt, those that did
+        not, then the new prefills."""
+        swapped = plan.swap_ins
+        swapped_prefills = [s for s, _ in plan.prefills[admitted:] if s in self._swapped_in]
+        done = [s for s in chunked if s.state is RUNNING]
+        going = [s for s in chunked if s.state is PREFILLING]
+        seen = {id(s) for s in chain(left, swapped, swapped_prefills, decoded, done, going)}
+        new = [s for s, _ in plan.prefills[admitted:] if id(s) not in seen]
+        for seq in chain(left, swapped, swapped_prefills, decoded, done, going, new):
+            if seq.state is RUNNING or seq.state is PREFILLING:
+                self._admissions += 1
+                seq.admit_seq = self._admissions
+        self.running = dict(sorted(self.running.items(), key=lambda item: item[1].admit_seq))
+        self.prefilling = dict(sorted(self.prefilling.items(),
+                                      key=lambda item: item[1].admit_seq))
 
     def _prefill_first(self, plan: StepPlan) -> None:
         """A step that prefills anything runs no decode (vLLM V0, SGLang)."""
@@ -372,12 +462,42 @@ class Scheduler:
         self._track_head_of_line(plan)
         if plan.prefills:
             return
+        if self._v0_priority:
+            self._v0_priority_preemption(plan)
         admitted_victims = len(plan.preempted)  # by priority preemption, not retraction
         budget = self._decode(plan, budget)
         if self.reservation is not None and plan.tick:
             self._reservation_after_decode(plan, len(plan.preempted) > admitted_victims)
-        if not plan.preempted or self.config.admit_after_preempt:
+        if len(plan.preempted) == admitted_victims or self.config.admit_after_preempt:
             self._admit(plan, budget, allow_prefill=False, allow_swap=True)
+
+    def _v0_priority_preemption(self, plan: StepPlan) -> None:
+        """vLLM 0.8.5 `_schedule_priority_preemption` (RULES.md V0-5), in a step that
+        admitted no prefill: sort the running requests by (priority, arrival); while the
+        worst of them is worse than the waiting head and the head could not be admitted
+        now, preempt that worst one (recompute, to the waiting front); then sort the
+        waiting queue (swapped requests aside) by (priority, arrival)."""
+        def key(seq: Seq) -> tuple[int, float]:
+            return seq.request.priority, seq.request.arrival_time
+
+        running = sorted(self.running.values(), key=key)
+        for seq in running:  # the running queue's order is the victims' order (tail first)
+            self._admissions += 1
+            seq.admit_seq = self._admissions
+        self.running = {seq.index: seq for seq in running}
+        waiting = self.waiting
+        head = waiting.first_unswapped()
+        if head is not None:
+            need = blocks_for(head.prompt_len + head.generated, self._block_size)
+            self.tick += 1  # _preempt counts a decoding victim as at the start of a pass
+            while running and key(running[-1]) > key(head):
+                if (len(self.running) < self.config.max_num_seqs
+                        and head.prompt_len + head.generated <= self._budget
+                        and self.pool.can_admit(need)):
+                    break
+                self._preempt(running.pop(), plan, cause=head)
+            self.tick -= 1
+        waiting.sort_unswapped(key)
 
     def _running_loop(self, plan: StepPlan) -> None:
         """vLLM V1 (conformance/RULES.md R3-R8): the running requests in admission order,
@@ -479,6 +599,8 @@ class Scheduler:
             return None
         if self.config.delay_factor and len(self.waiting):
             return None  # the delay passes with time alone: admissions may open mid-stretch
+        if self._v0_priority and len(self.waiting):
+            return None  # a shrinking pool may make a worse running request a victim
         if self._dynamic and len(self.waiting):
             return None  # the order changes with time and the cache: a new head may fit
         prefix = self.prefix
@@ -504,7 +626,7 @@ class Scheduler:
             limit = bisect_left(ends, True, 1, limit,
                                 key=lambda t: next_arrival <= t + 1e-9 * (1.0 + t))
         pool = self.pool
-        spare = pool.free - self.hol_floor()  # blocks the stretch may take
+        spare = pool.free - self.hol_floor() - self._append_floor  # blocks it may take
         if spare < 0:  # prefill-first steps look at the pool before they decode: it shrank
             return None
         block_due = self._block_due
@@ -625,7 +747,7 @@ class Scheduler:
         tick = plan.tick = self.tick
         due = self._block_due.pop(tick, None)
         growing = [seq for seq, epoch in due if seq.epoch == epoch] if due else []
-        if n > budget or len(growing) > self.pool.free:
+        if n > budget or len(growing) > self.pool.free - self._append_floor:
             return self._decode_exact(plan, budget, tick)
         if growing:
             prefix = self.prefix
@@ -654,21 +776,23 @@ class Scheduler:
         block_size = self._block_size
         pool = self.pool
         eager = self.prefix is not None and self.prefix.eager  # vLLM hashes filled blocks
+        worst_case = self.config.append_free_block
         decoded: list[Seq] = []
         for seq in list(self.running.values()):
             if seq.state is not RUNNING:
                 continue  # preempted as a victim earlier in this pass
             if budget < 1:
                 break
-            if seq.prompt_len + seq.base + tick - 1 > seq.blocks * block_size:
-                if not pool.free:
-                    victim = self._pick_victim()
-                    self._preempt(victim, plan, cause=seq)
-                    if victim is seq:
-                        continue
-                    if victim.decoded_tick == tick:  # already decoded this pass: undo it
-                        decoded.remove(victim)
-                        budget += 1
+            grows = seq.prompt_len + seq.base + tick - 1 > seq.blocks * block_size
+            if (grows or worst_case) and not pool.free:
+                victim = self._pick_victim()
+                self._preempt(victim, plan, cause=seq)
+                if victim is seq:
+                    continue
+                if victim.decoded_tick == tick:  # already decoded this pass: undo it
+                    decoded.remove(victim)
+                    budget += 1
+            if grows:
                 self._grow(seq, 1)
                 seq.grew_tick = tick
                 self._push_block_due(seq)
@@ -700,6 +824,9 @@ class Scheduler:
 
     def _pick_victim(self) -> Seq:
         rule = self._victim
+        if rule is Victim.QUEUE_TAIL:
+            queue = self.prefilling or self.running
+            return next(reversed(queue.values()))
         if rule is Victim.LAST_ADMITTED:  # both queues are in admission order
             tails = [next(reversed(q.values())) for q in (self.running, self.prefilling) if q]
             return max(tails, key=lambda s: s.admit_seq)
@@ -729,11 +856,12 @@ class Scheduler:
                     self.pool.release(1)
             # The re-prefill recomputes its context and the token it was about to decode.
             victim.recompute_upto = victim.prompt_len + victim.generated
-        else:  # mid-prefill: the chunks computed so far are lost
+        else:  # mid-prefill: the chunks computed so far are lost (unless swapped out)
             del self.prefilling[victim.index]
             done = computed = victim.prompt_len + victim.generated - victim.prefill_left
-            victim.recompute_upto = max(victim.recompute_upto, done)
-            victim.prefill_left = 0
+            if not (self.config.swap_prefills and self.config.preemption is PreemptionMode.SWAP):
+                victim.recompute_upto = max(victim.recompute_upto, done)
+                victim.prefill_left = 0
         if self.prefix is not None:  # its computed blocks stay cached: it may find them again
             self.prefix.preempted(victim, computed)
         else:
@@ -743,14 +871,15 @@ class Scheduler:
         victim.num_preemptions += 1
         plan.preempted.append(victim)
         if self.config.preemption_warning and self._num_cumulative_preemption % 50 == 0:
-            mode = "SWAP" if (self.config.preemption is PreemptionMode.SWAP
-                              and was_decoding) else "RECOMPUTE"
+            mode = "SWAP" if (self.config.preemption is PreemptionMode.SWAP and (
+                was_decoding or self.config.swap_prefills)) else "RECOMPUTE"
             self.events.append((plan.step, plan.time, request.request_id, "warning",
                                 V0_PREEMPTION_WARNING.format(
                                     request.request_id, mode,
                                     self._num_cumulative_preemption + 1)))
         self._num_cumulative_preemption += 1
-        swap = self.config.preemption is PreemptionMode.SWAP and was_decoding
+        swap = self.config.preemption is PreemptionMode.SWAP and (
+            was_decoding or self.config.swap_prefills)
         mode = "swap" if swap else "recompute"
         self.events.append((plan.step, plan.time, request.request_id, "preempt",
                             f"{mode}; {victim.blocks} blocks freed for "
@@ -902,11 +1031,23 @@ class Scheduler:
     def _continue_prefills(self, plan: StepPlan, budget: int) -> int:
         if not self.prefilling:
             return budget
+        worst_case = self.config.append_free_block
         for seq in list(self.prefilling.values()):
+            if seq.state is not PREFILLING:
+                continue  # preempted as a victim earlier in this loop
             if budget < 1:
                 break
             cap = self._chunk_cap if self.partial is None else self.partial.slot
             chunk = min(seq.prefill_left, budget, cap)
+            # vLLM V0 holds the whole prompt's blocks; its append check still wants a free
+            # block unless the prompt ends on a block boundary (RULES.md V0-2)
+            if worst_case and (seq.prompt_len + seq.generated) % self._block_size:
+                victim = None
+                while not self.pool.free and victim is not seq:
+                    victim = self._pick_victim()
+                    self._preempt(victim, plan, cause=seq)
+                if victim is seq:
+                    continue
             budget -= chunk
             self._prefill_chunk(plan, seq, chunk)
         return budget
@@ -922,6 +1063,9 @@ class Scheduler:
         self._stopped_at = None
         reservation = self.reservation if allow_prefill else None
         partial = self.partial
+        past_swapped = cfg.prefill_past_swapped
+        readmit = cfg.readmit_victims
+        front: list[Seq] = []  # swapped in, to lead the running queue
         aside: list[tuple] = []
         if reservation is not None and not reservation.open_round(
                 self._decoding_pairs(0, plan), plan.prefills, len(waiting)):
@@ -946,19 +1090,31 @@ class Scheduler:
                         continue  # a victim re-queued ahead of it: set it aside first
             request = seq.request
             if seq.state is SeqState.SWAPPED:
-                if not allow_swap:
-                    break
                 cached = seq.prompt_len + seq.generated  # its KV plus the token it decodes now
                 need = blocks_for(cached, block_size)
-                if not pool.can_admit(need):
-                    self._stopped_at = (seq, f"needs {need} blocks", budget)
+                rest = seq.prefill_left  # swapped out mid-prefill: the rest, unchunked
+                if not allow_swap or not pool.can_admit(need) or rest > budget:
+                    if past_swapped:  # V0 chunked: the swap-ins stop, the prefills go on
+                        allow_swap = False
+                        aside.append(waiting.set_aside())
+                        continue
+                    if allow_swap:
+                        self._stopped_at = (seq, f"needs {need} blocks", budget)
                     break
                 self._take_head(plan, seq, need)
+                if self.config.swap_in_front:  # V0 chunked: swap-ins lead the running queue
+                    front.append(seq)
                 plan.swapped_in_blocks += seq.host_blocks
                 seq.num_swapped_blocks += seq.host_blocks
                 self.events.append((plan.step, plan.time, request.request_id, "swap_in",
                                     f"{seq.host_blocks} blocks"))
                 seq.host_blocks = 0
+                if rest:
+                    seq.state = PREFILLING
+                    self._swapped_in.add(seq)
+                    self._prefill_chunk(plan, seq, rest)
+                    budget -= rest
+                    continue
                 seq.state = RUNNING
                 self.running[seq.index] = seq
                 self.kv_tokens += cached
@@ -969,6 +1125,9 @@ class Scheduler:
             else:
                 if not allow_prefill or not self._delay_passed:
                     break
+                if not readmit and seq in plan.preempted:  # V0: back in the queue after
+                    aside.append(waiting.set_aside())
+                    continue
                 if partial is not None and not partial.can_schedule(seq):
                     aside.append(waiting.set_aside())  # a long prompt: shorter ones pass it
                     continue
@@ -1015,6 +1174,12 @@ class Scheduler:
                                     len(waiting))
         if aside:
             waiting.restore(aside)
+        if front:  # ahead of every running request: decodes, then prefills, in their order
+            front.sort(key=lambda seq: seq in self._swapped_in)
+            self._front_admissions -= len(front)
+            for i, seq in enumerate(front):
+                seq.admit_seq = self._front_admissions + i
+            self.running = dict(sorted(self.running.items(), key=lambda item: item[1].admit_seq))
         return budget
 
     def _priority_preempt(self, plan: StepPlan, seq: Seq, max_num_seqs: int,
@@ -1181,6 +1346,9 @@ class Scheduler:
         self.prefilling.pop(seq.index, None)
         seq.state = RUNNING
         running = self.running
+        if self._victim is Victim.QUEUE_TAIL:  # it joins the running queue's tail now
+            self._admissions += 1
+            seq.admit_seq = self._admissions
         late = bool(running) and next(reversed(running.values())).admit_seq > seq.admit_seq
         running[seq.index] = seq
         if late:  # a chunked prefill finished after a later admission: keep admission order

@@ -89,7 +89,8 @@ class EngineSpec(Strict):
     watermark: Annotated[float, Field(ge=0, lt=1)] = _ENGINE.watermark
     preemption: Literal["recompute", "swap"] = _ENGINE.preemption.value
     max_steps: PositiveInt = _ENGINE.max_steps
-    victim: Literal["last_admitted", "lowest_priority", "fewest_generated", "by_policy"] = (
+    victim: Literal["last_admitted", "lowest_priority", "fewest_generated", "by_policy",
+                    "queue_tail"] = (
         _ENGINE.victim.value)
     requeue: Literal["front", "back", "by_policy"] = _ENGINE.requeue.value
     mix_prefill_decode: bool = _ENGINE.mix_prefill_decode
@@ -118,6 +119,14 @@ class EngineSpec(Strict):
     enable_priority_scheduling: bool = _ENGINE.enable_priority_scheduling
     priority_scheduling_preemption_threshold: NonNegativeInt = (
         _ENGINE.priority_scheduling_preemption_threshold)
+    append_free_block: bool = _ENGINE.append_free_block
+    priority_preemption: bool = _ENGINE.priority_preemption
+    priority_orders_queue: bool = _ENGINE.priority_orders_queue
+    swap_in_front: bool = _ENGINE.swap_in_front
+    prefill_past_swapped: bool = _ENGINE.prefill_past_swapped
+    swap_in_after_preempt: bool = _ENGINE.swap_in_after_preempt
+    readmit_victims: bool = _ENGINE.readmit_victims
+    swap_prefills: bool = _ENGINE.swap_prefills
 
     @model_validator(mode="before")
     @classmethod

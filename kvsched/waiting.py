@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
-from collections.abc import Iterator
-from typing import cast
+from collections.abc import Callable, Iterator
+from typing import Any, cast
 
 from kvsched.kvcache.base import CacheView
 from kvsched.policies.base import DynamicPolicy, Policy, StaticPolicy, is_dynamic
@@ -158,6 +159,29 @@ class WaitingQueue:
             else:
                 heapq.heappush(self._heap, item)
             self.queued_tokens += admission_tokens(seq)
+
+    def first_unswapped(self) -> Seq | None:
+        """The head of the queue without the swapped-out requests."""
+        if self._stack:
+            return self._stack[-1]
+        return self._first_rest()
+
+    def sort_unswapped(self, key: Callable[[Seq], Any]) -> None:
+        """Sort everything queued but the swapped-out requests by `key` (stable), ahead of
+        later arrivals: vLLM V0 sorts its waiting deque so under `policy: priority`."""
+        if self.dynamic:
+            raise ValueError("sort_unswapped needs a static policy")
+        queued = list(reversed(self._stack))
+        queued += [entry[-1] for entry in sorted(self._heap, key=lambda e: e[:-1])]
+        if len(queued) < 2:
+            return
+        queued.sort(key=key)
+        self._stack = []
+        self._heap = []
+        for seq in queued:  # keyed below every arrival to come, in sorted order
+            self._entries += 1
+            self._heap.append((-math.inf, self._entries, seq))
+        # (entries increase: the list is already a heap)
 
     def __iter__(self) -> Iterator[Seq]:
         """Queued requests in service order (for reports; not for the hot path)."""

@@ -14,9 +14,12 @@ from kvsched.presets import engine_config
 # Step 0: from_queues counts L1 (long), skips L2 (the long limit), counts S: 2 schedulable,
 #   so a chunk is at most 100 // 2 = 50. L1 starts with 50; L2 is set aside (1 long under
 #   way); S (20) passes it.
-# Steps 1-3: only L1 is under way (1 schedulable: chunks up to 100): S decodes (1 token),
-#   L1 takes 99, 99, then its last 52 at step 3; L2 stays aside while L1 is long.
+# Steps 1-3: only L1 is under way (1 schedulable: chunks up to 100). V0's running queue is
+#   [L1, S] (new prefills in admission order): at step 1 L1 takes all 100 and S, behind it,
+#   gets no token, which ends the walk; S leads the queue from step 2: S decodes, L1 takes
+#   99, then its last 51 at step 3; L2 stays aside while L1 is long.
 # Step 4: L1 decodes; L2 starts with 99, and has the whole budget once L1 ends (step 5).
+# (Recorded with the real vLLM 0.8.5 V0 scheduler: conformance/vllm_v0_driver.py agrees.)
 REQUESTS = [Request("L1", 0, 300, 3), Request("L2", 0, 300, 3), Request("S", 0, 20, 3)]
 
 
@@ -34,8 +37,8 @@ def test_short_prompts_pass_long_ones_and_chunks_share_the_budget():
     config = v0_chunked(max_num_partial_prefills=2, max_long_partial_prefills=1,
                         long_prefill_token_threshold=50)
     result = simulate(REQUESTS, config, record_batches=True)
-    assert chunks(result) == [(0, "L1", 50), (0, "S", 20), (1, "L1", 99), (2, "L1", 99),
-                              (3, "L1", 52), (4, "L2", 99), (5, "L2", 99), (6, "L2", 100),
+    assert chunks(result) == [(0, "L1", 50), (0, "S", 20), (1, "L1", 100), (2, "L1", 99),
+                              (3, "L1", 51), (4, "L2", 99), (5, "L2", 99), (6, "L2", 100),
                               (7, "L2", 2)]
     starts = {r.request_id: r.first_scheduled_time for r in result.requests}
     assert starts == {"L1": 0, "L2": 4, "S": 0}
@@ -70,7 +73,9 @@ def test_partial_prefills_need_v0s_chunked_mode():
     """Refused with prefill-first steps, without chunking, or with more long than total."""
     with pytest.raises(ValueError, match="chunked mode"):
         engine_config("vllm_v0", enable_chunked_prefill=True, max_num_partial_prefills=2,
-                      max_model_len=1000)
+                      max_model_len=1000, step_order="prefill_first")
+    with pytest.raises(ValueError, match="chunked mode"):
+        engine_config("vllm_v0", max_num_partial_prefills=2, max_model_len=1000)
     with pytest.raises(ValueError, match="must be <="):
         v0_chunked(max_num_partial_prefills=2, max_long_partial_prefills=3, max_model_len=100)
     with pytest.raises(ValueError, match="4% of max_model_len"):
