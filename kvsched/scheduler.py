@@ -902,11 +902,17 @@ class Scheduler:
     def _continue_prefills(self, plan: StepPlan, budget: int) -> int:
         if not self.prefilling:
             return budget
+        limit = None
+        if self.reservation is not None:  # SGLang caps the continued chunk by memory left
+            limit = self.reservation.continue_limit(self._decoding_pairs(0, plan),
+                                                    self._free_tokens())
         for seq in list(self.prefilling.values()):
             if budget < 1:
                 break
             cap = self._chunk_cap if self.partial is None else self.partial.slot
             chunk = min(seq.prefill_left, budget, cap)
+            if limit is not None:
+                chunk = min(chunk, limit)
             budget -= chunk
             self._prefill_chunk(plan, seq, chunk)
         return budget
@@ -929,10 +935,14 @@ class Scheduler:
         preempting = reservation is not None and reservation.preemption_threshold is not None
         victims: set[Seq] = set()
         granted: Seq | None = None  # the head whose preemptions already made room
-        while budget > 0 and (len(self.running) + len(self.prefilling) < max_num_seqs
-                              or preempting):
+        while (budget > 0 or reservation is not None) and (
+                len(self.running) + len(self.prefilling) < max_num_seqs or preempting):
             seq = waiting.peek()
-            if seq is None or self._head_stops(seq, budget):
+            if seq is None:
+                break
+            if reservation is not None and not reservation.may_try(self._free_tokens()):
+                break  # SGLang's budget_state before each request
+            if self._head_stops(seq, budget):
                 break
             if preempting:
                 if seq in victims:  # SGLang re-queues them after the round
