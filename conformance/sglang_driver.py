@@ -5,12 +5,13 @@ conformance/README.md). SGLang's `Scheduler` needs a GPU model runner, so this d
 run its event loop. It drives, with SGLang's own objects, the part of a step kvsched models as
 `kvsched/reservation.py`:
 
-* one prefill round of `Scheduler._get_new_batch_prefill_raw` (scheduler.py lines 4079-4300 in
-  the 0.5.23 wheel): a real `PrefillAdder` (its real `PrefillBudget`), the unfinished chunked
-  request continued first through `add_chunked_req`, then the waiting queue in order through
-  `add_one_req`, stopping at the first result that is not CONTINUE, with `batch_is_full` set
-  as lines 4256-4261 set it. Requests are real `Req` objects (`SamplingParams(max_new_tokens,
-  ignore_eos=False)`); running requests carry real `output_ids`.
+* one prefill round of `Scheduler._get_new_batch_prefill_raw` (managers/scheduler.py line 4079
+  in the 0.5.23 wheel): a real `PrefillAdder` (its real `PrefillBudget`), the unfinished chunked
+  request continued first through `add_chunked_req` (line 4184), then the waiting queue in
+  order, `budget_state()` before each request (line 4207) and `add_one_req`, stopping at the
+  first result that is not CONTINUE, with `batch_is_full` set as line 4282 sets it.
+  Requests are real `Req` objects (`SamplingParams(max_new_tokens, ignore_eos=False)`);
+  running requests carry real `output_ids`.
 * `NewTokenRatioTracker` (from_config, decay_step, reset, estimate after retraction) and
   `ScheduleBatch._get_decode_retraction_order`, both real.
 
@@ -19,7 +20,7 @@ counter with `available_size()` (SGLang's allocator only answers that and `page_
 and the prefix cache is caching off (nothing evictable, no hits). ServerArgs are published with
 `device="cpu"` so SGLang's config lookups resolve.
 
-    .venv-conformance-sglang/bin/python conformance/sglang_driver.py --rounds 400 --seed 1 --out R.json
+    .venv-conformance-sglang/bin/python conformance/sglang_driver.py --rounds 400 --out R.json
 
 The record: {"format": "kvsched-sglang-rounds/1", "engine": {...}, "rounds": [...],
 "ratios": [...], "retractions": [...]}; see conformance/README.md.
@@ -160,7 +161,7 @@ def run_round(sg: SimpleNamespace, config: dict[str, Any], state: dict[str, Any]
     new_chunked = adder.new_chunked_req.rid if adder.new_chunked_req is not None else None
     return {"admitted": admitted, "result": result, "batch_is_full": batch_is_full,
             "chunked_next": new_chunked if new_chunked is not None
-            else (spec["id"] if chunked is not None else None)}
+            else (spec["id"] if spec is not None and chunked is not None else None)}
 
 
 def random_round(rng: random.Random) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -218,19 +219,19 @@ def main(argv: list[str] | None = None) -> int:
     sg = _import_sglang()
     rng = random.Random(args.seed)
     sg.get_context().set_server_args(sg.ServerArgs(model_path="dummy", device="cpu"))
-    rounds = []
+    rounds: list[dict[str, Any]] = []
     for k in range(args.rounds):
         config, state = random_round(rng)
         rounds.append({"name": f"round-s{args.seed}-{k:04d}", "config": config, "state": state,
                        "sglang": run_round(sg, config, state)})
     retractions = []
-    for k in range(max(args.rounds // 10, 1)):
-        reqs = [{"id": f"q{i}", "prompt_len": rng.randint(1, 50),
+    for _ in range(max(args.rounds // 10, 1)):
+        reqs: list[dict[str, Any]] = [{"id": f"q{i}", "prompt_len": rng.randint(1, 50),
                  "generated": rng.randint(0, 6)} for i in range(rng.randint(1, 8))]
         order = sg.ScheduleBatch._get_decode_retraction_order(
             [_req(sg, r["id"], r["prompt_len"], 100, r["generated"]) for r in reqs])
         retractions.append({"requests": reqs, "keep_order": [reqs[i]["id"] for i in order]})
-    ratios = []
+    ratios: list[dict[str, Any]] = []
     for conservativeness in (1.0, 0.3, 2.0):
         events = []
         for _ in range(rng.randint(50, 900)):
