@@ -113,6 +113,10 @@ class FutureTokenReservation:
         `running`: (generated, output_len) of each decoding request; `continued`: the
         chunks of unfinished prefills already scheduled in this step."""
         self.reopened = False
+        if self.preemption_threshold is not None:
+            # scheduler.py line 4090: with priority preemption every round starts with the
+            # latch clear; only a full set of request slots sets it (and lets a head preempt)
+            self.batch_is_full = False
         running = list(running)
         self._rem_input = self.max_prefill_tokens
         self._rem_chunk = self.chunk_size

@@ -1029,9 +1029,9 @@ class Scheduler:
 
     def _priority_preempt(self, plan: StepPlan, seq: Seq, max_num_seqs: int,
                           victims: set[Seq]) -> bool:
-        """SGLang's priority scheduling: a head that finds the batch full (no request slot,
-        or the pool latch) preempts worse running requests (added to `victims`), or the
-        round ends."""
+        """SGLang's priority scheduling: a head that finds the batch full (no request slot
+        free, or a preemption for it earlier in the round; the round starts with the latch
+        clear) preempts worse running requests (added to `victims`), or the round ends."""
         reservation = self.reservation
         assert reservation is not None
         if len(self.running) + len(self.prefilling) >= max_num_seqs:
