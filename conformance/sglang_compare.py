@@ -15,9 +15,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-from kvsched.conformance import sglang_ratio_values, sglang_round_decisions
+from kvsched.conformance import (
+    sglang_priority_round_decisions,
+    sglang_ratio_values,
+    sglang_round_decisions,
+)
 
 FIELDS = ("admitted", "chunked_next", "batch_is_full")
+PRIORITY_FIELDS = ("admitted", "preempted", "batch_is_full")
 
 
 def retraction_keep_order(requests: list[dict[str, Any]]) -> list[str]:
@@ -37,6 +42,12 @@ def compare_record(record: dict[str, Any]) -> dict[str, Any]:
         diff = {f: (theirs[f], ours[f]) for f in FIELDS if theirs[f] != ours[f]}
         if diff:
             rounds.append((entry["name"], diff))
+    for entry in record.get("priority_rounds", []):
+        ours = sglang_priority_round_decisions(entry["config"], entry["state"])
+        theirs = entry["sglang"]
+        diff = {f: (theirs[f], ours[f]) for f in PRIORITY_FIELDS if theirs[f] != ours[f]}
+        if diff:
+            rounds.append((entry["name"], diff))
     ratios = []
     for trace in record["ratios"]:
         ours_v = sglang_ratio_values(trace["schedule_conservativeness"], trace["events"])
@@ -47,7 +58,8 @@ def compare_record(record: dict[str, Any]) -> dict[str, Any]:
     retractions = [(r["keep_order"], retraction_keep_order(r["requests"]))
                    for r in record["retractions"]
                    if r["keep_order"] != retraction_keep_order(r["requests"])]
-    return {"rounds": len(record["rounds"]), "round_diffs": rounds,
+    return {"rounds": len(record["rounds"]) + len(record.get("priority_rounds", [])),
+            "round_diffs": rounds,
             "ratio_events": sum(len(t["events"]) for t in record["ratios"]),
             "ratio_diffs": ratios, "retractions": len(record["retractions"]),
             "retraction_diffs": retractions}

@@ -164,6 +164,101 @@ def run_round(sg: SimpleNamespace, config: dict[str, Any], state: dict[str, Any]
             else (spec["id"] if spec is not None and chunked is not None else None)}
 
 
+class _RunningBatch:
+    """The running batch as the adder's priority preemption uses it: `release_req` frees a
+    victim's KV (prompt + generated - 1 tokens: its last token is not in the cache yet) to the
+    allocator, `filter_batch` keeps the rest (ScheduleBatch.release_req / filter_batch)."""
+
+    def __init__(self, reqs: list[Any], allocator: _Allocator) -> None:
+        self.reqs = reqs
+        self._allocator = allocator
+
+    def batch_size(self) -> int:
+        return len(self.reqs)
+
+    def release_req(self, idx: int, remaining: int, offload_kv: bool = True) -> bool:
+        req = self.reqs[idx]
+        self._allocator._free += len(req.origin_input_ids) + len(req.output_ids) - 1
+        return True
+
+    def filter_batch(self, keep_indices: list[int] | None = None, **kwargs: Any) -> None:
+        if keep_indices is not None:
+            self.reqs = [self.reqs[i] for i in keep_indices]
+
+
+def run_priority_round(sg: SimpleNamespace, config: dict[str, Any],
+                       state: dict[str, Any]) -> dict[str, Any]:
+    """One round with `--enable-priority-scheduling --schedule-low-priority-values-first`
+    (kvsched's direction), page size 1, chunking on: scheduler.py line 4090 clears the latch,
+    the slot check (line 4225) sets it, `preempt_to_schedule` (line 4235) runs for a head that
+    finds it set, victims are re-queued after the round (line 4300)."""
+    sg.get_context().set_server_args(sg.ServerArgs(
+        model_path="dummy", device="cpu", enable_priority_scheduling=True,
+        schedule_low_priority_values_first=True,
+        priority_scheduling_preemption_threshold=config["threshold"]))
+    allocator = _Allocator(sg, 1, state["free_tokens"])
+    running = []
+    for r in state["running"]:
+        req = _req(sg, r["id"], r["prompt_len"], r["max_new_tokens"], r["generated"])
+        req.priority = r["priority"]
+        req.time_stats.wait_queue_entry_time = float(r["arrival"])
+        running.append(req)
+    batch = _RunningBatch(running, allocator)
+    adder = sg.PrefillAdder(1, _NoCache(), allocator, batch, state["new_token_ratio"],
+                            config["max_prefill_tokens"], config["chunked_prefill_size"], 0,
+                            config["threshold"], waiting_queue_len=len(state["waiting"]))
+    batch_is_full = False  # line 4090
+    admitted: list[list[Any]] = []
+    result = None
+    for w in state["waiting"]:
+        req = _req(sg, w["id"], w["prompt_len"], w["max_new_tokens"])
+        req.priority = w["priority"]
+        req.time_stats.wait_queue_entry_time = float(w["arrival"])
+        if w["tried"]:  # an earlier round reached line 4260 for it and did not admit it
+            req.init_next_round_input(None)
+        if adder.budget_state() == sg.AddReqResult.OTHER:
+            result = "OTHER"
+            break
+        if len(adder.can_run_list) >= config["max_running_requests"] - len(batch.reqs):
+            batch_is_full = True
+        if batch_is_full and not adder.preempt_to_schedule(req):
+            result = "FULL"
+            break
+        req.init_next_round_input(None)
+        res = adder.add_one_req(req, has_chunked_req=False, truncation_align_size=None)
+        if adder.can_run_list and adder.can_run_list[-1] is req:
+            admitted.append([req.rid, req.extend_len])
+        if res != sg.AddReqResult.CONTINUE:
+            result = res.name
+            if res == sg.AddReqResult.NO_TOKEN:
+                batch_is_full = len(adder.can_run_list) > 0 or bool(batch.reqs)
+            break
+    return {"admitted": admitted, "preempted": sorted(r.rid for r in adder.preempt_list),
+            "result": result, "batch_is_full": batch_is_full}
+
+
+def random_priority_round(rng: random.Random) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Priorities 0-30 against thresholds 0-10, slots from full to free, tight pools; `tried`:
+    the request went through an earlier round (its fill ids are set)."""
+    config = {"page_size": 1, "chunked_prefill_size": rng.choice([64, 256, 1024]),
+              "max_prefill_tokens": 16384, "threshold": rng.choice([0, 1, 5, 10]),
+              "max_running_requests": rng.randint(1, 8)}
+    running = []
+    for i in range(rng.randint(1, config["max_running_requests"])):
+        max_new = rng.randint(2, 400)
+        running.append({"id": f"r{i}", "prompt_len": rng.randint(1, 200),
+                        "generated": rng.randint(1, max_new - 1), "max_new_tokens": max_new,
+                        "priority": rng.randint(0, 30), "arrival": i})
+    waiting = [{"id": f"w{i}", "prompt_len": rng.randint(1, 300),
+                "max_new_tokens": rng.randint(1, 300), "priority": rng.randint(0, 30),
+                "arrival": len(running) + i, "tried": rng.random() < 0.4}
+               for i in range(rng.randint(1, 4))]
+    free = rng.randint(0, 1500)
+    state = {"free_tokens": free, "new_token_ratio": round(rng.uniform(0.098, 0.7), 4),
+             "running": running, "chunked": None, "waiting": waiting}
+    return config, state
+
+
 def random_round(rng: random.Random) -> tuple[dict[str, Any], dict[str, Any]]:
     """A random round: pools from nearly full to roomy, chunked or not, a chunk under way."""
     page = rng.choice([1, 1, 4, 16])
@@ -246,14 +341,22 @@ def main(argv: list[str] | None = None) -> int:
                 events.append("decay")
         ratios.append({"schedule_conservativeness": conservativeness, "events": events,
                        "values": ratio_trace(sg, conservativeness, events)})
+    prng = random.Random(args.seed + 1000)  # its own stream: the rounds above stay as they were
+    priority_rounds = []
+    for k in range(args.rounds // 2):
+        config, state = random_priority_round(prng)
+        priority_rounds.append({"name": f"priority-s{args.seed}-{k:04d}", "config": config,
+                                "state": state, "sglang": run_priority_round(sg, config, state)})
     record = {"format": FORMAT,
               "engine": {"name": "sglang", "version": sg.version,
                          "driven": "PrefillAdder, PrefillBudget, Req, NewTokenRatioTracker, "
                                    "ScheduleBatch._get_decode_retraction_order"},
-              "seed": args.seed, "rounds": rounds, "retractions": retractions, "ratios": ratios}
+              "seed": args.seed, "rounds": rounds, "retractions": retractions, "ratios": ratios,
+              "priority_rounds": priority_rounds}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(record, indent=None, sort_keys=True) + "\n")
-    print(f"{len(rounds)} rounds, {len(retractions)} retraction orders, "
+    print(f"{len(rounds)} rounds, {len(priority_rounds)} priority rounds, "
+          f"{len(retractions)} retraction orders, "
           f"{sum(len(r['events']) for r in ratios)} ratio events -> {args.out}")
     return 0
 

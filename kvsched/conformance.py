@@ -232,3 +232,68 @@ def sglang_ratio_values(conservativeness: float, events: list[str]) -> list[floa
             ratio.after_retract((int(g), int(o)) for g, o in pairs)
         out.append(ratio.current)
     return out
+
+
+def sglang_priority_round_decisions(config: dict[str, Any],
+                                    state: dict[str, Any]) -> dict[str, Any]:
+    """kvsched's answer to one priority-preemption round (page size 1, chunking on): who is
+    admitted, who is preempted, the latch. As `Scheduler._admit` with
+    `enable_priority_scheduling`: a head that finds the request slots full (or follows a
+    preemption in this round) asks `priority_victims`; the victims leave the running batch,
+    their KV back in the pool (prompt + generated - 1 tokens, as kvsched counts a decoding
+    request's cache)."""
+    from kvsched.presets import engine_config
+    from kvsched.reservation import make_reservation
+    from kvsched.sequence import Seq
+
+    engine = engine_config("sglang", block_size=1, chunked_prefill=True,
+                           max_num_batched_tokens=int(config["chunked_prefill_size"]),
+                           max_prefill_tokens=int(config["max_prefill_tokens"]),
+                           enable_priority_scheduling=True,
+                           priority_scheduling_preemption_threshold=int(config["threshold"]))
+    reservation = make_reservation(engine)
+    assert reservation is not None and reservation.preemption_threshold is not None
+    reservation.ratio.current = float(state["new_token_ratio"])
+    slots = int(config["max_running_requests"])
+    budget = cap = engine.max_num_batched_tokens
+    free = int(state["free_tokens"])
+
+    def seq(spec: dict[str, Any], index: int) -> Seq:
+        request = Request(str(spec["id"]), float(spec["arrival"]), int(spec["prompt_len"]),
+                          int(spec["max_new_tokens"]), int(spec["priority"]))
+        return Seq.of(request, index, 1)
+
+    running = [(seq(r, i), int(r["generated"])) for i, r in enumerate(state["running"])]
+    waiting = [seq(w, len(running) + i) for i, w in enumerate(state["waiting"])]
+    for spec, head in zip(state["waiting"], waiting, strict=True):
+        if spec.get("tried"):
+            reservation.prepared(head)
+    reservation.open_round([(g, s.output_len) for s, g in running], [], len(waiting))
+    admitted: list[list[Any]] = []
+    preempted: list[str] = []
+    for head in waiting:
+        if not reservation.may_try(free):
+            break
+        if len(running) + len(admitted) >= slots:
+            reservation.batch_is_full = True
+        if reservation.batch_is_full:
+            chosen = reservation.priority_victims(head, running, free)
+            if chosen is None:
+                break
+            for victim in chosen:
+                done = next(g for s, g in running if s is victim)
+                free += victim.prompt_len + done - 1
+                preempted.append(victim.request.request_id)
+            running = [(s, g) for s, g in running if s not in chosen]
+        todo = head.prompt_len
+        allowed = reservation.check(head, todo, free)
+        if allowed is None:
+            break
+        chunk = min(todo, budget, cap, allowed)
+        budget -= chunk
+        free -= chunk
+        admitted.append([head.request.request_id, chunk])
+        if not reservation.admitted(head, todo, chunk, free):
+            break
+    return {"admitted": admitted, "preempted": sorted(preempted),
+            "batch_is_full": reservation.batch_is_full}

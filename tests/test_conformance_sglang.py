@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conformance.sglang_compare import compare_record
-from kvsched.conformance import sglang_round_decisions
+from kvsched.conformance import sglang_priority_round_decisions, sglang_round_decisions
 from kvsched.reservation import NewTokenRatio
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
@@ -60,6 +60,12 @@ def test_fixtures_cover_the_rules_they_prove():
     assert any(r["config"]["chunked_prefill_size"] is None and r["sglang"]["admitted"]
                and r["sglang"]["admitted"][0][1] > r["config"]["max_prefill_tokens"]
                for r in rounds)
+    # S9-S11: priority rounds that preempt, that fail to, and heads already tried once
+    prio = [r for record in _records() for r in record["priority_rounds"]]
+    assert any(r["sglang"]["preempted"] for r in prio)
+    assert any(r["sglang"]["result"] == "FULL" and not r["sglang"]["preempted"] for r in prio)
+    assert any(r["sglang"]["preempted"] and any(w["tried"] for w in r["state"]["waiting"])
+               for r in prio)
     ratios = [t for record in _records() for t in record["ratios"]]
     assert any(any(e.startswith("retract:") for e in t["events"]) for t in ratios)
 
@@ -102,3 +108,25 @@ def test_a_ratio_reestimated_below_its_floor_returns_to_it_at_the_next_pass():
     ratio.decay_steps(1)
     assert ratio.current == pytest.approx(0.14)
 
+
+
+@pytest.mark.parametrize("tried", [False, True])
+def test_priority_preemption_counts_the_prompt_of_a_head_only_once_it_was_tried(tried):
+    """One slot, taken by r (priority 20, 50 of 100 tokens out, reservation 50 x 0.5 = 25),
+    free 150. w (priority 0, prompt 200, output 60) never tried: it lacks 60 - (150 - 25) < 0,
+    so r is preempted and w admitted (150 + 149 freed > 200 + 60 + 1). Tried before: it lacks
+    200 + 60 - 125 = 135, r's 25 does not cover it: nothing happens (SGLang 0.5.23 reads the
+    head's fill ids, empty until init_next_round_input; numbers recorded from SGLang)."""
+    config = {"page_size": 1, "chunked_prefill_size": 1024, "max_prefill_tokens": 16384,
+              "threshold": 10, "max_running_requests": 1}
+    state = {"free_tokens": 150, "new_token_ratio": 0.5, "chunked": None,
+             "running": [{"id": "r", "prompt_len": 100, "generated": 50, "max_new_tokens": 100,
+                          "priority": 20, "arrival": 0}],
+             "waiting": [{"id": "w", "prompt_len": 200, "max_new_tokens": 60, "priority": 0,
+                          "arrival": 1, "tried": tried}]}
+    out = sglang_priority_round_decisions(config, state)
+    if tried:
+        assert (out["admitted"], out["preempted"]) == ([], [])
+    else:
+        assert (out["admitted"], out["preempted"]) == ([["w", 200]], ["r"])
+    assert out["batch_is_full"] is True
