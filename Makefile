@@ -81,7 +81,7 @@ conformance: install $(CSTAMP)
 # Proof harness against SGLang 0.5.23's real admission code (issue 9), round by round on the
 # CPU. Not part of `make test` (which checks the committed tests/fixtures/sglang/). Its own
 # virtualenv: sglang==0.5.23 with --no-deps, torch 2.13.0 CPU, and the pinned import-time
-# dependencies of conformance/sglang-requirements.txt (about 3 minutes, 2 GB).
+# dependencies of conformance/sglang-requirements.txt (about 7 minutes, 2.5 GB).
 SGVENV := .venv-conformance-sglang
 SGBIN := $(SGVENV)/bin
 SGSTAMP := $(SGVENV)/.installed-stamp
