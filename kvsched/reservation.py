@@ -75,7 +75,7 @@ class FutureTokenReservation:
 
     __slots__ = ("ratio", "page", "max_prefill_tokens", "chunk_size", "preemption_threshold",
                  "batch_is_full", "reopened", "_left", "_offset", "_pages", "_rem_input",
-                 "_rem_chunk", "_admitted", "_in_batch", "_prepared")  # _in_batch: running + continued
+                 "_rem_chunk", "_admitted", "_in_batch", "_prepared")
 
     def __init__(self, schedule_conservativeness: float, page: int,
                  max_prefill_tokens: int, chunk_size: int | None,
