@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 OUT ?= results
 
 .PHONY: install test explore experiments bench lint clean conformance conformance-install \
-	conformance-v0 conformance-v0-install
+	conformance-v0 conformance-v0-install conformance-sglang conformance-sglang-install
 
 install: $(STAMP)
 
@@ -112,6 +112,29 @@ conformance-v0: install $(CSTAMP0)
 	@echo "== kvsched ($(V0_FN)) vs vLLM 0.8.5 V0"
 	$(BIN)/python -m conformance.compare $(CONFORMANCE_OUT)/v0-random \
 		$(CONFORMANCE_OUT)/v0-cases --kvsched $(V0_FN) --quiet
+# Proof harness against SGLang 0.5.23's real admission code (issue 9), round by round on the
+# CPU. Not part of `make test` (which checks the committed tests/fixtures/sglang/). Its own
+# virtualenv: sglang==0.5.23 with --no-deps, torch 2.13.0 CPU, and the pinned import-time
+# dependencies of conformance/sglang-requirements.txt (about 7 minutes, 2.5 GB).
+SGVENV := .venv-conformance-sglang
+SGBIN := $(SGVENV)/bin
+SGSTAMP := $(SGVENV)/.installed-stamp
+SGLANG_VERSION := 0.5.23
+SGLANG_ROUNDS ?= 2000
+SGLANG_SEED ?= 2
+
+conformance-sglang-install: $(SGSTAMP)
+
+$(SGSTAMP): conformance/sglang-requirements.txt
+	$(PY) -m venv $(SGVENV)
+	$(SGBIN)/python -m pip install -q --no-deps 'sglang==$(SGLANG_VERSION)' 'torch==2.13.0' \
+		-r conformance/sglang-requirements.txt
+	touch $(SGSTAMP)
+
+conformance-sglang: install $(SGSTAMP)
+	HF_HUB_OFFLINE=1 $(SGBIN)/python conformance/sglang_driver.py --rounds $(SGLANG_ROUNDS) \
+		--seed $(SGLANG_SEED) --out $(CONFORMANCE_OUT)/sglang/rounds-s$(SGLANG_SEED).json
+	$(BIN)/python -m conformance.sglang_compare $(CONFORMANCE_OUT)/sglang/rounds-s$(SGLANG_SEED).json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

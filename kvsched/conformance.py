@@ -196,3 +196,175 @@ def _decisions(engine: EngineConfig, policy: str, workload: dict[str, Any], cach
             entry["hits"] = hits.get(k, [])
     return {"steps": [{"step": k, **v} for k, v in sorted(steps.items())],
             "requests": out_requests}
+
+
+# --- SGLang: one prefill round at a time (conformance/sglang_driver.py) ---------------------
+
+_SGLANG_NO_CHUNK_BUDGET = 10**9  # chunking off: SGLang has no per-step token budget
+
+
+def sglang_engine(config: dict[str, Any]) -> Any:
+    """The `sglang` preset's `EngineConfig` for a round record's `config`
+    (`page_size`, `chunked_prefill_size` or None, `max_prefill_tokens`)."""
+    from kvsched.presets import engine_config
+
+    chunk = config.get("chunked_prefill_size")
+    return engine_config("sglang", block_size=int(config["page_size"]),
+                         max_prefill_tokens=int(config["max_prefill_tokens"]),
+                         chunked_prefill=chunk is not None,
+                         max_num_batched_tokens=int(chunk) if chunk is not None
+                         else _SGLANG_NO_CHUNK_BUDGET)
+
+
+def sglang_round_decisions(config: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+    """kvsched's answer to one SGLang prefill round: who is admitted with how many tokens,
+    which request is left chunked, and whether the batch-full latch is set.
+
+    It runs the `sglang` preset's admission rule (`kvsched.reservation`) the way the
+    scheduler's prefill-first step calls it: the unfinished chunk continues first
+    (`_continue_prefills`), then `_admit` walks the waiting queue, `check` before and
+    `admitted` after each admission, free tokens falling by each chunk's pages as kvsched
+    allocates them."""
+    from kvsched.reservation import make_reservation
+    from kvsched.sequence import Seq
+
+    engine = sglang_engine(config)
+    reservation = make_reservation(engine)
+    assert reservation is not None
+    reservation.ratio.current = float(state["new_token_ratio"])
+    page = engine.block_size
+    budget = engine.max_num_batched_tokens
+    cap = engine.max_num_batched_tokens  # the scheduler's chunk cap under the sglang preset
+    free = int(state["free_tokens"])
+
+    def seq(spec: dict[str, Any], index: int) -> Seq:
+        request = Request(str(spec["id"]), 0.0, int(spec["prompt_len"]),
+                          int(spec["max_new_tokens"]))
+        return Seq.of(request, index, page)
+
+    running = [(int(r["generated"]), int(r["max_new_tokens"])) for r in state["running"]]
+    admitted: list[list[Any]] = []
+    continued = []
+    chunked_next = None
+    spec = state.get("chunked")
+    if spec is not None:
+        current = seq(spec, 0)
+        current.prefill_left = int(spec["prompt_len"]) - int(spec["done"])
+        chunk = min(current.prefill_left, budget, cap)
+        limit = reservation.continue_limit(running, free)
+        if limit is not None:
+            chunk = min(chunk, limit)
+        budget -= chunk
+        current.prefill_left -= chunk
+        free -= -(-chunk // page) * page
+        continued.append((current, chunk))
+        admitted.append([current.request.request_id, chunk])
+        if current.prefill_left:
+            chunked_next = current.request.request_id
+    waiting = [seq(w, i + 1) for i, w in enumerate(state["waiting"])]
+    if reservation.open_round(running, continued, len(waiting)):
+        for head in waiting:
+            if not reservation.may_try(free):
+                break
+            todo = head.prompt_len
+            allowed = reservation.check(head, todo, free)
+            if allowed is None:
+                break
+            if engine.chunked_prefill:
+                chunk = min(todo, budget, cap, allowed)
+            elif todo > budget:
+                break
+            else:
+                chunk = todo
+            budget -= chunk
+            free -= -(-chunk // page) * page
+            admitted.append([head.request.request_id, chunk])
+            if chunk < todo:
+                chunked_next = head.request.request_id
+            if not reservation.admitted(head, todo, chunk, free):
+                break
+    return {"admitted": admitted, "chunked_next": chunked_next,
+            "batch_is_full": reservation.batch_is_full}
+
+
+def sglang_ratio_values(conservativeness: float, events: list[str]) -> list[float]:
+    """kvsched's `new_token_ratio` after each event of a driver ratio trace."""
+    from kvsched.reservation import NewTokenRatio
+
+    ratio = NewTokenRatio(conservativeness)
+    out = [ratio.current]
+    for event in events:
+        if event == "decay":
+            ratio.decay_steps(1)
+        elif event == "reset":
+            ratio.current = ratio.init
+        else:
+            pairs = [p.split("/") for p in event.split(":", 1)[1].split(",")]
+            ratio.after_retract((int(g), int(o)) for g, o in pairs)
+        out.append(ratio.current)
+    return out
+
+
+def sglang_priority_round_decisions(config: dict[str, Any],
+                                    state: dict[str, Any]) -> dict[str, Any]:
+    """kvsched's answer to one priority-preemption round (page size 1, chunking on): who is
+    admitted, who is preempted, the latch. As `Scheduler._admit` with
+    `enable_priority_scheduling`: a head that finds the request slots full (or follows a
+    preemption in this round) asks `priority_victims`; the victims leave the running batch,
+    their KV back in the pool (prompt + generated - 1 tokens, as kvsched counts a decoding
+    request's cache)."""
+    from kvsched.presets import engine_config
+    from kvsched.reservation import make_reservation
+    from kvsched.sequence import Seq
+
+    engine = engine_config("sglang", block_size=1, chunked_prefill=True,
+                           max_num_batched_tokens=int(config["chunked_prefill_size"]),
+                           max_prefill_tokens=int(config["max_prefill_tokens"]),
+                           enable_priority_scheduling=True,
+                           priority_scheduling_preemption_threshold=int(config["threshold"]))
+    reservation = make_reservation(engine)
+    assert reservation is not None and reservation.preemption_threshold is not None
+    reservation.ratio.current = float(state["new_token_ratio"])
+    slots = int(config["max_running_requests"])
+    budget = cap = engine.max_num_batched_tokens
+    free = int(state["free_tokens"])
+
+    def seq(spec: dict[str, Any], index: int) -> Seq:
+        request = Request(str(spec["id"]), float(spec["arrival"]), int(spec["prompt_len"]),
+                          int(spec["max_new_tokens"]), int(spec["priority"]))
+        return Seq.of(request, index, 1)
+
+    running = [(seq(r, i), int(r["generated"])) for i, r in enumerate(state["running"])]
+    waiting = [seq(w, len(running) + i) for i, w in enumerate(state["waiting"])]
+    for spec, head in zip(state["waiting"], waiting, strict=True):
+        if spec.get("tried"):
+            reservation.prepared(head)
+    reservation.open_round([(g, s.output_len) for s, g in running], [], len(waiting))
+    admitted: list[list[Any]] = []
+    preempted: list[str] = []
+    for head in waiting:
+        if not reservation.may_try(free):
+            break
+        if len(running) + len(admitted) >= slots:
+            reservation.batch_is_full = True
+        if reservation.batch_is_full:
+            chosen = reservation.priority_victims(head, running, free)
+            if chosen is None:
+                break
+            for victim in chosen:
+                done = next(g for s, g in running if s is victim)
+                free += victim.prompt_len + done - 1
+                preempted.append(victim.request.request_id)
+            running = [(s, g) for s, g in running if s not in chosen]
+        todo = head.prompt_len
+        allowed = reservation.check(head, todo, free)
+        if allowed is None:
+            break
+        chunk = min(todo, budget, cap, allowed)
+        budget -= chunk
+        free -= chunk
+        admitted.append([head.request.request_id, chunk])
+        if not reservation.admitted(head, todo, chunk, free):
+            break
+    return {"admitted": admitted, "preempted": sorted(preempted),
+            "batch_is_full": reservation.batch_is_full}

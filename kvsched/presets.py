@@ -109,7 +109,9 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
                      "--enable-mixed-chunk", "page_size is block_size (SGLang's default "
                      "is 1)", "the random policy reshuffles every round in SGLang; here "
                      "each request draws once per queue entry",
-                     "the radix cache is not checked against SGLang's code")),
+                     "the radix cache is not checked against SGLang's code",
+                     "ignore_eos requests (SGLang reserves their whole output, ratio 1, and "
+                     "with caching off admits them by another test)")),
 )})
 
 

@@ -49,12 +49,14 @@ class NewTokenRatio:
         self.current = self.init
 
     def decay_steps(self, k: int) -> None:
-        """`k` decode passes without retraction, one subtraction each (as SGLang rounds)."""
+        """`k` decode passes without retraction, one subtraction each (as SGLang rounds).
+        Each is `max(current - decay, min)`, so a ratio re-estimated below the floor by a
+        retraction comes back up to the floor at the next pass (NewTokenRatioTracker)."""
         current, decay, floor = self.current, self.decay, self.min
         for _ in range(k):
-            if current <= floor:
-                break
             current = max(current - decay, floor)
+            if current == floor:
+                break
         self.current = current
 
     def after_retract(self, left: Iterable[tuple[int, int]]) -> None:
@@ -73,7 +75,7 @@ class FutureTokenReservation:
 
     __slots__ = ("ratio", "page", "max_prefill_tokens", "chunk_size", "preemption_threshold",
                  "batch_is_full", "reopened", "_left", "_offset", "_pages", "_rem_input",
-                 "_rem_chunk", "_admitted")
+                 "_rem_chunk", "_admitted", "_in_batch", "_prepared")
 
     def __init__(self, schedule_conservativeness: float, page: int,
                  max_prefill_tokens: int, chunk_size: int | None,
@@ -92,6 +94,10 @@ class FutureTokenReservation:
         self._rem_input = 0
         self._rem_chunk: int | None = None
         self._admitted = 0
+        self._in_batch = 0  # requests in the round's batch before admissions: running, continued
+        # indices of the requests SGLang has prepared for a round (init_next_round_input):
+        # before that a request's fill ids are empty, which priority preemption reads
+        self._prepared: set[int] = set()
 
     def _ceil(self, tokens: int) -> int:
         return -(-tokens // self.page) * self.page
@@ -110,6 +116,11 @@ class FutureTokenReservation:
         `running`: (generated, output_len) of each decoding request; `continued`: the
         chunks of unfinished prefills already scheduled in this step."""
         self.reopened = False
+        if self.preemption_threshold is not None:
+            # scheduler.py line 4090: with priority preemption every round starts with the
+            # latch clear; only a full set of request slots sets it (and lets a head preempt)
+            self.batch_is_full = False
+        running = list(running)
         self._rem_input = self.max_prefill_tokens
         self._rem_chunk = self.chunk_size
         self._admitted = 0
@@ -129,15 +140,38 @@ class FutureTokenReservation:
             if not seq.prefill_left:  # its last chunk: it reserves its output too
                 offset += min(seq.output_len, CLIP_MAX_NEW_TOKENS)
         self._offset = offset
+        self._in_batch = len(running) + (self._pages // page)
         return bool(waiting) and (not self.batch_is_full or self.preemption_threshold is not None)
+
+    def continue_limit(self, running: Iterable[tuple[int, int]], free_tokens: int) -> int | None:
+        """The most tokens the unfinished chunked request may compute now, None for no limit
+        beyond the chunk size: SGLang's `add_chunked_req` takes `min(chunk,
+        int(free - running reservations))` when that is positive (`available_chunk_tokens`),
+        not rounded to pages."""
+        if self.chunk_size is None:
+            return None
+        ratio = self.ratio.current
+        reserved = 0.0
+        for done, output_len in running:
+            reserved += min(output_len - done, CLIP_MAX_NEW_TOKENS) * ratio
+        left = int(free_tokens - reserved)
+        return left if left > 0 else None
+
+    def prepared(self, seq: Seq) -> None:
+        """SGLang has prepared `seq` for a round (`init_next_round_input`): its fill ids now
+        hold its tokens, which a later priority preemption for it counts."""
+        self._prepared.add(seq.index)
 
     def check(self, seq: Seq, tokens: int, free_tokens: int) -> int | None:
         """The most of its (re)prefill of `tokens` the head `seq` may compute now, or None
         to end the round (setting the batch-full latch when the pool is the reason).
         `free_tokens`: free KV tokens, a prefill under way holding only its chunks done."""
+        self.prepared(seq)  # scheduler.py line 4260, just before add_one_req
         max_new = min(max(seq.output_len - seq.generated, 0), CLIP_MAX_NEW_TOKENS)
         if not tokens + max_new + self.page < free_tokens - self._offset:
-            self.batch_is_full = True  # NO_TOKEN
+            # NO_TOKEN: the latch is set, or cleared, by whether the batch holds a request to
+            # wait for (scheduler.py line 4282, `len(adder.can_run_list) > 0 or running`)
+            self.batch_is_full = self._in_batch > 0 or self._admitted > 0
             return None
         paged = self._ceil(tokens)  # SGLang checks the pool first, then the budgets
         rem_chunk = self._rem_chunk
@@ -162,9 +196,15 @@ class FutureTokenReservation:
         if self._rem_chunk is not None:
             self._rem_chunk -= charged
         self._admitted += 1
+        return self.may_try(free_tokens)
+
+    def may_try(self, free_tokens: int) -> bool:
+        """Whether the round goes on to the next waiting request: SGLang's `budget_state`
+        before each one. A pool without room goes on (the head's check then fails, setting
+        the latch); a spent `max_prefill_tokens` or chunk budget ends the round, latch
+        untouched. With nobody left waiting the round ends without either."""
         if not self._capacity(free_tokens):
-            self.batch_is_full = True
-            return False
+            return True
         return not (self._rem_input <= 0
                     or (self._rem_chunk is not None and self._rem_chunk <= 0))
 
@@ -181,8 +221,10 @@ class FutureTokenReservation:
         kvsched's priorities are SGLang's with `--schedule-low-priority-values-first`."""
         assert self.preemption_threshold is not None
         ratio = self.ratio.current
-        deficit = (seq.prompt_len + seq.generated + min(seq.output_len, CLIP_MAX_NEW_TOKENS)
-                   - (free_tokens - self._offset))
+        # SGLang counts the head's fill ids, empty until a round has prepared it: a request
+        # never tried yet lacks only its clipped output (schedule_policy.py line 1736)
+        held = seq.prompt_len + seq.generated if seq.index in self._prepared else 0
+        deficit = held + min(seq.output_len, CLIP_MAX_NEW_TOKENS) - (free_tokens - self._offset)
         order = sorted(running, key=lambda item: (-item[0].request.priority,
                                                   -item[0].request.arrival_time,
                                                   -item[0].index))
@@ -201,6 +243,7 @@ class FutureTokenReservation:
             for victim, done in order[:len(victims)]:
                 self._offset += min(victim.output_len - done, CLIP_MAX_NEW_TOKENS) * ratio
             return None
+        self._in_batch -= len(victims)
         return victims
 
     def close_round(self, slots_full: bool, waiting: int) -> None:

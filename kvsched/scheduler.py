@@ -1032,6 +1032,10 @@ class Scheduler:
         if not self.prefilling:
             return budget
         worst_case = self.config.append_free_block
+        limit = None
+        if self.reservation is not None:  # SGLang caps the continued chunk by memory left
+            limit = self.reservation.continue_limit(self._decoding_pairs(0, plan),
+                                                    self._free_tokens())
         for seq in list(self.prefilling.values()):
             if seq.state is not PREFILLING:
                 continue  # preempted as a victim earlier in this loop
@@ -1039,6 +1043,8 @@ class Scheduler:
                 break
             cap = self._chunk_cap if self.partial is None else self.partial.slot
             chunk = min(seq.prefill_left, budget, cap)
+            if limit is not None:
+                chunk = min(chunk, limit)
             # vLLM V0 holds the whole prompt's blocks; its append check still wants a free
             # block unless the prompt ends on a block boundary (RULES.md V0-2)
             if worst_case and (seq.prompt_len + seq.generated) % self._block_size:
@@ -1073,10 +1079,14 @@ class Scheduler:
         preempting = reservation is not None and reservation.preemption_threshold is not None
         victims: set[Seq] = set()
         granted: Seq | None = None  # the head whose preemptions already made room
-        while budget > 0 and (len(self.running) + len(self.prefilling) < max_num_seqs
-                              or preempting):
+        while (budget > 0 or reservation is not None) and (
+                len(self.running) + len(self.prefilling) < max_num_seqs or preempting):
             seq = waiting.peek()
-            if seq is None or self._head_stops(seq, budget):
+            if seq is None:
+                break
+            if reservation is not None and not reservation.may_try(self._free_tokens()):
+                break  # SGLang's budget_state before each request
+            if self._head_stops(seq, budget):
                 break
             if preempting:
                 if seq in victims:  # SGLang re-queues them after the round
@@ -1184,9 +1194,9 @@ class Scheduler:
 
     def _priority_preempt(self, plan: StepPlan, seq: Seq, max_num_seqs: int,
                           victims: set[Seq]) -> bool:
-        """SGLang's priority scheduling: a head that finds the batch full (no request slot,
-        or the pool latch) preempts worse running requests (added to `victims`), or the
-        round ends."""
+        """SGLang's priority scheduling: a head that finds the batch full (no request slot
+        free, or a preemption for it earlier in the round; the round starts with the latch
+        clear) preempts worse running requests (added to `victims`), or the round ends."""
         reservation = self.reservation
         assert reservation is not None
         if len(self.running) + len(self.prefilling) >= max_num_seqs:

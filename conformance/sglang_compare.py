@@ -1,0 +1,93 @@
+"""Compare kvsched's `sglang` preset with a record of conformance/sglang_driver.py.
+
+    .venv/bin/python -m conformance.sglang_compare R.json [R.json ...] [--quiet]
+
+Per round: the admitted requests with their token counts, the request left chunked, and the
+batch-full latch. Ratio traces value by value (within 1e-12), retraction orders exactly.
+Exit 1 on any disagreement. Stdlib and kvsched only: no SGLang needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from kvsched.conformance import (
+    sglang_priority_round_decisions,
+    sglang_ratio_values,
+    sglang_round_decisions,
+)
+
+FIELDS = ("admitted", "chunked_next", "batch_is_full")
+PRIORITY_FIELDS = ("admitted", "preempted", "batch_is_full")
+
+
+def retraction_keep_order(requests: list[dict[str, Any]]) -> list[str]:
+    """kvsched's victim order, reversed: the fewest generated, then the longest prompt, go
+    first (kvsched's `fewest_generated` victim rule)."""
+    ranked = sorted(requests, key=lambda r: (int(r["generated"]), -int(r["prompt_len"])),
+                    reverse=True)
+    return [r["id"] for r in ranked]
+
+
+def compare_record(record: dict[str, Any]) -> dict[str, Any]:
+    """Disagreements of one record: rounds, ratio values, retraction orders."""
+    rounds = []
+    for entry in record["rounds"]:
+        ours = sglang_round_decisions(entry["config"], entry["state"])
+        theirs = entry["sglang"]
+        diff = {f: (theirs[f], ours[f]) for f in FIELDS if theirs[f] != ours[f]}
+        if diff:
+            rounds.append((entry["name"], diff))
+    for entry in record.get("priority_rounds", []):
+        ours = sglang_priority_round_decisions(entry["config"], entry["state"])
+        theirs = entry["sglang"]
+        diff = {f: (theirs[f], ours[f]) for f in PRIORITY_FIELDS if theirs[f] != ours[f]}
+        if diff:
+            rounds.append((entry["name"], diff))
+    ratios = []
+    for trace in record["ratios"]:
+        ours_v = sglang_ratio_values(trace["schedule_conservativeness"], trace["events"])
+        for k, (a, b) in enumerate(zip(trace["values"], ours_v, strict=True)):
+            if not math.isclose(a, b, rel_tol=0, abs_tol=1e-12):
+                ratios.append((trace["schedule_conservativeness"], k, a, b))
+                break
+    retractions = [(r["keep_order"], retraction_keep_order(r["requests"]))
+                   for r in record["retractions"]
+                   if r["keep_order"] != retraction_keep_order(r["requests"])]
+    return {"rounds": len(record["rounds"]) + len(record.get("priority_rounds", [])),
+            "round_diffs": rounds,
+            "ratio_events": sum(len(t["events"]) for t in record["ratios"]),
+            "ratio_diffs": ratios, "retractions": len(record["retractions"]),
+            "retraction_diffs": retractions}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("records", nargs="+")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    bad = 0
+    for path in args.records:
+        record = json.loads(Path(path).read_text())
+        report = compare_record(record)
+        ok = report["rounds"] - len(report["round_diffs"])
+        print(f"{path}: rounds {ok}/{report['rounds']} agree; ratio traces "
+              f"{len(record['ratios']) - len(report['ratio_diffs'])}/{len(record['ratios'])} "
+              f"({report['ratio_events']} events); retraction orders "
+              f"{report['retractions'] - len(report['retraction_diffs'])}/{report['retractions']}")
+        if not args.quiet:
+            for name, diff in report["round_diffs"][:10]:
+                print(f"  {name}: " + "; ".join(f"{f}: sglang {a} kvsched {b}"
+                                                for f, (a, b) in diff.items()))
+            for item in report["ratio_diffs"] + report["retraction_diffs"]:
+                print(f"  {item}")
+        bad += bool(report["round_diffs"] or report["ratio_diffs"] or report["retraction_diffs"])
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
