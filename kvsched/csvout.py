@@ -21,6 +21,7 @@ from typing import IO, Any, cast
 
 import numpy as np
 
+from kvsched.arrow import int64s
 from kvsched.floatfmt import format_floats
 from kvsched.records import STEP_COLUMNS
 from kvsched.scheduler import Stretch
@@ -122,7 +123,7 @@ class StepCsv:
         arrays = []
         for name, values in zip(self.columns, columns, strict=True):
             if name not in _STEP_FLOATS:
-                arrays.append(pa.array(values, pa.int64()))
+                arrays.append(int64s(values))
             elif len(values) and values[0] is None:  # mfu, mbu without a hardware model
                 arrays.append(_empty_texts(pa, len(values)))
             else:
