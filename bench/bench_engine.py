@@ -8,6 +8,7 @@ simulation, CSV writing), on the engine of the speed issue (budget 2048, 256 seq
 - cmd-azure-full / cmd-azure-compact: the Azure 2023 conversation hour (881,084 steps);
 - cmd-azure25-full: the same hour at 25 ms steps (the old shipped assumption);
 - cmd-1m-compact: 1,000,000 synthetic requests at 20 req/s, Azure-like lengths;
+- cmd-100k-compact: 100,000 such requests (the 1M case's costs, a tenth of its time);
 - cmd-tight-full: the Azure hour on a 600-block pool: many preemptions, the exact path;
 - cmd-10m-compact (only with --big): 10,000,000 synthetic requests;
 - cmd-mooncake-compact / cmd-mooncake-nocache-compact: the whole Mooncake conversation trace
@@ -51,7 +52,8 @@ MOONCAKE_TRACE = ROOT / "scenarios/traces/mooncake_conversation_trace.jsonl"
 WORKLOADS = ("azure", "busy", "synthetic-100k")
 LIBRARY_CASES = tuple(f"{w}{suffix}" for w in WORKLOADS for suffix in ("", "-plain"))
 COMMAND_CASES = ("cmd-azure-full", "cmd-azure-compact", "cmd-azure25-full", "cmd-tight-full",
-                 "cmd-1m-compact", "cmd-mooncake-compact", "cmd-mooncake-nocache-compact")
+                 "cmd-100k-compact", "cmd-1m-compact", "cmd-mooncake-compact",
+                 "cmd-mooncake-nocache-compact")
 BIG_CASES = ("cmd-10m-compact",)
 ONCE_CASES = ("cmd-1m-compact",)  # a minute or more: measured once
 ROOFLINE_CASES = ("azure-roofline", "azure-8.6ms")
@@ -80,6 +82,8 @@ def command_scenario(case: str) -> Path:
         step = 0.025
     elif case == "cmd-tight-full":
         blocks = 600
+    elif case == "cmd-100k-compact":
+        workload = SYNTHETIC % 100_000
     elif case == "cmd-1m-compact":
         workload = SYNTHETIC % 1_000_000
     elif case == "cmd-10m-compact":

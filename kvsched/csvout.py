@@ -16,15 +16,17 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterable, Sequence
 from itertools import chain, repeat
+from operator import mul
 from pathlib import Path
 from typing import IO, Any, cast
 
 import numpy as np
 
+from kvsched.arrow import int64s
 from kvsched.floatfmt import format_floats
 from kvsched.records import STEP_COLUMNS
 from kvsched.scheduler import Stretch
-from kvsched.steplog import COMPACT_COLUMNS, RecordMode, Segment, compact_row
+from kvsched.steplog import COMPACT_COLUMNS, RecordMode, Segment
 
 FLOAT_FORMAT = "%.10g"
 
@@ -122,7 +124,7 @@ class StepCsv:
         arrays = []
         for name, values in zip(self.columns, columns, strict=True):
             if name not in _STEP_FLOATS:
-                arrays.append(pa.array(values, pa.int64()))
+                arrays.append(int64s(values))
             elif len(values) and values[0] is None:  # mfu, mbu without a hardware model
                 arrays.append(_empty_texts(pa, len(values)))
             else:
@@ -195,12 +197,57 @@ class StepCsv:
             cols[index] = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=total)
         return cols
 
-    def _compact_columns(self, chunk: list[Segment]) -> list[list[Any]]:
-        rows: list[tuple] = []
-        num_blocks = self.num_blocks
-        for segment in chunk:
-            if type(segment) is tuple:
-                rows.append((segment[0], 1, *segment[1:]))
-            else:
-                rows.append(compact_row(segment, num_blocks))  # type: ignore[arg-type]
-        return [list(values) for values in zip(*rows, strict=True)]
+    def _compact_columns(self, chunk: list[Segment]) -> list[Any]:
+        """One column per COMPACT_COLUMNS name, a row per segment (`compact_row`'s values
+        for a stretch), built a column at a time rather than a tuple per segment."""
+        rows = [segment for segment in chunk if type(segment) is tuple]
+        stretches = cast(list[Stretch], [s for s in chunk if type(s) is not tuple])
+        if not stretches:
+            return [list(values) for values in zip(*[(row[0], 1, *row[1:]) for row in rows],
+                                                   strict=True)]
+        if not rows:
+            return _stretch_columns(stretches, self.num_blocks)
+        is_row = np.fromiter((type(segment) is tuple for segment in chunk), dtype=bool,
+                             count=len(chunk))
+        row_columns = list(zip(*rows, strict=True))
+        row_columns.insert(1, (1,) * len(rows))  # num_steps
+        cols: list[Any] = []
+        for index, values in enumerate(_stretch_columns(stretches, self.num_blocks)):
+            if type(values) is list and values[0] is None:  # mfu, mbu: all steps or none
+                cols.append(values + [None] * len(rows))
+                continue
+            column = np.empty(len(chunk), dtype=values.dtype)
+            column[is_row] = row_columns[index]
+            column[~is_row] = values
+            cols.append(column)
+        return cols
+
+
+def _stretch_columns(stretches: list[Stretch], num_blocks: int) -> list[Any]:
+    """COMPACT_COLUMNS of decode stretches, as numpy columns (mfu and mbu: [None, ...]
+    without a hardware time model)."""
+    n = len(stretches)
+
+    def ints(values: Any) -> np.ndarray:
+        return np.fromiter(values, dtype=np.int64, count=n)
+
+    zeros = np.zeros(n, dtype=np.int64)
+    num_steps = ints(s.num_steps for s in stretches)
+    decoded = ints(s.num_decodes for s in stretches) * num_steps
+    used = ints(s.blocks_used[-1] for s in stretches)
+    durations = [sum(s.durations) for s in stretches]
+    mfu: Any = [None] * n
+    mbu: Any = [None] * n
+    if stretches[0].mfu is not None:
+        mfu, mbu = (np.array([sum(map(mul, getattr(s, name), s.durations)) / duration
+                              for s, duration in zip(stretches, durations, strict=True)])
+                    for name in ("mfu", "mbu"))
+    return [ints(s.step for s in stretches), num_steps,
+            np.fromiter((s.starts[0] for s in stretches), dtype=np.float64, count=n),
+            np.array(durations, dtype=np.float64),
+            ints(s.num_running for s in stretches), ints(s.num_waiting for s in stretches),
+            zeros, zeros, decoded, zeros, decoded, used, num_blocks - used, zeros, zeros,
+            ints(s.num_finished for s in stretches), zeros, zeros, np.zeros(n), zeros,
+            mfu, mbu,
+            ints(s.cached_blocks[-1] if s.cached_blocks else 0 for s in stretches),
+            ints(sum(s.evicted_blocks) if s.evicted_blocks else 0 for s in stretches)]

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from kvsched.arrow import int64s, mask, texts
+
 FORMAT = "%.10g"
 _TIE = 1e-5  # distance from one half below which the float product may round wrongly
 _SCALE = 10.0 ** np.arange(0, 14)  # exact in binary (up to 1e22)
@@ -35,7 +37,7 @@ def format_floats(values: Any) -> Any:
     x = np.asarray(values, dtype=np.float64)
     n = len(x)
     if not n:
-        return pa.array([], pa.string())
+        return texts([])
     bits = x.view(np.int64)
     if (bits == bits[0]).all():  # a constant column (durations, ratios): one text, repeated
         one = (FORMAT % x[0]).encode()
@@ -53,7 +55,7 @@ def format_floats(values: Any) -> Any:
         fast &= (np.abs(scaled - np.floor(scaled) - 0.5) > _TIE) & (mantissa > 1e9) & (
             mantissa < 1e10)
     m = np.where(fast, mantissa, 1e9).astype(np.int64)
-    digits = np.frombuffer(pc.cast(pa.array(m, pa.int64()), pa.string()).buffers()[2],
+    digits = np.frombuffer(pc.cast(int64s(m), pa.string()).buffers()[2],
                            dtype=np.uint8, count=10 * n).reshape(n, 10)
     # Rows of equal width: the sign (or a space), then the number with its trailing zeros.
     lowest = int(e.min())
@@ -84,8 +86,8 @@ def format_floats(values: Any) -> Any:
     text = pc.ascii_ltrim(text, characters=" ")
     slow = np.flatnonzero(~fast)
     if len(slow):
-        text = pc.replace_with_mask(text, pa.array(~fast), pa.array(
-            [FORMAT % v for v in x[slow].tolist()], pa.string()))
+        text = pc.replace_with_mask(text, mask(~fast),
+                                    texts([FORMAT % v for v in x[slow].tolist()]))
     return text
 
 

@@ -98,10 +98,16 @@ class GapHistogram:
             self.count += count * len(gaps)
             # Sequential, value x count at a time, as `add` would have summed them.
             self.total = reduce(add_, map(mul, gaps, repeat(count)), self.total)
+            exact = self._exact
+            if exact is None:  # buckets are monotone in the value: one for all, usually
+                buckets, bucket = self._buckets, self._bucket
+                key = bucket(min(gaps))
+                if key == bucket(max(gaps)):
+                    buckets[key] = buckets.get(key, 0) + len(gaps) * count
+                    return
             # A stretch's gaps take few distinct values (sums of equal steps differ only
             # in their last bits): count each with list.count, in C, in order of first sight.
             distinct = dict.fromkeys(gaps)
-            exact = self._exact
             if exact is not None:
                 for value in distinct:
                     exact[value] = exact.get(value, 0) + gaps.count(value) * count

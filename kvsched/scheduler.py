@@ -1411,8 +1411,9 @@ class Scheduler:
             tick = heap[0]
             bucket = buckets.get(tick)
             if bucket is not None and tick > self.tick:
-                if any(seq.epoch == epoch for seq, epoch in bucket):
-                    return tick
+                for seq, epoch in bucket:  # (a loop, not any(): called once per stretch)
+                    if seq.epoch == epoch:
+                        return tick
                 del buckets[tick]  # only stale entries: forget it (a new push re-adds it)
             heapq.heappop(heap)
         return None

@@ -213,6 +213,8 @@ def run_loop(engine: Engine, seqs: Arrivals, log: StepLog, max_steps: int,
     poll = events.poll if events is not None and events.sink is not None else None
     turns = 0
     abort_mask = ABORT_EVERY - 1
+    run_stretch, run_step = engine.stretch, engine.step
+    log_stretch, log_row = log.stretch, log.row
     while True:
         if poll is not None:
             poll()
@@ -223,7 +225,8 @@ def run_loop(engine: Engine, seqs: Arrivals, log: StepLog, max_steps: int,
             return step, now, True
         # A hair of slack: times summed step by step drift (0.1 * 8 = 0.7999999999999999).
         horizon = now + 1e-9 * (1.0 + now)
-        while next_time() <= horizon:
+        upcoming = next_time()
+        while upcoming <= horizon:
             # Everything due, then what a rejection among them released (as a cluster
             # routes what is due before its replica takes it in).
             batch = [seqs.pop()]
@@ -232,15 +235,15 @@ def run_loop(engine: Engine, seqs: Arrivals, log: StepLog, max_steps: int,
             for seq in batch:
                 now = max(now, seq.request.arrival_time)  # absorb the drift, never start early
                 engine.arrive(seq, step, now)
-        upcoming = next_time()
-        stretch = engine.stretch(step, now, upcoming, max_steps - executed)
+            upcoming = next_time()
+        stretch = run_stretch(step, now, upcoming, max_steps - executed)
         if stretch is not None:
-            log.stretch(stretch)
+            log_stretch(stretch)
             step += stretch.num_steps
             executed += stretch.num_steps
             now = stretch.end
         else:
-            row = engine.step(step, now)
+            row = run_step(step, now)
             if row is None:  # nothing runs, nothing can be admitted: wait for the next arrival
                 if upcoming == math.inf:
                     if seqs.release_stuck(now):  # turns held by what starves: they come
@@ -252,7 +255,7 @@ def run_loop(engine: Engine, seqs: Arrivals, log: StepLog, max_steps: int,
                 else:
                     now = upcoming
                 continue
-            log.row(row)
+            log_row(row)
             step += 1
             executed += 1
             now = row[1] + row[2]

@@ -13,8 +13,9 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from itertools import chain, groupby, repeat
+from itertools import chain, repeat
 from operator import attrgetter, mul
+from typing import cast
 
 from kvsched.records import STEP_COLUMNS
 from kvsched.scheduler import Stretch
@@ -73,6 +74,13 @@ class Timeline:
                 busy[k] += duration
                 queue[k] += num_waiting
                 count[k] += 1
+
+    def add_row(self, start: float, duration: float, num_waiting: int) -> None:
+        k = self._bucket(start)
+        if k is not None:
+            self.busy[k] += duration
+            self.waiting[k] += num_waiting
+            self.count[k] += 1
 
     def add_stretch(self, stretch: Stretch) -> None:
         starts = stretch.starts
@@ -154,6 +162,56 @@ class StepStats:
     def add_stretch(self, stretch: Stretch) -> None:
         self.add_stretches([stretch])
 
+    def add_chunk(self, chunk: list[Segment]) -> None:
+        """Rows and stretches in step order, at once: what `add_rows` and `add_stretches`
+        give group by group (float sums chained over every step in order), without a
+        call per group (a busy run alternates one exact step and one stretch)."""
+        timeline = self.timeline
+        if timeline is not None:
+            for segment in chunk:
+                if type(segment) is tuple:
+                    timeline.add_row(segment[1], segment[2], segment[4])
+                else:
+                    timeline.add_stretch(segment)  # type: ignore[arg-type]
+        rows = [segment for segment in chunk if type(segment) is tuple]
+        stretches = cast(list[Stretch], [s for s in chunk if type(s) is not tuple])
+        last = chunk[-1]
+        self.end = last[1] + last[2] if type(last) is tuple else last.end  # type: ignore
+        self.busy_time = sum(chain.from_iterable(
+            (segment[2],) if type(segment) is tuple else segment.durations  # type: ignore
+            for segment in chunk), self.busy_time)
+        self.num_steps += len(rows) + sum(map(_NUM_STEPS, stretches))
+        self.decode_tokens += sum(map(mul, map(_NUM_DECODES, stretches),
+                                      map(_NUM_STEPS, stretches)))
+        blocks = list(map(_BLOCKS_USED, stretches))
+        self.blocks_used_sum += sum(chain.from_iterable(blocks))
+        if blocks:
+            self.peak_blocks_used = max(self.peak_blocks_used, *(used[-1] for used in blocks))
+        self.evicted_blocks += sum(sum(s.evicted_blocks) for s in stretches
+                                   if s.evicted_blocks)
+        if rows:
+            columns = list(zip(*rows, strict=True))
+            self.prefill_tokens += sum(columns[6])
+            self.decode_tokens += sum(columns[7])
+            self.recomputed_tokens += sum(columns[8])
+            self.blocks_used_sum += sum(columns[10])
+            self.peak_blocks_used = max(self.peak_blocks_used, max(columns[10]))
+            self.swapped_blocks += sum(columns[15]) + sum(columns[16])
+            self.thrash_ratio_max = max(self.thrash_ratio_max, max(columns[17]))
+            self.backpressure_steps += sum(columns[18])
+            self.evicted_blocks += sum(columns[22])
+        first = chunk[0]
+        if (first[19] if type(first) is tuple else first.mfu) is not None:  # type: ignore
+            # one time model per run: every step has a figure (or none does)
+            for index, name, total in ((19, "mfu", self.mfu_sum), (20, "mbu", self.mbu_sum)):
+                value = sum(chain.from_iterable(
+                    (segment[index],) if type(segment) is tuple
+                    else getattr(segment, name) for segment in chunk), total or 0.0)
+                if index == 19:
+                    self.mfu_sum = value
+                else:
+                    self.mbu_sum = value
+
     def add_stretches(self, stretches: list[Stretch]) -> None:
         """Consecutive stretches, in order: float sums chained over their steps, the same
         additions in the same order as one stretch at a time."""
@@ -208,12 +266,6 @@ def compact_row(stretch: Stretch, num_blocks: int) -> tuple:
             sum(stretch.evicted_blocks) if stretch.evicted_blocks else 0)
 
 
-def segment_runs(segments: list[Segment]) -> Iterator[tuple[bool, list[Segment]]]:
-    """Consecutive segments grouped: (True, rows) or (False, stretches)."""
-    for is_row, group in groupby(segments, key=lambda s: type(s) is tuple):
-        yield is_row, list(group)
-
-
 CHUNK = 1 << 15
 """Segments a `StepLog` holds before it hands them on (a stretch can hold many steps)."""
 
@@ -257,12 +309,7 @@ class StepLog:
         chunk = self._chunk
         if not chunk:
             return
-        stats = self.stats
-        for is_row, group in segment_runs(chunk):
-            if is_row:
-                stats.add_rows(group)  # type: ignore[arg-type]
-            else:
-                stats.add_stretches(group)  # type: ignore[arg-type]
+        self.stats.add_chunk(chunk)
         if self._sink is not None:
             self._sink(chunk)
         if self.kept is not None:

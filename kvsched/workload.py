@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from kvsched.errors import ScenarioError, excerpt
 from kvsched.prefix import Prefix, Segment
@@ -42,6 +42,10 @@ from kvsched.schema import (
     UniformLen,
     WorkloadSpec,
 )
+from kvsched.trace_csv import read_clean_columns
+
+if TYPE_CHECKING:  # pandas is imported only where a file needs it (a quarter second)
+    import pandas as pd
 
 Locate = Callable[[tuple, str], ScenarioError]
 """Builds the error for a field of the workload spec, e.g. (("workload", "path"), "...")."""
@@ -415,8 +419,13 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
            rng: np.random.Generator) -> list[Request]:
     where = ("workload", "path")
     path = _resolve(base_dir, spec.path)
-    table = _read_table(path, where, locate)
     layout = _layout(spec)
+    clean = _clean_trace(path, layout, rng, spec)
+    if clean is not None:
+        return _replay(spec, *clean)
+    import pandas as pd
+
+    table = _read_table(path, where, locate)
     for column in (layout.arrival_time, layout.prompt_len, layout.output_len):
         if column is not None and column not in table.columns:
             raise locate(where, _missing_column(column, path, table))
@@ -476,12 +485,7 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
                                 f"is set but '{layout.after}' is empty; a think time follows "
                                 f"a previous turn")
 
-    keep = arrivals >= spec.start
-    if spec.duration is not None:
-        keep &= arrivals < spec.start + spec.duration
-    rows = np.flatnonzero(keep)
-    if spec.limit is not None:
-        rows = rows[:spec.limit]
+    rows = _replayed_rows(spec, arrivals)
     seen: set[str] = set()
     requests = []
     for i in rows:
@@ -497,6 +501,59 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
                                 labels[i], sessions[i], prefixes[i], afters[i],
                                 float(thinks[i]) * think_unit * spec.time_scale))
     return requests
+
+
+def _replayed_rows(spec: TraceWorkload, arrivals: np.ndarray) -> np.ndarray:
+    """The rows `start`, `duration` and `limit` keep, in file order."""
+    keep = arrivals >= spec.start
+    if spec.duration is not None:
+        keep &= arrivals < spec.start + spec.duration
+    rows = np.flatnonzero(keep)
+    return rows[:spec.limit] if spec.limit is not None else rows
+
+
+def _clean_trace(path: Path, layout: TraceLayout, rng: np.random.Generator,
+                 spec: TraceWorkload) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Arrival seconds, prompt and output lengths of a clean CSV trace read without pandas
+    (`kvsched.trace_csv`), or None: then pandas reads it and names what is wrong."""
+    needed = {layout.prompt_len: "number", layout.output_len: "number"}
+    limits = {layout.prompt_len: (1.0, float(MAX_TOKENS)),
+              layout.output_len: (1.0, float(MAX_TOKENS))}
+    if layout.arrival_time is not None:
+        if layout.arrival_unit == "datetime":
+            needed[layout.arrival_time] = "datetime"
+        else:
+            needed[layout.arrival_time] = "number"
+            limits[layout.arrival_time] = (0.0, MAX_TIME / _UNIT_SECONDS[layout.arrival_unit])
+    if len(needed) < 2 + (layout.arrival_time is not None):
+        return None  # one column named twice: pandas' reading decides
+    absent = [name for name in (layout.priority, layout.class_name, layout.request_id,
+                                layout.session, layout.prefix_group, layout.prefix_len,
+                                layout.hash_ids, layout.after, layout.think_time)
+              if name is not None]
+    if absent and not layout.optional_extras:
+        return None  # the mapped extra columns must be there: pandas' reading checks them
+    columns = read_clean_columns(path, needed, absent, limits)
+    if columns is None:
+        return None
+    prompts, outputs = columns[layout.prompt_len], columns[layout.output_len]
+    if layout.arrival_time is None:
+        assert spec.arrival is not None
+        arrivals = _process_times(spec.arrival, len(prompts), rng)
+    elif layout.arrival_unit == "datetime":
+        arrivals = columns[layout.arrival_time]
+    else:
+        arrivals = columns[layout.arrival_time] * _UNIT_SECONDS[layout.arrival_unit]
+    return arrivals, prompts, outputs
+
+
+def _replay(spec: TraceWorkload, arrivals: np.ndarray, prompts: np.ndarray,
+            outputs: np.ndarray) -> list[Request]:
+    """The requests of a clean trace's rows (ids r0, r1, ... by file row, no extras)."""
+    start, scale = spec.start, spec.time_scale
+    return [Request(f"r{i}", float((arrivals[i] - start) * scale), int(prompts[i]),
+                    int(outputs[i]), 0, None, None, None, None, 0.0)
+            for i in _replayed_rows(spec, arrivals).tolist()]
 
 
 def _hash_prefixes(column: pd.Series, prompts: np.ndarray, block_tokens: int, path: Path,
@@ -534,6 +591,8 @@ def _bad_hash_ids(ids: list, prompt: int, block_tokens: int, need: int, path: Pa
 def _group_prefixes(table: pd.DataFrame, layout: TraceLayout, prompts: np.ndarray,
                     path: Path, where: tuple, locate: Locate) -> list[Prefix | None]:
     """Rows of a `prefix_group` share their first `prefix_len` tokens."""
+    import pandas as pd
+
     group_column, len_column = layout.prefix_group, layout.prefix_len
     assert group_column is not None and len_column is not None
     n = len(table)
@@ -573,6 +632,8 @@ def _group_prefixes(table: pd.DataFrame, layout: TraceLayout, prompts: np.ndarra
 
 def _arrival_seconds(column: pd.Series, unit: str, path: Path, where: tuple,
                      locate: Locate) -> np.ndarray:
+    import pandas as pd
+
     if unit == "datetime":
         stamps = pd.to_datetime(column, errors="coerce", format="ISO8601")
         bad = np.flatnonzero(stamps.isna().to_numpy())
@@ -589,6 +650,8 @@ def _arrival_seconds(column: pd.Series, unit: str, path: Path, where: tuple,
 def _numbers(column: pd.Series, path: Path, name: str, where: tuple, locate: Locate, *,
              minimum: float | None, whole: bool, maximum: float | None = None) -> np.ndarray:
     """The column as numbers, or an error naming the first bad row."""
+    import pandas as pd
+
     values = pd.to_numeric(column, errors="coerce").to_numpy(dtype=float)
     finite = np.isfinite(values)
     with np.errstate(invalid="ignore"):
@@ -616,6 +679,8 @@ def _bound(value: float) -> str:
 
 
 def _read_table(path: Path, where: tuple, locate: Locate) -> pd.DataFrame:
+    import pandas as pd
+
     if not path.is_file():
         if path.exists():
             raise locate(where, f"'{path}' is not a regular file (a folder, a FIFO...)")
