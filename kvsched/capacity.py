@@ -3,10 +3,11 @@
 The rate is scaled by a factor x applied to the variant's workload: a synthetic
 workload's arrival rate times x (a `fixed` interval divided by x), a trace's `time_scale`
 divided by x (arrivals x times denser). The search runs on the geometric grid
-x = (1 + tolerance)^k: it brackets from x = 1 by doubling k, then bisects on k, so the
-answer holds at x and fails at x * (1 + tolerance), one tolerance step above (with the
-same seed, the same requests, only denser). The SLOs hold when every `metric <= limit`
-(any summary key) and no request starved or was left unfinished.
+x = (1 + tolerance)^k from x = 1, each next k guessed from the probes' SLO margins
+(`kvsched.capacity_grid`), until the answer holds at x and fails at x * (1 + tolerance),
+one tolerance step above (with the same seed, the same requests, only denser). The SLOs
+hold when every `metric <= limit` (any summary key) and no request starved or was left
+unfinished.
 
 A probe stops early once its TTFT, e2e or queue-time target is provably lost
 (`kvsched.slo_watch`): the verdict is the full run's, only its figures are unknown. The
@@ -189,7 +190,7 @@ class _Observer:
 
 def search(variant: Variant, targets: Sequence[SloTarget], tolerance: float,
            point: dict[str, Any] | None = None, early_abort: bool = True) -> Capacity:
-    """Bisect `variant`'s capacity on the grid (1 + tolerance)^k (see the module docstring)."""
+    """`variant`'s capacity on the grid (1 + tolerance)^k (see the module docstring)."""
     step = math.log1p(tolerance)
     k_max = int(math.log(MAX_FACTOR) / step)
     rate = base_rate(variant)
@@ -209,10 +210,10 @@ def margin(probe: Probe, targets: Sequence[SloTarget]) -> float | None:
     guesses from. None when an early probe would not know it (the SLO was lost before the
     end), when a failing probe's figures are within the limits (it failed by starving),
     or for a limit that is not positive: the same with and without early abort."""
-    if probe.lost or any(t.limit <= 0 or v is None for v, t in zip(probe.values, targets,
-                                                                    strict=True)):
+    pairs = list(zip(probe.values, targets, strict=True))
+    if probe.lost or any(v is None or t.limit <= 0 for v, t in pairs):
         return None
-    value = max(float(v) / t.limit for v, t in zip(probe.values, targets, strict=True))
+    value = max(float(v) / t.limit for v, t in pairs if v is not None)
     return value if probe.holds == (value <= 1) else None
 
 
