@@ -6,9 +6,16 @@ on holding probes far below the answer, and each of those is a full run. This se
 guesses instead, from each probe's SLO margin m = max(value / limit): 1/m is close to
 linear in the rate (a queue's latency grows as 1 / (1 - load)), so the line through the
 nearest probe that holds and the nearest that fails (or the two nearest on one side)
-meets 1/m = 1 near the answer; one holding probe alone says m grows in proportion to
-the rate. A guess only chooses the next k; the verdicts decide, and a bisection step
-replaces a guess that lands outside the bracket or twice in a row fails to halve it.
+meets 1/m = 1 near the answer. From one holding probe, m in proportion to the rate
+would reach 1 at x / m, too far when m grows faster (a queue's does): the guess goes
+halfway, in log, to x / sqrt(m). A guess only chooses the next k; the verdicts decide,
+and a bisection step replaces a guess that lands outside the bracket or the fourth of a
+run that does not halve it. A rate that fails at x = 1 with no margin to guess from is
+stepped down by DOWN, then 2 DOWN, 4 DOWN... grid steps.
+
+The line through two holding probes is followed only SHORT of the way: 1/m falls faster
+than that line as the knee nears (in the hardware scenario's curves), so the full line
+overshoots into a probe that fails.
 
 A probe whose SLO was lost before its end has no margin (an early-stopped probe has no
 figures; a full one then hides them), so a search with early abort probes the same k as
@@ -25,9 +32,9 @@ SHORT = 0.8
 than the line through them as the knee nears, so the line alone overshoots)."""
 
 DOWN = 4
-"""A rate that fails is searched downward in bigger steps (4, 8, 16... grid steps) than
-one that holds: a failing probe is cheap (stopped early) only far above the answer, and
-one far below it does not cost more than one near it."""
+"""Grid steps of the first step down from a failing x = 1 (then 2 DOWN, 4 DOWN...): the
+failing probes found there rarely have a margin to guess from, and fewer of them reach
+the bracket sooner (picked on the hardware scenario, BENCHMARKS.md)."""
 
 
 def guess(points: list[tuple[float, float]], step: float) -> float | None:
@@ -40,19 +47,20 @@ def guess(points: list[tuple[float, float]], step: float) -> float | None:
         (x1, y1), (x2, y2) = below[-2], below[-1]
     elif len(above) >= 2:  # beneath the two lowest that fail
         (x1, y1), (x2, y2) = above[0], above[1]
-    elif below:  # one probe that holds: the margin in proportion to the rate
-        x1, y1 = below[0]
-        return math.log(x1 * y1) / step
+    else:
+        x1 = x2 = math.nan
+        y1 = y2 = 0.0
+    slope = (y2 - y1) / (x2 - x1) if x1 != x2 else math.nan
+    if slope < 0:  # where the line meets 1/m = 1
+        estimate = x1 + (1 - y1) / slope
+        if not above:  # a queue's tail steepens near the knee: fall short of the line
+            estimate = x2 + SHORT * (estimate - x2)
+    elif below:  # the highest that holds: halfway (in log) to x / m, where m would be 1
+        x, y = below[-1]  # if it grew in proportion to the rate
+        estimate = x * math.sqrt(y)
     else:  # past the knee a margin grows too steeply for one probe to say where it is
         return None
-    slope = (y2 - y1) / (x2 - x1)
-    if slope >= 0:
-        return None
-    estimate = x1 + (1 - y1) / slope
-    if not above and len(below) >= 2:  # a queue's tail steepens near the knee: fall short
-        estimate = x2 + SHORT * (estimate - x2)
     return math.log(estimate) / step if estimate > 0 else None
-
 
 def search_grid(probe: Callable[[int], tuple[bool, float | None]], scale_of: Callable[[int], float],
                 step: float, k_max: int) -> tuple[int | None, int | None]:

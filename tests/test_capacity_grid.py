@@ -106,8 +106,8 @@ def test_a_queue_curve_needs_fewer_probes_than_doubling_from_one():
 
 def test_guess_from_the_margins():
     assert guess([], STEP) is None
-    # One holding probe at half its limit: twice the rate.
-    assert math.isclose(guess([(1.0, 0.5)], STEP), math.log(2) / STEP)
+    # One holding probe at a quarter of its limit: halfway (in log) to 4x, twice the rate.
+    assert math.isclose(guess([(1.0, 0.25)], STEP), math.log(2) / STEP)
     # Between a hold at 1/m = 2 and a fail at 1/m = 0.5: where the line meets 1.
     x = 1 + (2 - 1) / (2 - 0.5) * (2 - 1)
     assert math.isclose(guess([(1.0, 0.5), (2.0, 2.0)], STEP), math.log(x) / STEP)
