@@ -3,10 +3,11 @@
 The rate is scaled by a factor x applied to the variant's workload: a synthetic
 workload's arrival rate times x (a `fixed` interval divided by x), a trace's `time_scale`
 divided by x (arrivals x times denser). The search runs on the geometric grid
-x = (1 + tolerance)^k: it brackets from x = 1 by doubling k, then bisects on k, so the
-answer holds at x and fails at x * (1 + tolerance), one tolerance step above (with the
-same seed, the same requests, only denser). The SLOs hold when every `metric <= limit`
-(any summary key) and no request starved or was left unfinished.
+x = (1 + tolerance)^k from x = 1, each next k guessed from the probes' SLO margins
+(`kvsched.capacity_grid`), until the answer holds at x and fails at x * (1 + tolerance),
+one tolerance step above (with the same seed, the same requests, only denser). The SLOs
+hold when every `metric <= limit` (any summary key) and no request starved or was left
+unfinished.
 
 A probe stops early once its TTFT, e2e or queue-time target is provably lost
 (`kvsched.slo_watch`): the verdict is the full run's, only its figures are unknown. The
@@ -17,13 +18,14 @@ figures are those of full probes; `early_abort=False` runs every probe in full.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
 
 from kvsched.backends import Backend, run_jobs
+from kvsched.capacity_grid import search_grid
 from kvsched.errors import KvschedError, ScenarioError
 from kvsched.runner import requests_of, run_variant, select
 from kvsched.scenario import Scenario, Variant, is_known_metric, known_classes, unknown_value
@@ -65,6 +67,7 @@ class Probe:
     values: tuple[float | None, ...]  # None for every target when the probe was aborted
     holds: bool
     aborted: bool = False  # stopped once the SLO was provably lost (figures unknown)
+    lost: bool = False  # the SLO was provably lost before the end (aborted or not)
 
 
 @dataclass(frozen=True)
@@ -162,55 +165,56 @@ def run_probe(variant: Variant, targets: Sequence[SloTarget], scale: float, rate
     log = StepLog(run.spec.engine.to_config().num_blocks, keep=False)  # sums only
     requests = requests_of(run)
     watch = SloWatch(((t.metric, t.limit) for t in targets), len(requests))
-    abort = watch if early_abort and watch and run.spec.cluster is None else None
+    abort = None
+    if watch and run.spec.cluster is None:
+        abort = watch if early_abort else _Observer(watch)
     summary = run_variant(run, requests=requests, step_log=log, abort=abort).summary
-    if watch.fired:
-        return Probe(scale, rate * scale, (None,) * len(targets), False, aborted=True)
+    if watch.fired and early_abort:
+        return Probe(scale, rate * scale, (None,) * len(targets), False, aborted=True, lost=True)
     ok, values = holds(summary, targets)
-    return Probe(scale, rate * scale, values, ok)
+    return Probe(scale, rate * scale, values, ok, lost=watch.fired)
+
+
+class _Observer:
+    """The watch asked as with early abort, never stopping the run: a full probe then
+    knows whether an early one would have stopped (and left its figures unknown)."""
+
+    def __init__(self, watch: SloWatch) -> None:
+        self.watch = watch
+
+    def __call__(self, now: float, live: Iterable[Any]) -> bool:
+        if not self.watch.fired:
+            self.watch(now, live)
+        return False
 
 
 def search(variant: Variant, targets: Sequence[SloTarget], tolerance: float,
            point: dict[str, Any] | None = None, early_abort: bool = True) -> Capacity:
-    """Bisect `variant`'s capacity on the grid (1 + tolerance)^k (see the module docstring)."""
+    """`variant`'s capacity on the grid (1 + tolerance)^k (see the module docstring)."""
     step = math.log1p(tolerance)
     k_max = int(math.log(MAX_FACTOR) / step)
     rate = base_rate(variant)
     probes: dict[int, Probe] = {}
 
-    def probe(k: int) -> bool:
+    def probe(k: int) -> tuple[bool, float | None]:
         if k not in probes:
             probes[k] = run_probe(variant, targets, math.exp(k * step), rate, early_abort)
-        return probes[k].holds
+        return probes[k].holds, margin(probes[k], targets)
 
-    # Bracket: lo holds, hi fails (exponential steps in k from 0).
-    if probe(0):
-        lo, jump = 0, 1
-        while True:
-            hi = min(lo + jump, k_max)
-            if not probe(hi):
-                break
-            lo = hi
-            if hi == k_max:
-                return _answer(variant, point, rate, probes, lo, None, targets)
-            jump *= 2
-    else:
-        hi, jump = 0, 1
-        while True:
-            lo = max(hi - jump, -k_max)
-            if probe(lo):
-                break
-            hi = lo
-            if lo == -k_max:
-                return _answer(variant, point, rate, probes, None, hi, targets)
-            jump *= 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if probe(mid):
-            lo = mid
-        else:
-            hi = mid
+    lo, hi = search_grid(probe, lambda k: math.exp(k * step), step, k_max)
     return _answer(variant, point, rate, probes, lo, hi, targets)
+
+
+def margin(probe: Probe, targets: Sequence[SloTarget]) -> float | None:
+    """A probe's highest value / limit (how far it is from its SLO), what the search
+    guesses from. None when an early probe would not know it (the SLO was lost before the
+    end), when a failing probe's figures are within the limits (it failed by starving),
+    or for a limit that is not positive: the same with and without early abort."""
+    pairs = list(zip(probe.values, targets, strict=True))
+    if probe.lost or any(v is None or t.limit <= 0 for v, t in pairs):
+        return None
+    value = max(float(v) / t.limit for v, t in pairs if v is not None)
+    return value if probe.holds == (value <= 1) else None
 
 
 def _answer(variant: Variant, point: dict[str, Any] | None, rate: float,

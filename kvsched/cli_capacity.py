@@ -72,7 +72,7 @@ def capacity(
         "SLO is already lost (same answer, slower; every probe gets its figures).")] = False,
 ) -> None:
     """For each variant (or grid point), the highest request rate at which every --slo
-    holds (and no request starves), by bisection on a geometric grid of step --tolerance."""
+    holds (and no request starves), searched on a geometric grid of step --tolerance."""
     from tabulate import tabulate
 
     from kvsched.capacity import SloTarget, capacity_frame, probes_frame, run_capacity

@@ -119,3 +119,19 @@ def test_capacity_command_bad_slo_is_one_line_exit_2(tmp_path):
     assert result.exit_code == 2
     assert len(result.output.strip().splitlines()) == 1
     assert not (tmp_path / "o").exists()
+
+
+def test_two_processes_write_the_same_records_as_one(tmp_path):
+    path = tmp_path / "small.yaml"
+    path.write_text(SMALL)
+    written = []
+    for jobs in ("1", "2"):
+        result = CliRunner().invoke(app, ["capacity", str(path), "--slo", "ttft_p99=0.5",
+                                          "--slo", "e2e_mean=2", "--tolerance", "0.05",
+                                          "-j", jobs, "--out", str(tmp_path / jobs)])
+        assert result.exit_code == 0, result.output
+        folder = tmp_path / jobs / "capacity-small"
+        written.append([(folder / name).read_bytes()
+                        for name in ("capacity.csv", "capacity_probes.csv")])
+    assert written[0] == written[1]
+    assert len(written[0][0].splitlines()) == 3  # a header and both variants

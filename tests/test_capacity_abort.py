@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kvsched.simulator
-from kvsched.capacity import SloTarget, capacity_frame, run_probe, search
+from kvsched.capacity import SloTarget, capacity_frame, holds, margin, run_probe, scaled, search
+from kvsched.runner import run_variant
 from kvsched.scenario import load_scenario_text
 from kvsched.slo_watch import SloWatch
 
@@ -63,6 +64,13 @@ def test_early_abort_finds_the_same_capacity_as_full_probes(often, seed, budget,
     for probe in fast.probes:  # the probes an early search ran, each with the full verdict
         assert probe.holds == by_scale[probe.scale].holds
         assert not (probe.aborted and probe.holds)
+    # The contract, by runs of their own: the answer holds and one step above fails.
+    if fast.scale is not None:
+        assert holds(run_variant(scaled(variant, fast.scale)).summary, targets)[0]
+    if fast.scale_above is not None:
+        assert not holds(run_variant(scaled(variant, fast.scale_above)).summary, targets)[0]
+        if fast.scale is not None:
+            assert fast.scale_above == pytest.approx(fast.scale * 1.1, rel=1e-9)
 
 
 def test_a_lost_slo_stops_the_probe_and_a_held_one_does_not(often):
@@ -70,9 +78,12 @@ def test_a_lost_slo_stops_the_probe_and_a_held_one_does_not(often):
     targets = [SloTarget("ttft_p99", 0.5)]
     lost = run_probe(variant, targets, 8.0, 6.0)
     assert lost.aborted and not lost.holds and lost.values == (None,)
-    assert not run_probe(variant, targets, 8.0, 6.0, early_abort=False).holds
+    full = run_probe(variant, targets, 8.0, 6.0, early_abort=False)
+    assert not full.holds and full.values[0] > 0.5
+    assert full.lost and margin(full, targets) is None  # as unknown as the stopped probe's
     kept = run_probe(variant, targets, 0.25, 6.0)
     assert kept.holds and not kept.aborted and kept.values[0] <= 0.5
+    assert margin(kept, targets) == kept.values[0] / 0.5
 
 
 def test_the_watch_bounds_only_latency_figures():
