@@ -62,6 +62,16 @@ def run_jobs(function: Callable[[J], R], jobs: Sequence[J], backend: Backend = B
     return results
 
 
+def process_pool(workers: int) -> ProcessPoolExecutor:
+    """`workers` processes that die with the parent, for jobs handed out one by one."""
+    return ProcessPoolExecutor(max_workers=workers, initializer=_die_with_parent)
+
+
+def stop_pool(pool: ProcessPoolExecutor) -> None:
+    """End a pool's workers now (the parent failed or was interrupted)."""
+    _stop(pool)
+
+
 def _die_with_parent() -> None:
     """In a worker: receive SIGTERM when the parent process dies, however it dies (Linux)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us

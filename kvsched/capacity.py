@@ -18,14 +18,15 @@ figures are those of full probes; `early_abort=False` runs every probe in full.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
 
-from kvsched.backends import Backend, run_jobs
-from kvsched.capacity_grid import search_grid
+from kvsched.backends import Backend, process_pool, run_jobs, stop_pool
+from kvsched.capacity_grid import search_steps
 from kvsched.errors import KvschedError, ScenarioError
 from kvsched.runner import requests_of, run_variant, select
 from kvsched.scenario import Scenario, Variant, is_known_metric, known_classes, unknown_value
@@ -36,6 +37,7 @@ from kvsched.sweep import Axis, SweepSource, grid
 
 MAX_FACTOR = 1024.0  # the search looks no further than 1024x (or 1/1024x) the given rate
 DEFAULT_TOLERANCE = 0.02
+UTILISATION_KEYS = frozenset({"mfu_mean", "mbu_mean"})  # the summary keys that need them
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,12 @@ def run_probe(variant: Variant, targets: Sequence[SloTarget], scale: float, rate
     abort = None
     if watch and run.spec.cluster is None:
         abort = watch if early_abort else _Observer(watch)
-    summary = run_variant(run, requests=requests, step_log=log, abort=abort).summary
+    # MFU and MBU cost a third of a roofline probe, the ITL histogram a tenth: each is
+    # measured only for an SLO on it.
+    utilisation = any(t.metric in UTILISATION_KEYS for t in targets)
+    itl = any(t.metric.startswith("itl_") for t in targets)
+    summary = run_variant(run, requests=requests, step_log=log, abort=abort,
+                          utilisation=utilisation, itl=itl).summary
     if watch.fired and early_abort:
         return Probe(scale, rate * scale, (None,) * len(targets), False, aborted=True, lost=True)
     ok, values = holds(summary, targets)
@@ -191,18 +198,44 @@ class _Observer:
 def search(variant: Variant, targets: Sequence[SloTarget], tolerance: float,
            point: dict[str, Any] | None = None, early_abort: bool = True) -> Capacity:
     """`variant`'s capacity on the grid (1 + tolerance)^k (see the module docstring)."""
+    rate = base_rate(variant)
+    steps = _search_steps(variant, targets, tolerance, point, early_abort)
+    scale, early = next(steps)
+    while True:
+        try:
+            scale, early = steps.send(run_probe(variant, targets, scale, rate, early))
+        except StopIteration as done:
+            return done.value
+
+
+ProbeAsk = tuple[float, bool]  # (scale, early_abort): the probe a search needs next
+
+
+def _search_steps(variant: Variant, targets: Sequence[SloTarget], tolerance: float,
+                  point: dict[str, Any] | None,
+                  early_abort: bool) -> Generator[ProbeAsk, Probe, Capacity]:
+    """One search as a generator: it yields the probes it needs one at a time, is sent
+    each one's result, and returns the capacity; whoever runs the probes (`search` here,
+    or workers shared by several searches) gets the same answer."""
     step = math.log1p(tolerance)
     k_max = int(math.log(MAX_FACTOR) / step)
-    rate = base_rate(variant)
     probes: dict[int, Probe] = {}
-
-    def probe(k: int) -> tuple[bool, float | None]:
+    grid_steps = search_steps(lambda k: math.exp(k * step), step, k_max)
+    k = next(grid_steps)
+    while True:
         if k not in probes:
-            probes[k] = run_probe(variant, targets, math.exp(k * step), rate, early_abort)
-        return probes[k].holds, margin(probes[k], targets)
-
-    lo, hi = search_grid(probe, lambda k: math.exp(k * step), step, k_max)
-    return _answer(variant, point, rate, probes, lo, hi, targets)
+            probes[k] = yield math.exp(k * step), early_abort
+        try:
+            k = grid_steps.send((probes[k].holds, margin(probes[k], targets)))
+        except StopIteration as done:
+            lo, hi = done.value
+            break
+    if hi is not None and probes[hi].aborted:  # the answer's figures come from full runs
+        probes[hi] = yield probes[hi].scale, False
+    ordered = tuple(probes[k] for k in sorted(probes))
+    return Capacity(variant.name, dict(point or {}), base_rate(variant),
+                    None if lo is None else probes[lo].scale,
+                    None if hi is None else probes[hi].scale, ordered)
 
 
 def margin(probe: Probe, targets: Sequence[SloTarget]) -> float | None:
@@ -215,17 +248,6 @@ def margin(probe: Probe, targets: Sequence[SloTarget]) -> float | None:
         return None
     value = max(float(v) / t.limit for v, t in pairs if v is not None)
     return value if probe.holds == (value <= 1) else None
-
-
-def _answer(variant: Variant, point: dict[str, Any] | None, rate: float,
-            probes: dict[int, Probe], lo: int | None, hi: int | None,
-            targets: Sequence[SloTarget]) -> Capacity:
-    if hi is not None and probes[hi].aborted:  # the answer's figures come from full runs
-        probes[hi] = run_probe(variant, targets, probes[hi].scale, rate, early_abort=False)
-    ordered = tuple(probes[k] for k in sorted(probes))
-    return Capacity(variant.name, dict(point or {}), rate,
-                    None if lo is None else probes[lo].scale,
-                    None if hi is None else probes[hi].scale, ordered)
 
 
 def _search_job(job: tuple[SweepSource, dict[str, Any], str, tuple[SloTarget, ...], float,
@@ -257,7 +279,67 @@ def run_capacity(source: SweepSource, targets: Sequence[SloTarget], axes: Sequen
                 scalable(variant)
     work = [(source, point, name, tuple(targets), tolerance, early_abort) for point in points
             for name in names]
+    if backend is Backend.LOCAL and address is None and jobs > 1 and len(work) > 1:
+        return _searches_sharing_workers(work, jobs, on_done)
     return run_jobs(_search_job, work, backend, jobs, address, on_done)
+
+
+@dataclass
+class _Shared:
+    """A search under way on shared workers: its generator, the probe it waits for (None
+    once it ended) and what a worker needs to run that probe."""
+
+    steps: Generator[ProbeAsk, Probe, Capacity]
+    ask: ProbeAsk | None
+    job: tuple[SweepSource, dict[str, Any], str, tuple[SloTarget, ...], float]
+
+
+def _searches_sharing_workers(work: Sequence[tuple], workers: int,
+                              on_done: Callable[[], None] | None) -> list[Capacity]:
+    """Every search at once, probe by probe, on `workers` processes: a worker takes the
+    next probe of any search that waits for one, so no worker idles while a long search
+    ends on the other (a search as one job left one core idle for its last probes). Each
+    search asks for the same probes in the same order as alone: the same answers."""
+    searches: list[_Shared] = []
+    for source, point, name, targets, tolerance, early_abort in work:
+        variant = next(v for v in source.load(point).variants if v.name == name)
+        steps = _search_steps(variant, targets, tolerance, point, early_abort)
+        searches.append(_Shared(steps, next(steps), (source, point, name, targets,
+                                                     base_rate(variant))))
+    results: list[Capacity | None] = [None] * len(work)
+    pool = process_pool(min(workers, len(work)))
+    running: dict[Future[Probe], int] = {}
+    try:
+        while True:
+            for index, shared in enumerate(searches):
+                if (shared.ask is not None and index not in running.values()
+                        and len(running) < workers):
+                    running[pool.submit(_probe_job, (*shared.job, *shared.ask))] = index
+            if not running:
+                break
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in sorted(finished, key=running.__getitem__):
+                index = running.pop(future)
+                shared = searches[index]
+                try:
+                    shared.ask = shared.steps.send(future.result())
+                except StopIteration as done:
+                    shared.ask = None
+                    results[index] = done.value
+                    if on_done:
+                        on_done()
+    except BaseException:
+        stop_pool(pool)
+        raise
+    pool.shutdown()
+    return results  # type: ignore[return-value]  # every search ended
+
+
+def _probe_job(job: tuple[SweepSource, dict[str, Any], str, tuple[SloTarget, ...], float,
+                          float, bool]) -> Probe:
+    source, point, name, targets, rate, scale, early_abort = job
+    variant = next(v for v in source.load(point).variants if v.name == name)
+    return run_probe(variant, targets, scale, rate, early_abort)
 
 
 def capacity_frame(results: Sequence[Capacity], targets: Sequence[SloTarget]) -> pd.DataFrame:

@@ -25,7 +25,7 @@ one with full probes and finds the same answer.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 
 SHORT = 0.8
 """How far of the way to the guess from two holding probes a search steps (1/m falls faster
@@ -67,6 +67,20 @@ def search_grid(probe: Callable[[int], tuple[bool, float | None]], scale_of: Cal
     """(lo, hi): lo holds and hi = lo + 1 fails (lo None: even -k_max fails; hi None: even
     k_max holds). `probe(k)` is (holds, margin): the margin is max(value / limit), None
     when unknown."""
+    steps = search_steps(scale_of, step, k_max)
+    k = next(steps)
+    while True:
+        try:
+            k = steps.send(probe(k))
+        except StopIteration as done:
+            return done.value
+
+
+def search_steps(scale_of: Callable[[int], float], step: float,
+                 k_max: int) -> Generator[int, tuple[bool, float | None],
+                                          tuple[int | None, int | None]]:
+    """`search_grid` as a generator: it yields the next k to probe, is sent that probe's
+    (holds, margin), and returns (lo, hi); so that several searches can share workers."""
     lo: int | None = None
     hi: int | None = None
     points: list[tuple[float, float]] = []  # (scale, margin) of the probes with one
@@ -76,7 +90,7 @@ def search_grid(probe: Callable[[int], tuple[bool, float | None]], scale_of: Cal
     width: int | None = None  # the bracket's width before a guessed probe
     k = 0
     while True:
-        ok, margin = probe(k)
+        ok, margin = yield k
         if margin is not None:
             points.append((scale_of(k), margin))
         if ok:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from kvsched.admission import AdmissionController, SloAdmission
 from kvsched.backpressure import Action, Backpressure, ThrashMonitor
 from kvsched.config import EngineConfig, StepOrder
+from kvsched.histogram import NoGaps
 from kvsched.policies.base import Policy
 from kvsched.roofline import BatchShape
 from kvsched.scheduler import Scheduler, StepPlan, Stretch
@@ -26,7 +27,7 @@ class Engine:
                  admission: SloAdmission | None = None,
                  backpressure: Backpressure | None = None,
                  record_batches: bool = False, events: list[tuple] | None = None,
-                 stretches: bool = True) -> None:
+                 stretches: bool = True, utilisation: bool = True, itl: bool = True) -> None:
         self.config = config
         self.stretches = stretches  # False: every step on its own (the exact path, for checks)
         self.clock = clock
@@ -34,10 +35,14 @@ class Engine:
         # cached context) take a BatchShape; the others keep the four-integer `duration`.
         self._duration_shape = getattr(clock, "duration_shape", None)
         # Hardware models also give each step's MFU and memory-bandwidth utilisation.
-        has_utilisation = self._duration_shape is not None and hasattr(
+        # `utilisation=False` skips them (a third of a roofline run's cost) for a caller that
+        # reads no mfu or mbu: a capacity probe.
+        has_utilisation = utilisation and self._duration_shape is not None and hasattr(
             clock, "stretch_utilisation")
         self._utilisation = getattr(clock, "utilisation", None) if has_utilisation else None
         self.sched = Scheduler(config, policy, events, record_batches)
+        if not itl:  # nobody reads the itl_* figures: count no gaps
+            self.sched.gaps.itl = NoGaps()
         self.events = self.sched.events
         self.monitor = ThrashMonitor(backpressure or Backpressure())
         self.gate = AdmissionController(admission, clock) if admission else None

@@ -211,3 +211,16 @@ class GapHistogram:
         for value, n in exact.items():
             key = self._bucket(value)
             buckets[key] = buckets.get(key, 0) + n
+
+
+class NoGaps(GapHistogram):
+    """Keeps nothing: the inter-token gaps of a run that reads no `itl_*` figure (a
+    capacity probe), at no cost per pass."""
+
+    __slots__ = ()
+
+    def add(self, value: float, count: int = 1) -> None:
+        pass
+
+    def add_gaps(self, gaps: list[float], count: int) -> None:
+        pass

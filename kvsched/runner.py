@@ -157,11 +157,13 @@ def run_variant(variant: Variant, record_batches: bool = False,
                 event_sink: Callable[[list[tuple]], None] | None = None,
                 progress: Callable[[int, float], None] | None = None,
                 abort: Abort | None = None,
-                cluster_spool: ClusterSpool | None = None) -> RunResult:
+                cluster_spool: ClusterSpool | None = None,
+                utilisation: bool = True, itl: bool = True) -> RunResult:
     """Simulate one variant (`requests`: its workload, if already built; `step_log`: where
     the step records go, by default all kept in memory; `abort`: as `simulate`'s, single
     runs only: a cluster runs to the end; `cluster_spool`: where a cluster streams its
-    steps and events, instead of `step_log` and `event_sink`)."""
+    steps and events, instead of `step_log` and `event_sink`; `utilisation=False`, `itl=False`:
+    no mfu / mbu, no itl_* figures, as `simulate`'s)."""
     spec = variant.spec
     policy = policy_of(variant)
     admission = admission_of(spec)
@@ -179,7 +181,7 @@ def run_variant(variant: Variant, record_batches: bool = False,
                     backpressure=Backpressure(pressure.window, pressure.threshold,
                                               pressure.release, Action(pressure.act)),
                     record_batches=record_batches, step_log=step_log, event_sink=event_sink,
-                    progress=progress, abort=abort)
+                    progress=progress, abort=abort, utilisation=utilisation, itl=itl)
 
 
 def thresholds_of(spec: RunSpec) -> Thresholds:

@@ -9,6 +9,7 @@ from kvsched.admission import Slo, SloAdmission
 from kvsched.backpressure import Backpressure
 from kvsched.config import EngineConfig
 from kvsched.engine import Engine
+from kvsched.histogram import NoGaps
 from kvsched.metrics import summarize
 from kvsched.policies import Fcfs
 from kvsched.policies.base import Policy
@@ -27,7 +28,8 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
              backpressure: Backpressure | None = None,
              record_batches: bool = False, step_log: StepLog | None = None,
              event_sink: EventSink | None = None, stretches: bool = True,
-             progress: Progress | None = None, abort: Abort | None = None) -> RunResult:
+             progress: Progress | None = None, abort: Abort | None = None,
+             utilisation: bool = True, itl: bool = True) -> RunResult:
     """Run `requests` through the engine until nothing is left to do (or `max_steps`).
 
     Requests are served in arrival order (simultaneous arrivals in input order); the records
@@ -44,6 +46,9 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
     probes use it to stop once their SLO is already lost.
     `stretches=False` runs every step through the exact per-step rules instead of jumping
     over steady decode stretches: the same records, slower (for checking the fast path).
+    `utilisation=False` leaves a hardware time model's `mfu` and `mbu` out (empty columns,
+    None in the summary), and `itl=False` the `itl_*` figures (None), for a caller that
+    reads none of them (a capacity probe): every other record is the same.
     """
     config = config or EngineConfig()
     policy = policy or Fcfs()
@@ -59,7 +64,7 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
     check_turns(requests)
 
     engine = Engine(config, policy, clock, admission, backpressure, record_batches,
-                    stretches=stretches)
+                    stretches=stretches, utilisation=utilisation, itl=itl)
     sched = engine.sched
     seqs = Arrivals(requests, config.block_size)
     order = seqs.order
@@ -91,7 +96,8 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
     done_records: list[RequestRecord] = records  # type: ignore[assignment]  # all filled
     pool = sched.pool
     summary = summarize(done_records, stats, slo,
-                        final_blocks_used=pool.num_blocks - pool.free, itl=sched.gaps.itl)
+                        final_blocks_used=pool.num_blocks - pool.free,
+                        itl=None if isinstance(sched.gaps.itl, NoGaps) else sched.gaps.itl)
     return RunResult(config, clock.unit, done_records, log, events.kept, engine.batches,
                      summary)
 

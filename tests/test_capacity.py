@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kvsched.capacity import SloTarget, holds, run_capacity, scaled, search
+from kvsched.capacity import SloTarget, holds, run_capacity, run_probe, scaled, search
 from kvsched.cli import app
 from kvsched.errors import ScenarioError
 from kvsched.runner import requests_of, run_variant
@@ -135,3 +135,21 @@ def test_two_processes_write_the_same_records_as_one(tmp_path):
                         for name in ("capacity.csv", "capacity_probes.csv")])
     assert written[0] == written[1]
     assert len(written[0][0].splitlines()) == 3  # a header and both variants
+
+
+ROOFLINE = SMALL.replace(
+    "time: {kind: linear, base: 0.01, per_prefill_token: 0.0001, per_decode: 0.001}",
+    "time: {kind: roofline, model: meta-llama/Llama-3.1-8B, gpu: h100-sxm}")
+
+
+def test_probes_skip_utilisation_unless_an_slo_reads_it():
+    """A probe leaves MFU/MBU and the ITL histogram out with the same SLO figures; an SLO
+    on mbu_mean or itl_p99 still gets its value."""
+    variant = load_scenario_text(ROOFLINE, "roofline.yaml", ROOT).variants[0]
+    plain = run_probe(variant, [SloTarget("ttft_p99", 5.0)], 1.0, 5.0)
+    mixed = run_probe(variant, [SloTarget("ttft_p99", 5.0), SloTarget("mbu_mean", 1.0),
+                                SloTarget("itl_p99", 1.0)], 1.0, 5.0)
+    full = run_variant(variant).summary
+    assert plain.values == (full["ttft_p99"],) and mixed.values[0] == full["ttft_p99"]
+    assert mixed.values[1] == full["mbu_mean"] and 0 < full["mbu_mean"] <= 1
+    assert mixed.values[2] == full["itl_p99"] and full["itl_p99"] > 0

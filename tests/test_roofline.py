@@ -195,3 +195,24 @@ def test_a_calibration_without_gemm_tile_gives_the_old_times():
     for bad in (-64.0, 1.5):
         with pytest.raises(ValueError, match="gemm_tile"):
             replace(old, gemm_tile=bad)
+
+
+def test_a_run_without_utilisation_differs_only_in_mfu_and_mbu(h100):
+    """`utilisation=False, itl=False` (what a capacity probe asks for) leaves every record as
+    it was but the mfu and mbu columns, which go empty, and the summary's mfu, mbu and itl
+    figures, which go None."""
+    requests = make_requests(40, 300, 60, interval=0.02)
+    config = EngineConfig(max_num_batched_tokens=512, num_blocks=400, chunked_prefill=True)
+    full = simulate(requests, config, time_model=h100)
+    bare = simulate(requests, config, time_model=h100, utilisation=False, itl=False)
+    left_out = {"mfu_mean", "mbu_mean", "itl_mean", "itl_p50", "itl_p90", "itl_p95", "itl_p99"}
+    assert all(full.summary[key] is not None for key in left_out)
+    assert all(bare.summary[key] is None for key in left_out)
+    assert {k: v for k, v in full.summary.items() if k not in left_out} == \
+        {k: v for k, v in bare.summary.items() if k not in left_out}
+    assert [r.as_row() for r in full.requests] == [r.as_row() for r in bare.requests]
+    assert len(full.steps) == len(bare.steps) > 40
+    assert all(row[19] is not None and row[20] is not None for row in full.steps)
+    assert all(row[19] is None and row[20] is None for row in bare.steps)
+    assert [row[:19] + row[21:] for row in full.steps] == \
+        [row[:19] + row[21:] for row in bare.steps]
