@@ -338,8 +338,14 @@ def _searches_sharing_workers(work: Sequence[tuple], workers: int,
 def _probe_job(job: tuple[SweepSource, dict[str, Any], str, tuple[SloTarget, ...], float,
                           float, bool]) -> Probe:
     source, point, name, targets, rate, scale, early_abort = job
-    variant = next(v for v in source.load(point).variants if v.name == name)
+    key = (source, repr(sorted(point.items())), name)
+    variant = _LOADED.get(key)
+    if variant is None:  # a worker loads each variant once, not once per probe
+        variant = _LOADED[key] = next(v for v in source.load(point).variants if v.name == name)
     return run_probe(variant, targets, scale, rate, early_abort)
+
+
+_LOADED: dict[tuple[SweepSource, str, str], Variant] = {}  # a worker's variants, by job
 
 
 def capacity_frame(results: Sequence[Capacity], targets: Sequence[SloTarget]) -> pd.DataFrame:
