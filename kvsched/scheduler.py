@@ -394,11 +394,7 @@ class Scheduler:
         (not reached, decoded, chunked) in queue order."""
         pool = self.pool
         block_size = self._block_size
-        tick = 0
-        if self.running:
-            self.tick += 1
-            tick = plan.tick = self.tick
-            self._block_due.pop(tick, None)  # growth is checked one by one below
+        tick = self._open_pass(plan)
         queue = deque(sorted(chain(self.running.values(), self.prefilling.values()),
                              key=lambda s: s.admit_seq))
         cap = self._chunk_cap if self.partial is None else self.partial.slot
@@ -904,6 +900,16 @@ class Scheduler:
         else:  # as vLLM V1's priority heap: its original (priority, arrival) place
             self.waiting.push(victim, request.arrival_time)
 
+    def _open_pass(self, plan: StepPlan) -> int:
+        """Start the step's decode pass for a loop that takes blocks request by request (so
+        the lazy growth due at this pass is dropped): its tick, 0 when nothing runs."""
+        if not self.running:
+            return 0
+        self.tick += 1
+        tick = plan.tick = self.tick
+        self._block_due.pop(tick, None)
+        return tick
+
     def _loop_exact(self, plan: StepPlan, budget: int, threshold: int) -> int:
         """The running loop request by request when chunks are under way (RULES.md R3, R6).
 
@@ -912,11 +918,7 @@ class Scheduler:
         earlier in the step gives its tokens back. Chunks are applied after the loop."""
         pool = self.pool
         block_size = self._block_size
-        tick = 0
-        if self.running:
-            self.tick += 1
-            tick = plan.tick = self.tick
-            self._block_due.pop(tick, None)  # growth is checked one by one below
+        tick = self._open_pass(plan)
         members = sorted(chain(self.running.values(), self.prefilling.values()),
                          key=lambda s: s.admit_seq)
         decoded: list[Seq] = []

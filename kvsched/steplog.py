@@ -146,6 +146,13 @@ class StepStats:
         self.num_steps += len(rows)
         self.end = rows[-1][1] + rows[-1][2]
         self.busy_time = sum(columns[2], self.busy_time)
+        self._add_exact(columns)
+        if columns[19][0] is not None:  # one time model per run: all steps or none
+            self.mfu_sum = sum(columns[19], self.mfu_sum or 0.0)
+            self.mbu_sum = sum(columns[20], self.mbu_sum or 0.0)
+
+    def _add_exact(self, columns: list[tuple]) -> None:
+        """Exact steps' counts and maxima, by column (whole numbers: any order gives them)."""
         self.prefill_tokens += sum(columns[6])
         self.decode_tokens += sum(columns[7])
         self.recomputed_tokens += sum(columns[8])
@@ -154,9 +161,6 @@ class StepStats:
         self.swapped_blocks += sum(columns[15]) + sum(columns[16])
         self.thrash_ratio_max = max(self.thrash_ratio_max, max(columns[17]))
         self.backpressure_steps += sum(columns[18])
-        if columns[19][0] is not None:  # one time model per run: all steps or none
-            self.mfu_sum = sum(columns[19], self.mfu_sum or 0.0)
-            self.mbu_sum = sum(columns[20], self.mbu_sum or 0.0)
         self.evicted_blocks += sum(columns[22])
 
     def add_stretch(self, stretch: Stretch) -> None:
@@ -190,16 +194,7 @@ class StepStats:
         self.evicted_blocks += sum(sum(s.evicted_blocks) for s in stretches
                                    if s.evicted_blocks)
         if rows:
-            columns = list(zip(*rows, strict=True))
-            self.prefill_tokens += sum(columns[6])
-            self.decode_tokens += sum(columns[7])
-            self.recomputed_tokens += sum(columns[8])
-            self.blocks_used_sum += sum(columns[10])
-            self.peak_blocks_used = max(self.peak_blocks_used, max(columns[10]))
-            self.swapped_blocks += sum(columns[15]) + sum(columns[16])
-            self.thrash_ratio_max = max(self.thrash_ratio_max, max(columns[17]))
-            self.backpressure_steps += sum(columns[18])
-            self.evicted_blocks += sum(columns[22])
+            self._add_exact(list(zip(*rows, strict=True)))
         first = chunk[0]
         if (first[19] if type(first) is tuple else first.mfu) is not None:  # type: ignore
             # one time model per run: every step has a figure (or none does)
