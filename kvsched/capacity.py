@@ -198,8 +198,8 @@ class _Observer:
 def search(variant: Variant, targets: Sequence[SloTarget], tolerance: float,
            point: dict[str, Any] | None = None, early_abort: bool = True) -> Capacity:
     """`variant`'s capacity on the grid (1 + tolerance)^k (see the module docstring)."""
-    rate = base_rate(variant)
-    steps = _search_steps(variant, targets, tolerance, point, early_abort)
+    rate = base_rate(variant)  # a trace's is read from the whole trace: once per search
+    steps = _search_steps(variant, rate, targets, tolerance, point, early_abort)
     scale, early = next(steps)
     while True:
         try:
@@ -211,8 +211,8 @@ def search(variant: Variant, targets: Sequence[SloTarget], tolerance: float,
 ProbeAsk = tuple[float, bool]  # (scale, early_abort): the probe a search needs next
 
 
-def _search_steps(variant: Variant, targets: Sequence[SloTarget], tolerance: float,
-                  point: dict[str, Any] | None,
+def _search_steps(variant: Variant, rate: float, targets: Sequence[SloTarget],
+                  tolerance: float, point: dict[str, Any] | None,
                   early_abort: bool) -> Generator[ProbeAsk, Probe, Capacity]:
     """One search as a generator: it yields the probes it needs one at a time, is sent
     each one's result, and returns the capacity; whoever runs the probes (`search` here,
@@ -233,7 +233,7 @@ def _search_steps(variant: Variant, targets: Sequence[SloTarget], tolerance: flo
     if hi is not None and probes[hi].aborted:  # the answer's figures come from full runs
         probes[hi] = yield probes[hi].scale, False
     ordered = tuple(probes[k] for k in sorted(probes))
-    return Capacity(variant.name, dict(point or {}), base_rate(variant),
+    return Capacity(variant.name, dict(point or {}), rate,
                     None if lo is None else probes[lo].scale,
                     None if hi is None else probes[hi].scale, ordered)
 
@@ -303,9 +303,9 @@ def _searches_sharing_workers(work: Sequence[tuple], workers: int,
     searches: list[_Shared] = []
     for source, point, name, targets, tolerance, early_abort in work:
         variant = next(v for v in source.load(point).variants if v.name == name)
-        steps = _search_steps(variant, targets, tolerance, point, early_abort)
-        searches.append(_Shared(steps, next(steps), (source, point, name, targets,
-                                                     base_rate(variant))))
+        rate = base_rate(variant)
+        steps = _search_steps(variant, rate, targets, tolerance, point, early_abort)
+        searches.append(_Shared(steps, next(steps), (source, point, name, targets, rate)))
     results: list[Capacity | None] = [None] * len(work)
     pool = process_pool(min(workers, len(work)))
     running: dict[Future[Probe], int] = {}
