@@ -418,10 +418,7 @@ class Scheduler:
             if decoding:
                 if grows:
                     self._grow(seq, 1)
-                    seq.grew_tick = tick
-                    self._push_block_due(seq)
-                seq.decoded_tick = tick
-                decoded.append(seq)
+                self._decoded(seq, tick, grows, decoded)
             else:
                 chunks[seq] = n
             budget -= n
@@ -767,11 +764,25 @@ class Scheduler:
         self.kv_tokens += n
         return budget - n
 
+    def _decoded(self, seq: Seq, tick: int, grew: bool, decoded: list[Seq]) -> None:
+        """`seq` decodes in pass `tick` of a loop that goes request by request (its new
+        block, if it crossed one, already taken): when that block's growth is due next, and
+        (the hashed cache, as vLLM) the hash of a block its token fills, cached as allocated
+        even if a later victim gives it back."""
+        if grew:
+            seq.grew_tick = tick
+            self._push_block_due(seq)
+        seq.decoded_tick = tick
+        decoded.append(seq)
+        prefix = self.prefix
+        if prefix is not None and prefix.eager and not (
+                seq.prompt_len + seq.base + tick - 1) % self._block_size:
+            prefix.filled(seq)
+
     def _decode_exact(self, plan: StepPlan, budget: int, tick: int) -> int:
         """The lesson's loop, request by request, for passes that cannot be decided in bulk."""
         block_size = self._block_size
         pool = self.pool
-        eager = self.prefix is not None and self.prefix.eager  # vLLM hashes filled blocks
         worst_case = self.config.append_free_block
         decoded: list[Seq] = []
         for seq in list(self.running.values()):
@@ -790,13 +801,8 @@ class Scheduler:
                     budget += 1
             if grows:
                 self._grow(seq, 1)
-                seq.grew_tick = tick
-                self._push_block_due(seq)
-            seq.decoded_tick = tick
-            decoded.append(seq)
+            self._decoded(seq, tick, grows, decoded)
             budget -= 1
-            if eager and not (seq.prompt_len + seq.base + tick - 1) % block_size:
-                self.prefix.filled(seq)  # type: ignore[union-attr]
         self._settle_pass(plan, tick, decoded)
         return budget
 
@@ -959,14 +965,7 @@ class Scheduler:
                 # later in this loop leaves them cached (conformance/RULES.md P4)
                 self.prefix.computed(seq, seq.prompt_len + seq.generated - seq.prefill_left + n)
             if state is RUNNING:
-                if need:
-                    seq.grew_tick = tick
-                    self._push_block_due(seq)
-                seq.decoded_tick = tick
-                decoded.append(seq)
-                if (self.prefix is not None and self.prefix.eager
-                        and not (seq.prompt_len + seq.base + tick - 1) % block_size):
-                    self.prefix.filled(seq)  # cached as allocated, even if given back later
+                self._decoded(seq, tick, bool(need), decoded)
             else:
                 chunks[seq] = n
             budget -= n

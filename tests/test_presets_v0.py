@@ -92,3 +92,21 @@ def test_a_cache_aware_queue_sets_long_prompts_aside_as_fcfs_does(policy):
     ranked = simulate(REQUESTS, config, make_policy(policy), record_batches=True)
     assert chunks(ranked) == chunks(fcfs)
     assert [r.as_row() for r in ranked.requests] == [r.as_row() for r in fcfs.requests]
+
+
+def test_v0s_queue_walk_caches_a_block_in_the_pass_a_decode_fills_it():
+    """With prefix caching, A's decodes fill a block while B's long prompt is prefilled in
+    chunks (V0's one-queue walk): each step's cached blocks are A's alone (as without B,
+    where the plain decode loop runs) plus B's computed full blocks."""
+    from kvsched.prefix import Prefix
+
+    config = engine_config("vllm_v0", enable_chunked_prefill=True, enable_prefix_caching=True,
+                           block_size=4, max_num_batched_tokens=8, num_blocks=1000)
+    a = Request("A", 0, 4, 9, prefix=Prefix(((100, 4), (200, 9))))
+    alone = simulate([a], config)
+    both = simulate([a, Request("B", 0.5, 1000, 2)], config)
+    b_done = 0
+    for step in range(1, 9):  # A decodes at steps 1-8, B is prefilled meanwhile
+        b_done += both.steps[step][6]
+        assert both.steps[step][21] == alone.steps[step][21] + b_done // 4, step
+    assert alone.steps[4][21] == 2  # A's second block filled at step 4
