@@ -32,11 +32,12 @@ from kvsched.engine import Engine
 from kvsched.histogram import GapHistogram
 from kvsched.metrics import summarize
 from kvsched.policies.base import Policy
+from kvsched.record_table import RecordTable
 from kvsched.records import RequestRecord, RunResult
 from kvsched.request import Request, Status
 from kvsched.routers import EngineView, Router, RouteRequest
 from kvsched.sequence import Seq
-from kvsched.simulator import EventSink, EventStream, _explain_starvation, _record
+from kvsched.simulator import EventSink, EventStream, _explain_starvation, _put
 from kvsched.steplog import StepLog, StepStats, replica_chunk
 from kvsched.timing import TimeModel
 from kvsched.turns import ArrivalQueue, check_turns
@@ -207,7 +208,7 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
         seqs[i] = seq
 
     replica_results = []
-    records: list[RequestRecord] = [None] * len(requests)  # type: ignore[list-item]
+    records = RecordTable(requests)
     for replica in replicas:
         sched = replica.engine.sched
         if replica.stopped:
@@ -217,14 +218,15 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
         replica.events.close()
     for i in range(len(requests)):
         if routed[i] is None:
-            records[i] = _record(seqs[i], Status.UNFINISHED, replicas[0].engine.sched)  # type: ignore[arg-type]
+            _put(records, i, seqs[i], Status.UNFINISHED, replicas[0].engine.sched)  # type: ignore[arg-type]
             continue
         replica = replicas[routed[i]]  # type: ignore[index]
         leftover = Status.UNFINISHED if replica.stopped else Status.STARVED
-        records[i] = _record(seqs[i], leftover, replica.engine.sched)  # type: ignore[arg-type]
+        _put(records, i, seqs[i], leftover, replica.engine.sched)  # type: ignore[arg-type]
+    listed = list(records)
     for replica in replicas:
         stats = replica.log.close()
-        mine = [records[i] for i in range(len(requests)) if routed[i] == replica.index]
+        mine = [listed[i] for i in range(len(requests)) if routed[i] == replica.index]
         pool = replica.engine.sched.pool
         summary = summarize(mine, stats, slo, final_blocks_used=pool.num_blocks - pool.free,
                             itl=replica.engine.sched.gaps.itl)
@@ -444,7 +446,7 @@ def _merged_stats(replicas: Sequence[_Replica]) -> StepStats:
     return total
 
 
-def _cluster_summary(records: list[RequestRecord], replicas: Sequence[_Replica],
+def _cluster_summary(records: Sequence[RequestRecord], replicas: Sequence[_Replica],
                      results: Sequence[RunResult], slo: Slo | None,
                      witness: tuple[int, int, float, int] | None) -> dict[str, Any]:
     """SUMMARY_KEYS over every request (steps summed over the replicas: `num_steps` counts

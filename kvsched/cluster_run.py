@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 import pickle
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -96,7 +96,7 @@ class ClusterSpool:
         self._files = []
 
 
-def run_cluster_variant(variant: Variant, requests: list[Request],
+def run_cluster_variant(variant: Variant, requests: Sequence[Request],
                         keep_steps: bool = True,
                         spool: ClusterSpool | None = None) -> ClusterResult:
     """Simulate a variant that has `cluster:` (`spool`: stream its records there)."""

@@ -39,6 +39,16 @@ from typing import Any
 import numpy as np
 
 from kvsched.admission import Slo
+from kvsched.metrics import slo_met
+from kvsched.record_table import (
+    STATUS_CODE,
+    STATUSES,
+    Columns,
+    columns_of,
+    index_of,
+    reasons_of,
+    take,
+)
 from kvsched.records import RequestRecord, RunResult
 
 KINDS = ("starvation", "head_of_line", "thrashing", "tail_blowup", "slo_violation",
@@ -123,23 +133,28 @@ def _reason_group(reason: str | None) -> str:
     return "never admitted"
 
 
+def _columns(result: RunResult) -> Columns:
+    return columns_of(result.requests)
+
+
 def _end_time(result: RunResult) -> float:
-    arrivals = [r.arrival_time for r in result.requests]
-    return max([result.summary["duration"], *arrivals]) if arrivals else 0.0
+    arrivals = _columns(result).arrival_time
+    return max(result.summary["duration"], float(arrivals.max())) if arrivals.size else 0.0
 
 
 def starvation(result: RunResult, thresholds: Thresholds) -> Incident | None:
     unit = _unit(result)
     end = _end_time(result)
-    starved = [r for r in result.requests if r.status == "starved"]
+    c = _columns(result)
+    starved = np.flatnonzero(c.status == STATUS_CODE["starved"])
     overtaken = _overtaken(result, thresholds)
-    if not starved and not overtaken:
+    if not starved.size and not overtaken:
         return None
     parts = []
     evidence: dict[str, Any] = {}
-    if starved:
-        groups = Counter(_reason_group(r.reason) for r in starved)
-        longest = max(end - r.arrival_time for r in starved)
+    if starved.size:
+        groups = Counter(_reason_group(r) for r in reasons_of(result.requests, starved.tolist()))
+        longest = max(end - t for t in c.arrival_time[starved].tolist())
         why = ", ".join(f"{n}: {group}" for group, n in groups.most_common())
         waited = f", waiting up to {longest:.4g} {unit}" if longest > 0 else ""
         parts.append(f"{len(starved)} never ran ({why}){waited}")
@@ -159,21 +174,22 @@ def _overtaken(result: RunResult,
                thresholds: Thresholds) -> list[tuple[RequestRecord, float, int]]:
     """Requests that waited > `overtaken_factor` x the median end-to-end latency and were
     overtaken by at least `overtaken_by` later arrivals (checked for the longest waits only)."""
-    served = [r for r in result.requests if r.queue_time is not None]
-    e2e = [r.e2e_latency for r in result.requests if r.e2e_latency is not None]
-    if len(served) < 2 or not e2e:
+    c = _columns(result)
+    served = np.flatnonzero(~np.isnan(c.queue_time))
+    e2e = c.e2e_latency[~np.isnan(c.e2e_latency)]
+    if len(served) < 2 or not e2e.size:
         return []
-    waits = np.array([r.queue_time for r in served])
+    waits = c.queue_time[served]
     limit = thresholds.overtaken_factor * float(np.median(e2e))
-    arrivals = np.array([r.arrival_time for r in served])
-    starts = np.array([r.first_scheduled_time for r in served])
+    arrivals = c.arrival_time[served]
+    starts = c.first_scheduled_time[served]
     found = []
     for i in np.argsort(-waits, kind="stable")[:_MOST_OVERTAKEN_CHECKED]:
         if waits[i] <= limit:
             break
         by = int(np.count_nonzero((arrivals > arrivals[i]) & (starts < starts[i])))
         if by >= thresholds.overtaken_by:
-            found.append((served[i], float(waits[i]), by))
+            found.append((take(result.requests, [served[i]])[0], float(waits[i]), by))
     return found
 
 
@@ -182,18 +198,22 @@ def head_of_line(result: RunResult, thresholds: Thresholds) -> Incident | None:
     if not intervals:
         return None
     unit = _unit(result)
-    status = {r.request_id: r.status for r in result.requests}
+    c = _columns(result)
+    rows = index_of(result.requests, (i[0] for i in intervals))
+    status = {rid: STATUSES[c.status[row]] for rid, row in rows.items()}
     forever = [i for i in intervals if status.get(i[0]) in ("starved", "unfinished")
                and i[3] is None]
     head, detail, start, released, stop = max(intervals, key=lambda i: i[4] - i[2])
-    e2e = [r.e2e_latency for r in result.requests if r.e2e_latency is not None]
-    typical = float(np.median(e2e)) if e2e else None
+    e2e = c.e2e_latency[~np.isnan(c.e2e_latency)]
+    typical = float(np.median(e2e)) if e2e.size else None
     blocked = stop - start
     if not forever and (typical is None or blocked <= thresholds.hol_factor * typical):
         return None
-    waiting = sum(1 for r in result.requests if r.request_id != head
-                  and r.arrival_time <= stop and r.status != "rejected"
-                  and (r.first_scheduled_time is None or r.first_scheduled_time > start))
+    held = ((c.arrival_time <= stop) & (c.status != STATUS_CODE["rejected"])
+            & ~(c.first_scheduled_time <= start))  # not scheduled by then (NaN: never)
+    if head in rows:
+        held[rows[head]] = False
+    waiting = int(held.sum())
     if released is None and status.get(head) in ("starved", "unfinished"):
         span = "for good (it never runs)"
     else:
@@ -289,41 +309,44 @@ def _spread(summary: dict[str, Any]) -> float | None:
 def slo_violation(result: RunResult, thresholds: Thresholds, slo: Slo | None) -> Incident | None:
     if slo is None or not slo.is_set:
         return None
-    admitted = [r for r in result.requests if r.status != "rejected"]
-    if not admitted:
+    c = _columns(result)
+    admitted = c.status != STATUS_CODE["rejected"]
+    num_admitted = int(admitted.sum())
+    if not num_admitted:
         return None
-    missed = [r for r in admitted if not slo.met(r)]
-    share = len(missed) / len(admitted)
+    missed = admitted & ~slo_met(c, slo)
+    num_missed = int(missed.sum())
+    share = num_missed / num_admitted
     if share <= thresholds.slo_miss_share:
         return None
-    ttfts = [r.ttft for r in missed if r.ttft is not None]
-    worst = f", worst TTFT {max(ttfts):.4g} {_unit(result)}" if ttfts else ""
-    rejected = len(result.requests) - len(admitted)
+    ttfts = c.ttft[missed & ~np.isnan(c.ttft)]
+    worst = f", worst TTFT {float(ttfts.max()):.4g} {_unit(result)}" if ttfts.size else ""
+    rejected = len(result.requests) - num_admitted
     targets = ", ".join(f"{k} <= {v:g}" for k, v in (("ttft", slo.ttft), ("e2e", slo.e2e))
                         if v is not None)
     return Incident("slo_violation", (
-        f"slo_violation: {len(missed)} of {len(admitted)} admitted requests "
+        f"slo_violation: {num_missed} of {num_admitted} admitted requests "
         f"({100 * share:.0f}%) missed {targets}{worst}; {rejected} rejected at arrival"), {
-        "num_missed": len(missed), "miss_share": share, "num_rejected": rejected})
+        "num_missed": num_missed, "miss_share": share, "num_rejected": rejected})
 
 
 def overload(result: RunResult, thresholds: Thresholds) -> Incident | None:
     """Arrivals faster than the engine served while it was busy, and a queue that grows."""
     # Requests turned away at arrival were shed: the engine owed them nothing.
-    arrivals = sorted(r.arrival_time for r in result.requests if r.status != "rejected")
+    c = _columns(result)
+    arrivals = np.sort(c.arrival_time[c.status != STATUS_CODE["rejected"]])
     log = getattr(result, "step_log", None)  # a cluster's result has one per replica
     timeline = getattr(getattr(log, "stats", None), "timeline", None)
     if len(arrivals) < 2 or arrivals[-1] <= arrivals[0] or not result.summary["num_steps"] \
             or timeline is None:
         return None  # all at once: a queue that drains, not a rate
-    start, last = arrivals[0], arrivals[-1]
+    start, last = float(arrivals[0]), float(arrivals[-1])
     span = last - start
     # Rates over the last three quarters of the arrivals: the requests in flight when that
     # window opens and when it closes cancel out unless the backlog grows.
     opens = start + span / 4
-    arrived = sum(1 for t in arrivals if t > opens)
-    finished = sum(1 for r in result.requests if r.finish_time is not None
-                   and opens < r.finish_time <= last)
+    arrived = int(np.count_nonzero(arrivals > opens))
+    finished = int(np.count_nonzero((opens < c.finish_time) & (c.finish_time <= last)))
     arrival_rate, served_rate = arrived / (last - opens), finished / (last - opens)
     if arrival_rate <= thresholds.overload_ratio * served_rate:
         return None
@@ -344,8 +367,8 @@ def overload(result: RunResult, thresholds: Thresholds) -> Incident | None:
     if late < thresholds.overload_queue or late <= 2 * early:
         return None
     unit = _unit(result)
-    ttfts = [r.ttft for r in result.requests if r.ttft is not None]
-    p50 = f"; TTFT p50 {float(np.median(ttfts)):.4g} {unit}" if ttfts else ""
+    ttfts = c.ttft[~np.isnan(c.ttft)]
+    p50 = f"; TTFT p50 {float(np.median(ttfts)):.4g} {unit}" if ttfts.size else ""
     factor = arrival_rate / served_rate if served_rate else None
     times = f"{factor:.3g}x" if factor else "while none finished,"
     return Incident("overload", (
@@ -363,9 +386,10 @@ def _per(unit: str) -> str:
 
 def all_rejected(result: RunResult) -> Incident | None:
     requests = result.requests
-    if not requests or any(r.status != "rejected" for r in requests):
+    status = _columns(result).status
+    if not len(requests) or (status != STATUS_CODE["rejected"]).any():
         return None
-    groups = Counter(_rejection_group(r.reason) for r in requests)
+    groups = Counter(_rejection_group(r) for r in reasons_of(requests, range(len(requests))))
     why = ", ".join(f"{n:,}: {group}" for group, n in groups.most_common())
     return Incident("all_rejected", (
         f"all_rejected: all {len(requests):,} requests were rejected at arrival ({why}); "
@@ -380,10 +404,11 @@ def _rejection_group(reason: str | None) -> str:
 
 def none_finished(result: RunResult) -> Incident | None:
     requests = result.requests
-    if not requests or any(r.status == "finished" for r in requests) or all(
-            r.status == "rejected" for r in requests):
+    status = _columns(result).status
+    if not len(requests) or (status == STATUS_CODE["finished"]).any() or (
+            status == STATUS_CODE["rejected"]).all():
         return None
-    statuses = Counter(r.status for r in requests)
+    statuses = Counter(STATUSES[k] for k in status.tolist())
     parts = ", ".join(f"{n:,} {status}" for status, n in statuses.most_common())
     return Incident("none_finished", (
         f"none_finished: none of the {len(requests):,} requests finished ({parts})"),
@@ -402,8 +427,9 @@ def imbalance(result: Any) -> Incident | None:
         worst, p99 = max(p99s, key=lambda item: (item[1], -item[0]))
         typical = float(np.median([v for i, v in p99s if i != worst]))
         ratio = result.imbalance_ttft_ratio
-        e2e = [r.e2e_latency for r in result.requests if r.e2e_latency is not None]
-        service = float(np.median(e2e)) if e2e else 0.0
+        e2e = _columns(result).e2e_latency
+        e2e = e2e[~np.isnan(e2e)]
+        service = float(np.median(e2e)) if e2e.size else 0.0
         # Far above: by the ratio, and by more than a typical request's whole service time
         # (a few unlucky requests on a lightly loaded replica are not an imbalance).
         if typical > 0 and p99 > ratio * typical and p99 - typical > service:

@@ -22,13 +22,14 @@ the means over steps of steps.csv's `mfu` and `mbu` (None otherwise).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from kvsched.admission import Slo
 from kvsched.histogram import GapHistogram
+from kvsched.record_table import STATUS_CODE, STATUSES, Columns, columns_of
 from kvsched.records import RequestRecord
 from kvsched.steplog import StepStats
 
@@ -64,9 +65,14 @@ SUMMARY_KEYS = (
 CLASS_KEYS = ("num_requests", "num_starved", "ttft_mean", "ttft_p50", "ttft_p99")
 
 
-def _stats(values: Iterable[float | int | None], prefix: str, quantiles: Sequence[int],
+def _stats(values: np.ndarray, prefix: str, quantiles: Sequence[int],
            mean: bool = True) -> dict[str, float | None]:
-    data = np.array([v for v in values if v is not None], dtype=float)
+    """Mean and percentiles of the values that are there (NaN, or -1 in an int column, is
+    none)."""
+    if values.dtype.kind == "f":
+        data = values[~np.isnan(values)]
+    else:
+        data = values[values >= 0].astype(float)
     out: dict[str, float | None] = {}
     if mean:
         out[f"{prefix}_mean"] = float(data.mean()) if data.size else None
@@ -79,30 +85,42 @@ def _ratio(numerator: float, denominator: float) -> float | None:
     return numerator / denominator if denominator else None
 
 
-def _vllm_figures(requests: list[RequestRecord], duration: float,
-                  itl: GapHistogram | None) -> dict[str, Any]:
+def _vllm_figures(c: Columns, duration: float, itl: GapHistogram | None) -> dict[str, Any]:
     """The keys vLLM's benchmark reports that the older keys do not already hold."""
-    out = _stats((r.ttft for r in requests), "ttft", (90,), mean=False)
-    out |= _stats((r.tpot for r in requests), "tpot", (50, 90, 95, 99))
+    out = _stats(c.ttft, "ttft", (90,), mean=False)
+    out |= _stats(c.tpot, "tpot", (50, 90, 95, 99))
     out["itl_mean"] = None if itl is None else itl.mean
     for q in (50, 90, 95, 99):
         out[f"itl_p{q}"] = None if itl is None else itl.percentile(q)
-    out |= _stats((r.e2e_latency for r in requests), "e2e", (90, 95), mean=False)
-    finished = [r for r in requests if r.status == "finished"]
-    output = sum(r.output_len for r in finished)
-    out["request_throughput"] = _ratio(len(finished), duration)
+    out |= _stats(c.e2e_latency, "e2e", (90, 95), mean=False)
+    finished = c.status == _FINISHED
+    output = int(c.output_len[finished].sum())
+    out["request_throughput"] = _ratio(int(finished.sum()), duration)
     out["output_throughput"] = _ratio(output, duration)
-    out["total_token_throughput"] = _ratio(output + sum(r.prompt_len for r in finished),
+    out["total_token_throughput"] = _ratio(output + int(c.prompt_len[finished].sum()),
                                            duration)
     return out
 
 
-def summarize(requests: list[RequestRecord], steps: StepStats | list[tuple],
+def slo_met(c: Columns, slo: Slo) -> np.ndarray:
+    """Which requests finished within every target (`Slo.met`, a column at a time)."""
+    ok = c.status == _FINISHED
+    if slo.ttft is not None:
+        ok &= c.ttft <= slo.ttft  # NaN compares False: no first token, no goodput
+    if slo.e2e is not None:
+        ok &= c.e2e_latency <= slo.e2e
+    if slo.tpot is not None:
+        ok &= np.isnan(c.tpot) | (c.tpot <= slo.tpot)
+    return ok
+
+
+def summarize(requests: Sequence[RequestRecord], steps: StepStats | list[tuple],
               slo: Slo | None = None, final_blocks_used: int = 0,
               itl: GapHistogram | None = None) -> dict[str, Any]:
     """The summary keys (SUMMARY_KEYS, then per-class keys) of one run's records.
 
-    `steps`: the run's step sums (`StepStats`), or its STEP_COLUMNS rows.
+    `requests`: a `RecordTable` or a list of records. `steps`: the run's step sums
+    (`StepStats`), or its STEP_COLUMNS rows.
     With an `slo`, goodput counts finished requests within all its TTFT, TPOT and e2e
     targets: `num_slo_met`, `slo_attainment` (share of all requests), `goodput` (per time
     unit). `itl`: the run's inter-token gaps (without it the `itl_*` keys are None).
@@ -112,27 +130,28 @@ def summarize(requests: list[RequestRecord], steps: StepStats | list[tuple],
         if steps:
             stats.add_rows(steps)
         steps = stats
+    c = columns_of(requests)
     num_steps = steps.num_steps
-    statuses = [r.status for r in requests]
+    counts = np.bincount(c.status, minlength=len(STATUSES))
     summary: dict[str, Any] = {
         "num_requests": len(requests),
-        "num_finished": statuses.count("finished"),
-        "num_starved": statuses.count("starved"),
-        "num_unfinished": statuses.count("unfinished"),
-        "num_rejected": statuses.count("rejected"),
+        "num_finished": int(counts[STATUS_CODE["finished"]]),
+        "num_starved": int(counts[STATUS_CODE["starved"]]),
+        "num_unfinished": int(counts[STATUS_CODE["unfinished"]]),
+        "num_rejected": int(counts[STATUS_CODE["rejected"]]),
         "num_steps": num_steps,
     }
     duration = steps.end if num_steps else 0.0
     summary["duration"] = duration
-    summary |= _stats((r.ttft for r in requests), "ttft", (50, 95, 99))
-    summary |= _stats((r.ttft_steps for r in requests), "ttft_steps", (50, 95, 99))
-    summary |= _stats((r.e2e_latency for r in requests), "e2e", (50, 99))
-    summary |= _stats((r.queue_time for r in requests), "queue_time", (50, 99), mean=False)
-    gaps = [r.max_token_gap for r in requests if r.max_token_gap is not None]
+    summary |= _stats(c.ttft, "ttft", (50, 95, 99))
+    summary |= _stats(c.ttft_steps, "ttft_steps", (50, 95, 99))
+    summary |= _stats(c.e2e_latency, "e2e", (50, 99))
+    summary |= _stats(c.queue_time, "queue_time", (50, 99), mean=False)
+    gaps = c.max_token_gap[~np.isnan(c.max_token_gap)]
     summary |= _stats(gaps, "token_gap", (50, 99), mean=False)
-    summary["token_gap_max"] = max(gaps) if gaps else None
+    summary["token_gap_max"] = float(gaps.max()) if gaps.size else None
 
-    generated = sum(r.generated_tokens for r in requests)
+    generated = int(c.generated_tokens.sum())
     prefill = steps.prefill_tokens
     decode = steps.decode_tokens
     recomputed = steps.recomputed_tokens
@@ -141,7 +160,7 @@ def summarize(requests: list[RequestRecord], steps: StepStats | list[tuple],
     summary["busy_fraction"] = _ratio(steps.busy_time, duration)
     summary["throughput"] = _ratio(generated, duration)
     summary["requests_per_time"] = _ratio(summary["num_finished"], duration)
-    summary["num_preemptions"] = sum(r.num_preemptions for r in requests)
+    summary["num_preemptions"] = int(c.num_preemptions.sum())
     summary["recomputed_tokens"] = recomputed
     summary["generated_tokens"] = generated
     summary["recompute_ratio"] = recomputed / generated if generated else 0.0
@@ -153,27 +172,32 @@ def summarize(requests: list[RequestRecord], steps: StepStats | list[tuple],
     summary["final_blocks_used"] = final_blocks_used  # blocks still held when the run ended
     summary["thrash_ratio_max"] = steps.thrash_ratio_max
     summary["backpressure_steps"] = steps.backpressure_steps
-    met = sum(map(slo.met, requests)) if slo is not None and slo.is_set else None
+    met = int(slo_met(c, slo).sum()) if slo is not None and slo.is_set else None
     summary["num_slo_met"] = met
     summary["slo_attainment"] = None if met is None else _ratio(met, len(requests))
     summary["goodput"] = None if met is None else _ratio(met, duration)
-    summary |= _vllm_figures(requests, duration, itl)
+    summary |= _vllm_figures(c, duration, itl)
     summary["request_goodput"] = summary["goodput"]
     for name, total in (("mfu", steps.mfu_sum), ("mbu", steps.mbu_sum)):
         summary[f"{name}_mean"] = None if total is None or not num_steps else total / num_steps
-    admitted = [r for r in requests if r.prefix_hit_tokens is not None]
-    prompts = sum(r.prompt_len for r in admitted)
-    summary["prefix_hit_rate"] = (sum(r.prefix_hit_tokens or 0 for r in admitted) / prompts
+    admitted = c.prefix_hit_tokens >= 0
+    prompts = int(c.prompt_len[admitted].sum())
+    summary["prefix_hit_rate"] = (int(c.prefix_hit_tokens[admitted].sum()) / prompts
                                   if prompts else 0.0)
-    summary["prefill_tokens_saved"] = sum(r.cached_tokens for r in requests)
+    summary["prefill_tokens_saved"] = int(c.cached_tokens.sum())
     summary["evicted_blocks"] = steps.evicted_blocks
 
-    classes = sorted({r.class_name for r in requests if r.class_name is not None})
-    for name in classes:
-        members = [r for r in requests if r.class_name == name]
-        summary[f"num_requests_{name}"] = len(members)
-        summary[f"num_starved_{name}"] = sum(r.status == "starved" for r in members)
-        class_stats = _stats((r.ttft for r in members), "ttft", (50, 99))
+    for name in sorted(set(c.class_names)):
+        members = np.isin(c.class_codes, [k for k, n in enumerate(c.class_names) if n == name])
+        if not members.any():
+            continue  # a class no request drew
+        summary[f"num_requests_{name}"] = int(members.sum())
+        summary[f"num_starved_{name}"] = int((c.status[members]
+                                              == STATUS_CODE["starved"]).sum())
+        class_stats = _stats(c.ttft[members], "ttft", (50, 99))
         for key, value in class_stats.items():
             summary[f"{key}_{name}"] = value
     return summary
+
+
+_FINISHED = STATUS_CODE["finished"]

@@ -6,6 +6,7 @@ run's time unit (`RunResult.time_unit`: "steps" or "s"); `*_steps` columns are a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,7 +106,7 @@ class RunResult:
 
     config: EngineConfig
     time_unit: str
-    requests: list[RequestRecord]
+    requests: Sequence[RequestRecord]  # a RecordTable from `simulate`
     step_log: Any
     events: list[tuple]
     batches: list[tuple] | None

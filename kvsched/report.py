@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from tabulate import tabulate
 
 from kvsched.metrics import LATE_KEYS
+from kvsched.record_table import rows_of
 from kvsched.records import (
     BATCH_COLUMNS,
     EVENT_COLUMNS,
@@ -28,7 +29,7 @@ FLOAT_FORMAT = "%.10g"  # enough digits for microseconds over a day; identical r
 def requests_frame(result: RunResult) -> pd.DataFrame:
     import pandas as pd
 
-    return pd.DataFrame([r.as_row() for r in result.requests], columns=list(REQUEST_COLUMNS))
+    return pd.DataFrame(list(rows_of(result.requests)), columns=list(REQUEST_COLUMNS))
 
 
 def steps_frame(result: RunResult) -> pd.DataFrame:

@@ -8,7 +8,7 @@ import operator
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,6 +22,7 @@ from kvsched.diagnosis import Incident, Thresholds, diagnose, incident_flags
 from kvsched.errors import KvschedError, ScenarioError
 from kvsched.paths import replace_dir, write_error
 from kvsched.policies import Policy, make_policy
+from kvsched.record_table import rows_of
 from kvsched.records import BATCH_COLUMNS, EVENT_COLUMNS, REQUEST_COLUMNS, RunResult
 from kvsched.report import summary_rows, write_json
 from kvsched.request import Request
@@ -112,7 +113,7 @@ def time_model_of(spec: RunSpec) -> TimeModel:
     return StepClock()
 
 
-def requests_of(variant: Variant) -> list[Request]:
+def requests_of(variant: Variant) -> Sequence[Request]:
     """The variant's workload, built (files read, seeded generators drawn)."""
     assert variant.spec.workload is not None
     return build_requests(variant.spec.workload, variant.spec.seed,
@@ -152,7 +153,7 @@ def admission_of(spec: RunSpec) -> SloAdmission | None:
 
 
 def run_variant(variant: Variant, record_batches: bool = False,
-                requests: list[Request] | None = None,
+                requests: Sequence[Request] | None = None,
                 step_log: StepLog | None = None,
                 event_sink: Callable[[list[tuple]], None] | None = None,
                 progress: Callable[[int, float], None] | None = None,
@@ -226,7 +227,7 @@ def select(scenario: Scenario, names: Iterable[str]) -> list[Variant]:
     return [v for v in scenario.variants if not wanted or v.name in wanted]
 
 
-def prepare(scenario: Scenario, variants: Iterable[str] = ()) -> dict[str, list[Request]]:
+def prepare(scenario: Scenario, variants: Iterable[str] = ()) -> dict[str, Sequence[Request]]:
     """Build every selected variant's workload now, so that bad input (a trace with a bad
     column, a user's policy class or router that does not load) is refused before anything
     runs or is written."""
@@ -243,7 +244,7 @@ def prepare(scenario: Scenario, variants: Iterable[str] = ()) -> dict[str, list[
 
 def run_scenario(scenario: Scenario, variants: Iterable[str] = (), record_batches: bool = False,
                  on_done: Callable[[VariantRun], None] | None = None,
-                 workloads: dict[str, list[Request]] | None = None,
+                 workloads: dict[str, Sequence[Request]] | None = None,
                  records: RecordMode = RecordMode.FULL,
                  spool: Path | None = None,
                  progress: Callable[[str, int, int, float], None] | None = None) -> ScenarioRun:
@@ -467,7 +468,7 @@ def _write_variant(folder: Path, run: VariantRun) -> None:
 def _write_records(folder: Path, run: VariantRun) -> None:
     result = run.result
     write_rows(folder / "requests.csv", REQUEST_COLUMNS,
-               (r.as_row() for r in result.requests))
+               rows_of(result.requests))
     if run.steps_file is None and run.records is not RecordMode.SUMMARY:
         write_steps(folder / "steps.csv", result, run.records)
     if not run.streamed:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
 
 from kvsched.admission import Slo, SloAdmission
 from kvsched.backpressure import Backpressure
@@ -13,8 +16,10 @@ from kvsched.histogram import NoGaps
 from kvsched.metrics import summarize
 from kvsched.policies import Fcfs
 from kvsched.policies.base import Policy
-from kvsched.records import RequestRecord, RunResult
+from kvsched.record_table import RecordTable
+from kvsched.records import RunResult
 from kvsched.request import Request, Status
+from kvsched.request_columns import RequestColumns
 from kvsched.scheduler import Scheduler
 from kvsched.sequence import Seq, SeqState
 from kvsched.steplog import StepLog, Timeline
@@ -55,12 +60,7 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
     clock = time_model or StepClock()
     if slo is None and admission is not None:
         slo = Slo(ttft=admission.ttft_slo)
-    seen: set[str] = set()
-    for request in requests:
-        if request.request_id in seen:
-            raise ValueError(f"duplicate request_id '{request.request_id}'")
-        seen.add(request.request_id)
-    del seen
+    check_ids(requests)
     check_turns(requests)
 
     engine = Engine(config, policy, clock, admission, backpressure, record_batches,
@@ -68,17 +68,17 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
     sched = engine.sched
     seqs = Arrivals(requests, config.block_size)
     order = seqs.order
-    records: list[RequestRecord | None] = [None] * len(requests)
+    records = RecordTable(requests)
 
     def done(seq: Seq) -> None:  # a finished or rejected request's record, made at once
-        records[order[seq.index]] = _record(seq, Status.STARVED, sched)
+        _put(records, order[seq.index], seq, Status.STARVED, sched)
         del seqs.live[seq.index]
         seqs.ended(seq)
 
     sched.on_done = done
     log = step_log if step_log is not None else StepLog(config.usable_blocks)
-    if seqs.times:
-        log.stats.timeline = Timeline(seqs.times[0], seqs.times[-1])
+    if len(seqs.times):
+        log.stats.timeline = Timeline(float(seqs.times[0]), float(seqs.times[-1]))
     events = EventStream(engine.events, event_sink)
     step, now, stopped_early = run_loop(engine, seqs, log, config.max_steps,
                                         clock.whole_steps, events, progress, abort)
@@ -92,14 +92,24 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
     sched.on_done = None
     for seq in seqs.remaining():  # still queued or running, or never arrived (max_steps)
         status = Status.UNFINISHED if seq.index in seqs.never_released else leftover
-        records[order[seq.index]] = _record(seq, status, sched)
-    done_records: list[RequestRecord] = records  # type: ignore[assignment]  # all filled
+        _put(records, order[seq.index], seq, status, sched)
     pool = sched.pool
-    summary = summarize(done_records, stats, slo,
+    summary = summarize(records, stats, slo,
                         final_blocks_used=pool.num_blocks - pool.free,
                         itl=None if isinstance(sched.gaps.itl, NoGaps) else sched.gaps.itl)
-    return RunResult(config, clock.unit, done_records, log, events.kept, engine.batches,
+    return RunResult(config, clock.unit, records, log, events.kept, engine.batches,
                      summary)
+
+
+def check_ids(requests: Sequence[Request]) -> None:
+    """ValueError naming the first request id used twice (columns' ids are distinct)."""
+    if isinstance(requests, RequestColumns):
+        return
+    seen: set[str] = set()
+    for request in requests:
+        if request.request_id in seen:
+            raise ValueError(f"duplicate request_id '{request.request_id}'")
+        seen.add(request.request_id)
 
 
 class Arrivals:
@@ -112,14 +122,15 @@ class Arrivals:
 
     def __init__(self, requests: Sequence[Request], block_size: int) -> None:
         self.queue = ArrivalQueue(requests)
-        self.order: list[int] = []  # input index of each arrival index
+        self.order = array("q")  # input index of each arrival index (8 bytes each)
         self.live: dict[int, Seq] = {}  # made and not yet recorded, by arrival index
         self.never_released: set[int] = set()  # arrival indices of turns never released
         self._block_size = block_size
 
     @property
-    def times(self) -> list[float]:
-        """Arrival times of the requests that have their own (held turns have none)."""
+    def times(self) -> np.ndarray:
+        """Arrival times of the requests that have their own (held turns have none), in
+        order."""
         return self.queue.times
 
     def __len__(self) -> int:
@@ -289,9 +300,7 @@ def _explain_starvation(sched: Scheduler, step: int, now: float) -> None:
         sched.events.append((step, now, seq.request.request_id, "starve", reason))
 
 
-def _record(seq: Seq, leftover: Status, sched: Scheduler) -> RequestRecord:
-    request = seq.request
-    arrival = request.arrival_time
+def _put(records: RecordTable, i: int, seq: Seq, leftover: Status, sched: Scheduler) -> None:
     state = seq.state
     if state is SeqState.FINISHED:
         status = _FINISHED
@@ -299,21 +308,7 @@ def _record(seq: Seq, leftover: Status, sched: Scheduler) -> RequestRecord:
         status = _REJECTED
     else:
         status = leftover.value
-    first_token, finish, scheduled = seq.first_token_time, seq.finish_time, \
-        seq.first_scheduled_time
-    ttft = None if first_token is None else first_token - arrival
-    e2e = None if finish is None else finish - arrival
-    tpot = None
-    if e2e is not None and ttft is not None and request.output_len > 1:
-        tpot = (e2e - ttft) / (request.output_len - 1)
-    return RequestRecord(
-        request.request_id, arrival, request.prompt_len, request.output_len, request.priority,
-        request.class_name, status, scheduled, first_token, finish, ttft,
-        None if seq.first_token_step is None else seq.first_token_step - seq.join_step + 1,
-        e2e, None if scheduled is None else scheduled - arrival, seq.num_preemptions,
-        seq.num_recomputed_tokens, seq.num_swapped_blocks, seq.max_token_gap,
-        sched.generated(seq), seq.end_reason, tpot, seq.prefix_hit_tokens,
-        seq.cached_tokens)
+    records.put(i, seq, status, sched.generated(seq))
 
 
 _FINISHED, _REJECTED = Status.FINISHED.value, Status.REJECTED.value

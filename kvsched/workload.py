@@ -20,6 +20,7 @@ import numpy as np
 from kvsched.errors import ScenarioError, excerpt
 from kvsched.prefix import Prefix, Segment
 from kvsched.request import Request
+from kvsched.request_columns import RequestColumns
 from kvsched.schema import (
     MAX_PRIORITY,
     MAX_SYNTHETIC_REQUESTS,
@@ -67,8 +68,10 @@ def _default_locate(field: tuple, message: str) -> ScenarioError:
 
 
 def build_requests(spec: WorkloadSpec, seed: int = 0, base_dir: Path = Path("."),
-                   locate: Locate = _default_locate) -> list[Request]:
-    """The requests of a workload spec; paths resolve against `base_dir`."""
+                   locate: Locate = _default_locate) -> Sequence[Request]:
+    """The requests of a workload spec; paths resolve against `base_dir` (plain ones as
+    columns: `RequestColumns`)."""
+    requests: Sequence[Request]
     if isinstance(spec, InlineWorkload):
         requests = _inline(spec, locate)
     elif isinstance(spec, SyntheticWorkload):
@@ -171,7 +174,7 @@ class _Groups:
 
 
 def _synthetic(spec: SyntheticWorkload, rng: np.random.Generator, base_dir: Path,
-               locate: Locate) -> list[Request]:
+               locate: Locate) -> Sequence[Request]:
     arrivals = _arrival_times(spec, rng, locate)
     n = len(arrivals)
     priorities = np.full(n, spec.priority)
@@ -196,8 +199,10 @@ def _synthetic(spec: SyntheticWorkload, rng: np.random.Generator, base_dir: Path
             for i in members:
                 labels[i] = cls.name
     if spec.system_prompts is None and spec.sessions is None:
-        return [Request(f"r{i}", float(arrivals[i]), int(prompts[i]), int(outputs[i]),
-                        int(priorities[i]), labels[i]) for i in range(n)]
+        if spec.mix is None:
+            return RequestColumns(arrivals, prompts, outputs, priorities)
+        return RequestColumns(arrivals, prompts, outputs, priorities, chosen,
+                              [c.name for c in spec.mix])
     system: list[Segment | None] = [None] * n if spec.system_prompts is None else \
         _system_prompts(spec, n, rng, base_dir, locate, labels)
     if spec.sessions is None:
@@ -416,7 +421,7 @@ def _layout(spec: TraceWorkload) -> TraceLayout:
 
 
 def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
-           rng: np.random.Generator) -> list[Request]:
+           rng: np.random.Generator) -> Sequence[Request]:
     where = ("workload", "path")
     path = _resolve(base_dir, spec.path)
     layout = _layout(spec)
@@ -548,12 +553,11 @@ def _clean_trace(path: Path, layout: TraceLayout, rng: np.random.Generator,
 
 
 def _replay(spec: TraceWorkload, arrivals: np.ndarray, prompts: np.ndarray,
-            outputs: np.ndarray) -> list[Request]:
+            outputs: np.ndarray) -> RequestColumns:
     """The requests of a clean trace's rows (ids r0, r1, ... by file row, no extras)."""
-    start, scale = spec.start, spec.time_scale
-    return [Request(f"r{i}", float((arrivals[i] - start) * scale), int(prompts[i]),
-                    int(outputs[i]), 0, None, None, None, None, 0.0)
-            for i in _replayed_rows(spec, arrivals).tolist()]
+    rows = _replayed_rows(spec, arrivals)
+    return RequestColumns((arrivals[rows] - spec.start) * spec.time_scale, prompts[rows],
+                          outputs[rows], id_numbers=rows)
 
 
 def _hash_prefixes(column: pd.Series, prompts: np.ndarray, block_tokens: int, path: Path,
