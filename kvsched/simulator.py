@@ -122,7 +122,8 @@ class Arrivals:
 
     def __init__(self, requests: Sequence[Request], block_size: int) -> None:
         self.queue = ArrivalQueue(requests)
-        self.order = array("q")  # input index of each arrival index (8 bytes each)
+        # The input index of each arrival index, in 4 bytes (8 for a long workload).
+        self.order = array("i" if len(requests) < 2**31 else "q")
         self.live: dict[int, Seq] = {}  # made and not yet recorded, by arrival index
         self.never_released: set[int] = set()  # arrival indices of turns never released
         self._block_size = block_size

@@ -81,6 +81,9 @@ class ArrivalQueue:
         self._chunk_times = self.times[start:stop].tolist()
         self._chunk_order = self._order[start:stop].tolist()
         self._k = 0
+        if stop == len(self.times) and start:  # the last chunk: the arrays are done with
+            self.times, self._order = self.times[:0], self._order[:0]
+            self._next = 0
 
     @property
     def holding(self) -> bool:
