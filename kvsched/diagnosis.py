@@ -147,6 +147,8 @@ def starvation(result: RunResult, thresholds: Thresholds) -> Incident | None:
     end = _end_time(result)
     c = _columns(result)
     starved = np.flatnonzero(c.status == STATUS_CODE["starved"])
+    starved_arrivals = c.arrival_time[starved]
+    del c  # (a long run's columns: one set at a time)
     overtaken = _overtaken(result, thresholds)
     if not starved.size and not overtaken:
         return None
@@ -154,7 +156,7 @@ def starvation(result: RunResult, thresholds: Thresholds) -> Incident | None:
     evidence: dict[str, Any] = {}
     if starved.size:
         groups = Counter(_reason_group(r) for r in reasons_of(result.requests, starved.tolist()))
-        longest = max(end - t for t in c.arrival_time[starved].tolist())
+        longest = max(end - t for t in starved_arrivals.tolist())
         why = ", ".join(f"{n}: {group}" for group, n in groups.most_common())
         waited = f", waiting up to {longest:.4g} {unit}" if longest > 0 else ""
         parts.append(f"{len(starved)} never ran ({why}){waited}")
@@ -175,21 +177,21 @@ def _overtaken(result: RunResult,
     """Requests that waited > `overtaken_factor` x the median end-to-end latency and were
     overtaken by at least `overtaken_by` later arrivals (checked for the longest waits only)."""
     c = _columns(result)
-    served = np.flatnonzero(~np.isnan(c.queue_time))
+    waits = c.queue_time  # NaN: never scheduled
     e2e = c.e2e_latency[~np.isnan(c.e2e_latency)]
-    if len(served) < 2 or not e2e.size:
+    if np.count_nonzero(~np.isnan(waits)) < 2 or not e2e.size:
         return []
-    waits = c.queue_time[served]
     limit = thresholds.overtaken_factor * float(np.median(e2e))
-    arrivals = c.arrival_time[served]
-    starts = c.first_scheduled_time[served]
+    del e2e
+    # The longest waits over the limit, longest first (ties in input order).
+    over = np.flatnonzero(waits > limit)
+    over = over[np.argsort(-waits[over], kind="stable")[:_MOST_OVERTAKEN_CHECKED]]
+    arrivals, starts = c.arrival_time, c.first_scheduled_time  # NaN start: never overtakes
     found = []
-    for i in np.argsort(-waits, kind="stable")[:_MOST_OVERTAKEN_CHECKED]:
-        if waits[i] <= limit:
-            break
+    for i in over.tolist():
         by = int(np.count_nonzero((arrivals > arrivals[i]) & (starts < starts[i])))
         if by >= thresholds.overtaken_by:
-            found.append((take(result.requests, [served[i]])[0], float(waits[i]), by))
+            found.append((take(result.requests, [i])[0], float(waits[i]), by))
     return found
 
 
