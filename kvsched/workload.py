@@ -178,7 +178,6 @@ def _synthetic(spec: SyntheticWorkload, rng: np.random.Generator, base_dir: Path
     arrivals = _arrival_times(spec, rng, locate)
     n = len(arrivals)
     priorities = np.full(n, spec.priority)
-    labels: list[str | None] = [None] * n
     if spec.mix is None:
         assert spec.prompt_len is not None and spec.output_len is not None
         prompts = _lengths(spec.prompt_len, n, rng, base_dir, ("workload", "prompt_len"), locate)
@@ -196,13 +195,13 @@ def _synthetic(spec: SyntheticWorkload, rng: np.random.Generator, base_dir: Path
             outputs[members] = _lengths(cls.output_len, len(members), rng, base_dir,
                                         (*where, "output_len"), locate)
             priorities[members] = cls.priority
-            for i in members:
-                labels[i] = cls.name
     if spec.system_prompts is None and spec.sessions is None:
         if spec.mix is None:
             return RequestColumns(arrivals, prompts, outputs, priorities)
         return RequestColumns(arrivals, prompts, outputs, priorities, chosen,
                               [c.name for c in spec.mix])
+    labels: list[str | None] = [None] * n if spec.mix is None else \
+        [spec.mix[k].name for k in chosen.tolist()]
     system: list[Segment | None] = [None] * n if spec.system_prompts is None else \
         _system_prompts(spec, n, rng, base_dir, locate, labels)
     if spec.sessions is None:
