@@ -83,7 +83,6 @@ class ArrivalQueue:
         self._k = 0
         if stop == len(self.times) and start:  # the last chunk: the arrays are done with
             self.times, self._order = self.times[:0], self._order[:0]
-            self._next = 0
 
     @property
     def holding(self) -> bool:

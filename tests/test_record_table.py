@@ -125,3 +125,33 @@ def test_columns_refuse_what_a_request_refuses():
     with pytest.raises(ValueError, match="r2: arrival_time must be >= 0"):
         RequestColumns(np.array([0.0, 1.0, np.nan]), np.ones(3, dtype=int),
                        np.ones(3, dtype=int))
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(st.lists(st.integers(0, 6), min_size=1, max_size=20), st.integers(1, 4),
+       st.booleans())
+def test_the_arrival_queue_reads_chunks_in_arrival_order(times, chunk, as_columns):
+    """Across chunk boundaries (a chunk of 1..4 here, 16,384 in a run), arrivals come in
+    time order, simultaneous ones in input order, and a released turn among them."""
+    import kvsched.turns as turns
+
+    times = [0, *times]  # r0 comes first; as a list, its next turn follows 3.5 after it
+    requests = [Request(f"r{i}", float(t), 5, 2) for i, t in enumerate(times)]
+    if not as_columns:
+        requests.append(Request("turn", 0.0, 5, 2, after="r0", think_time=3.5))
+    saved = turns._CHUNK
+    turns._CHUNK = chunk
+    try:
+        queue = turns.ArrivalQueue(_as_columns(requests) if as_columns else requests)
+        popped = []
+        while queue.next_time() != math.inf:
+            i, request = queue.pop()
+            popped.append((request.arrival_time, i))
+            if request.request_id == "r0":
+                queue.ended("r0", 0.0)
+    finally:
+        turns._CHUNK = saved
+    expected = sorted((float(t), i) for i, t in enumerate(times))
+    if not as_columns:  # (no timed request arrives at 3.5: no tie to break)
+        expected = sorted([*expected, (3.5, len(times))])
+    assert popped == expected
