@@ -1,6 +1,6 @@
 """A run's request records as columns: row i is input request i.
 
-A `RequestRecord` object costs about 450 bytes, its numbers as arrays about 70: ten million
+A `RequestRecord` object costs about 450 bytes, its numbers as arrays about 60: ten million
 requests' records fit in memory only this way. The table reads as a sequence of
 `RequestRecord` (each made when read), and hands its columns to what reduces them
 (`kvsched.metrics`) and its rows to the CSV writer without making records at all.
@@ -105,7 +105,7 @@ class RecordTable(Sequence[RequestRecord]):
 
     def __getitem__(self, i: int | slice) -> RequestRecord | list[RequestRecord]:
         if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(len(self)))]
+            return self.take(range(*i.indices(len(self))))
         if i < 0:
             i += len(self)
         if not 0 <= i < len(self):
@@ -171,9 +171,10 @@ class RecordTable(Sequence[RequestRecord]):
         for lo in range(start, stop, _ROWS):
             yield from self._tuples(np.arange(lo, min(lo + _ROWS, stop)))
 
-    def take(self, indices: Sequence[int] | np.ndarray) -> list[RequestRecord]:
+    def take(self, indices: Iterable[int] | np.ndarray) -> list[RequestRecord]:
         """The records of rows `indices`, in that order."""
-        index = np.asarray(indices, dtype=np.int64)
+        index = np.fromiter(indices, dtype=np.int64) if not isinstance(indices, np.ndarray) \
+            else indices.astype(np.int64)
         out: list[RequestRecord] = []
         for lo in range(0, len(index), _ROWS):
             out.extend(RequestRecord(*row) for row in self._tuples(index[lo:lo + _ROWS]))
