@@ -99,17 +99,16 @@ class ThrashMonitor:
         first = max(self._count + 1, last - size + 1)  # the steps the ring still holds
         self._count = last
         total_g = self._total_g = self._total_g + num_steps * generated
-        ring_r, ring_g = self._ring_r, self._ring_g
+        ring_g = self._ring_g
         # Steps first..last go to slots first % size onwards, wrapping once at most.
         start, count = first % size, last - first + 1
         head = min(count, size - start)
         g_first = total_g - (last - first) * generated
-        ring_r[start:start + head] = [self._total_r] * head
+        # ring_r stays: quiet, every slot of the window already holds total_r.
         ring_g[start:start + head] = range(g_first, g_first + head * generated, generated) \
             if generated else [total_g] * head
         if count > head:
             rest = count - head
-            ring_r[:rest] = [self._total_r] * rest
             g_rest = g_first + head * generated
             ring_g[:rest] = range(g_rest, g_rest + rest * generated, generated) \
                 if generated else [total_g] * rest

@@ -68,6 +68,10 @@ class GapHistogram:
             return
         self.count += count
         self.total += value * count
+        self._count_value(value, count)
+
+    def _count_value(self, value: float, count: int) -> None:
+        """`count` more (or fewer) gaps of `value` in the counts (not in `count`, `total`)."""
         exact = self._exact
         if exact is not None:
             left = exact.get(value, 0) + count
@@ -105,11 +109,17 @@ class GapHistogram:
         the gaps between its ends); `high`, if given, is max(gaps)."""
         if not gaps or not count:
             return
+        low = min(gaps)
+        if high is None:
+            high = max(gaps)
+        if low == high:  # one value (a constant step's stretch, nearly always)
+            self.count += count * len(gaps)
+            # Sequential, value x count at a time, as `add` would have summed them.
+            self.total = reduce(add_, repeat(low * count, len(gaps)), self.total)
+            self._count_value(low, count * len(gaps))
+            return
         exact = self._exact
         if exact is None:  # buckets are monotone in the value: one for all, usually
-            low = min(gaps)
-            if high is None:
-                high = max(gaps)
             one = self._span_key if self._span_low <= low and high <= self._span_high \
                 else self._bucket_spanned(low, high)
             if one is not None and len(gaps) < LONG:

@@ -661,9 +661,16 @@ class Scheduler:
         blocks_used = num_blocks - pool.free
         # Only passes at which someone crosses a block boundary need work: visit those in
         # order (a boundary crossed moves that request's next one a block later).
-        horizon = tick + limit
-        due_ticks = sorted([t for t in block_due if t <= horizon + filled])
-        last = tick
+        horizon = last = tick + limit
+        if prefix is None and spare >= n * ((limit - 1) // block_size + 1):
+            # No shortage can end it: every boundary due is crossed, bucket by bucket in
+            # any order (only prefix caching reads the order of a bucket's requests).
+            used = self._cross_all(tick, limit, blocks_used)
+            blocks_used = used[-1]
+            due_ticks = []
+        else:
+            due_ticks = sorted([t for t in block_due if t <= horizon + filled])
+            last = tick
         while due_ticks:
             t = heapq.heappop(due_ticks)
             due = block_due[t]
@@ -744,6 +751,34 @@ class Scheduler:
             if stretch.num_finished and reservation is not None:
                 reservation.left_batch()
         return stretch
+
+    def _cross_all(self, tick: int, limit: int, blocks_used: int) -> list[int]:
+        """Passes `tick + 1` .. `tick + limit` of a stretch with blocks to spare: every
+        request takes the blocks whose boundaries it crosses (each bucket's requests cross
+        every `block_size` passes from its tick on). Returns the blocks in use at each."""
+        block_due, block_size = self._block_due, self._block_size
+        horizon = tick + limit
+        grown = [0] * limit  # blocks taken at each pass
+        for t in [t for t in block_due if t <= horizon]:
+            growing = [entry for entry in block_due.pop(t) if entry[0].epoch == entry[1]]
+            if not growing:
+                continue
+            assert t > tick, "a block boundary left behind"
+            crossings = (horizon - t) // block_size + 1
+            count = len(growing)
+            for j in range(t - tick - 1, limit, block_size):
+                grown[j] += count
+            for seq, _epoch in growing:
+                seq.blocks += crossings
+            after = t + crossings * block_size  # beyond the horizon: no bucket visited
+            later = block_due.get(after)
+            if later is None:
+                block_due[after] = growing
+            else:
+                later.extend(growing)
+        used = list(accumulate(grown, initial=blocks_used))
+        del used[0]
+        return used
 
     def generated(self, seq: Seq) -> int:
         """Tokens `seq` has produced so far."""
@@ -1087,6 +1122,9 @@ class Scheduler:
 
     def _admit(self, plan: StepPlan, budget: int, allow_prefill: bool, allow_swap: bool) -> int:
         """Admit from the head of the waiting queue; stop at the first head that does not fit."""
+        if self.reservation is None and not len(self.waiting):  # (most steps: nothing waits)
+            self._stopped_at = None
+            return budget
         cfg = self.config
         pool = self.pool
         waiting = self.waiting
