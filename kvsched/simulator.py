@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 from collections.abc import Callable, Iterable, Sequence
 
@@ -80,8 +81,18 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
     if seqs.times:
         log.stats.timeline = Timeline(seqs.times[0], seqs.times[-1])
     events = EventStream(engine.events, event_sink)
-    step, now, stopped_early = run_loop(engine, seqs, log, config.max_steps,
-                                        clock.whole_steps, events, progress, abort)
+    # What exists before the run (the requests, the modules) is no work for the garbage
+    # collector during it (its collections walked it: 0.32 s of the Azure hour, 0.19 s now);
+    # left alone if the caller froze objects of its own.
+    freeze = not gc.get_freeze_count()
+    if freeze:
+        gc.freeze()
+    try:
+        step, now, stopped_early = run_loop(engine, seqs, log, config.max_steps,
+                                            clock.whole_steps, events, progress, abort)
+    finally:
+        if freeze:
+            gc.unfreeze()
     stats = log.close()
     if stopped_early:
         sched.close_all_runs()
