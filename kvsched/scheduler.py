@@ -299,7 +299,7 @@ class Scheduler:
                 return (f"needs {need} KV tokens free to be admitted (prompt + clipped "
                         f"max_new_tokens + a page), the pool has "
                         f"{cfg.usable_blocks * self._block_size}")
-        usable = self.pool.num_blocks - self.pool.watermark_blocks  # (config: properties)
+        usable = self.pool.num_blocks - self.pool.watermark_blocks  # (the config computes them)
         if seq.lifetime_blocks > usable:
             null = " - 1 null block" if cfg.null_block else ""
             return (f"needs {seq.lifetime_blocks} KV blocks to finish, the pool admits at most "
