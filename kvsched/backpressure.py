@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -48,7 +49,7 @@ class ThrashMonitor:
     memory stays the same however long the run."""
 
     __slots__ = ("config", "_ring_r", "_ring_g", "_size", "_count", "_total_r", "_total_g",
-                 "signal")
+                 "signal", "_skipped")
 
     def __init__(self, config: Backpressure) -> None:
         self.config = config
@@ -63,6 +64,10 @@ class ThrashMonitor:
         self._total_r = 0
         self._total_g = 0
         self.signal = False
+        # Quiet steps skipped and not yet in ring_g, as (last step, steps, generated each,
+        # total_g after the last): written only when a ratio reads ring_g (after a recompute),
+        # which most runs never do; forgotten once out of the window.
+        self._skipped: deque[tuple[int, int, int, int]] = deque()
 
     @property
     def is_quiet(self) -> bool:
@@ -85,6 +90,8 @@ class ThrashMonitor:
         window_r = total_r - self._ring_r[start]
         if not window_r and not self.signal:
             return 0.0
+        if self._skipped:
+            self._write_skipped()
         ratio = window_r / max(1, total_g - self._ring_g[start])
         if self.signal:
             self.signal = ratio >= self.config.release
@@ -93,23 +100,33 @@ class ThrashMonitor:
         return ratio
 
     def skip(self, num_steps: int, generated: int) -> None:
-        """Add `num_steps` quiet steps of `generated` tokens each (only while `is_quiet`)."""
-        size = self._size
-        last = self._count + num_steps
-        first = max(self._count + 1, last - size + 1)  # the steps the ring still holds
-        self._count = last
+        """Add `num_steps` quiet steps of `generated` tokens each (only while `is_quiet`).
+        ring_r stays: quiet, every slot of the window already holds total_r."""
+        last = self._count = self._count + num_steps
         total_g = self._total_g = self._total_g + num_steps * generated
-        ring_r, ring_g = self._ring_r, self._ring_g
-        # Steps first..last go to slots first % size onwards, wrapping once at most.
-        start, count = first % size, last - first + 1
-        head = min(count, size - start)
-        g_first = total_g - (last - first) * generated
-        ring_r[start:start + head] = [self._total_r] * head
-        ring_g[start:start + head] = range(g_first, g_first + head * generated, generated) \
-            if generated else [total_g] * head
-        if count > head:
-            rest = count - head
-            ring_r[:rest] = [self._total_r] * rest
-            g_rest = g_first + head * generated
-            ring_g[:rest] = range(g_rest, g_rest + rest * generated, generated) \
-                if generated else [total_g] * rest
+        skipped = self._skipped
+        skipped.append((last, num_steps, generated, total_g))
+        while skipped[0][0] <= last - self._size:  # out of the window: never read
+            skipped.popleft()
+
+    def _write_skipped(self) -> None:
+        """Put the skipped steps still in the window into ring_g (every step written since
+        is later, so no slot it wrote is overwritten)."""
+        size = self._size
+        ring_g = self._ring_g
+        for last, num_steps, generated, total_g in self._skipped:
+            first = max(last - num_steps + 1, self._count - size + 1)  # still in the ring
+            if first > last:
+                continue
+            # Steps first..last go to slots first % size onwards, wrapping once at most.
+            start, count = first % size, last - first + 1
+            head = min(count, size - start)
+            g_first = total_g - (last - first) * generated
+            ring_g[start:start + head] = range(g_first, g_first + head * generated, generated) \
+                if generated else [total_g] * head
+            if count > head:
+                rest = count - head
+                g_rest = g_first + head * generated
+                ring_g[:rest] = range(g_rest, g_rest + rest * generated, generated) \
+                    if generated else [total_g] * rest
+        self._skipped.clear()

@@ -30,13 +30,16 @@ import numpy as np
 MAX_EXACT = 4096  # distinct values kept exactly before switching to buckets
 ACCURACY = 0.005  # relative error of a bucketed percentile
 SHORT = 64  # stretches of at most this many steps are counted without numpy
+LONG = 1024  # ... or at most this many, when their gaps fall in one bucket or take
+FEW = 8  # at most this many distinct values
 
 
 class GapHistogram:
     """Counts of positive gaps (times in the run's unit); see the module docstring."""
 
     __slots__ = ("count", "total", "_exact", "_buckets", "_max_exact",
-                 "_accuracy", "_gamma", "_inv_log_gamma")
+                 "_accuracy", "_gamma", "_inv_log_gamma", "_span_low", "_span_high",
+                 "_span_key")
 
     def __init__(self, max_exact: int = MAX_EXACT, accuracy: float = ACCURACY) -> None:
         if not 0 < accuracy < 1:
@@ -49,6 +52,10 @@ class GapHistogram:
         self._accuracy = accuracy
         self._gamma = (1 + accuracy) / (1 - accuracy)
         self._inv_log_gamma = 1.0 / math.log(self._gamma)
+        # The positive values seen to fall in bucket `_span_key` lie in [low, high]; buckets
+        # are monotone in the value, so any value between them falls there too: a stretch's
+        # gaps (a constant step's, give or take the last bits) skip the logarithm.
+        self._span_low, self._span_high, self._span_key = math.inf, -math.inf, 0
 
     @property
     def is_exact(self) -> bool:
@@ -61,6 +68,10 @@ class GapHistogram:
             return
         self.count += count
         self.total += value * count
+        self._count_value(value, count)
+
+    def _count_value(self, value: float, count: int) -> None:
+        """`count` more (or fewer) gaps of `value` in the counts (not in `count`, `total`)."""
         exact = self._exact
         if exact is not None:
             left = exact.get(value, 0) + count
@@ -71,7 +82,11 @@ class GapHistogram:
             else:
                 del exact[value]
             return
-        key = self._bucket(value)
+        if self._span_low <= value <= self._span_high:
+            key = self._span_key
+        else:
+            key = self._bucket(value)
+            self._join_span(value, value, key)
         left = self._buckets.get(key, 0) + count
         if left:
             self._buckets[key] = left
@@ -89,25 +104,37 @@ class GapHistogram:
             return
         self._add_many(np.diff(np.asarray(ends, dtype=float)), count)
 
-    def add_gaps(self, gaps: list[float], count: int) -> None:
+    def add_gaps(self, gaps: list[float], count: int, high: float | None = None) -> None:
         """`count` gaps of each value of `gaps`, in order (what `add_between` counts for
-        the gaps between its ends)."""
+        the gaps between its ends); `high`, if given, is max(gaps)."""
         if not gaps or not count:
             return
-        if len(gaps) < SHORT:
+        low = min(gaps)
+        if high is None:
+            high = max(gaps)
+        if low == high:  # one value (a constant step's stretch, nearly always)
             self.count += count * len(gaps)
             # Sequential, value x count at a time, as `add` would have summed them.
+            self.total = reduce(add_, repeat(low * count, len(gaps)), self.total)
+            self._count_value(low, count * len(gaps))
+            return
+        exact = self._exact
+        if exact is None:  # buckets are monotone in the value: one for all, usually
+            one = self._span_key if self._span_low <= low and high <= self._span_high \
+                else self._bucket_spanned(low, high)
+            if one is not None and len(gaps) < LONG:
+                self.count += count * len(gaps)
+                # Sequential, value x count at a time, as `add` would have summed them.
+                self.total = reduce(add_, map(mul, gaps, repeat(count)), self.total)
+                buckets = self._buckets
+                buckets[one] = buckets.get(one, 0) + len(gaps) * count
+                return
+        # A stretch's gaps take few distinct values (sums of equal steps differ only in
+        # their last bits): count each with list.count, in C, in order of first sight.
+        distinct = dict.fromkeys(gaps) if len(gaps) < LONG else None
+        if distinct is not None and (len(gaps) < SHORT or len(distinct) <= FEW):
+            self.count += count * len(gaps)
             self.total = reduce(add_, map(mul, gaps, repeat(count)), self.total)
-            exact = self._exact
-            if exact is None:  # buckets are monotone in the value: one for all, usually
-                buckets, bucket = self._buckets, self._bucket
-                key = bucket(min(gaps))
-                if key == bucket(max(gaps)):
-                    buckets[key] = buckets.get(key, 0) + len(gaps) * count
-                    return
-            # A stretch's gaps take few distinct values (sums of equal steps differ only
-            # in their last bits): count each with list.count, in C, in order of first sight.
-            distinct = dict.fromkeys(gaps)
             if exact is not None:
                 for value in distinct:
                     exact[value] = exact.get(value, 0) + gaps.count(value) * count
@@ -188,6 +215,24 @@ class GapHistogram:
 
     # -- buckets -------------------------------------------------------------------------
 
+    def _bucket_spanned(self, low: float, high: float) -> int | None:
+        """The bucket of every value in [low, high] (None if they span several)."""
+        key = self._bucket(low)
+        if high != low and self._bucket(high) != key:
+            return None
+        self._join_span(low, high, key)
+        return key
+
+    def _join_span(self, low: float, high: float, key: int) -> None:
+        """Values in [low, high] fall in bucket `key`: remember the widest such span."""
+        if low <= 0:
+            return
+        if key == self._span_key and self._span_low <= self._span_high:
+            self._span_low = min(low, self._span_low)
+            self._span_high = max(high, self._span_high)
+        else:
+            self._span_low, self._span_high, self._span_key = low, high, key
+
     def _bucket(self, value: float) -> int:
         if value <= 0:
             return -(1 << 62)  # zero gaps (never made by a time model): their own bucket
@@ -222,5 +267,5 @@ class NoGaps(GapHistogram):
     def add(self, value: float, count: int = 1) -> None:
         pass
 
-    def add_gaps(self, gaps: list[float], count: int) -> None:
+    def add_gaps(self, gaps: list[float], count: int, high: float | None = None) -> None:
         pass

@@ -43,7 +43,7 @@ from kvsched.policies.fcfs import Fcfs
 from kvsched.policies.priority import PriorityFirst
 from kvsched.reservation import CLIP_MAX_NEW_TOKENS, make_reservation
 from kvsched.sequence import Seq, SeqState
-from kvsched.timing import TimeModel, stretch_durations
+from kvsched.timing import TimeModel, constant_duration, stretch_durations
 from kvsched.waiting import WaitingQueue
 
 MAX_STRETCH = 1 << 14  # steps one stretch may cover (bounds its lists; the next continues)
@@ -156,25 +156,29 @@ class GapTracker:
                 seq.run_first_end = end
                 seq.run_first_gap = gap
 
-    def complete_many(self, first: int, times: list[float], num_decodes: int = 0) -> None:
-        """Passes `first`, `first + 1`, ... ended at `times[1:]` (`times[0]`: the start of
-        the first, which is the end of the pass before it).
+    def complete_many(self, first: int, ends: list[float], k: int,
+                      num_decodes: int = 0) -> None:
+        """Passes `first` .. `first + k - 1` ended at `ends[1]` .. `ends[k]` (`ends[0]`: the
+        start of the first, which is the end of the pass before it).
 
         Runs only ever start at a stretch's first pass (nothing starts inside one), so
         queries reach into a stretch from its first or second pass: its first gap and the
         largest of the others are all the stack needs."""
-        gap = times[1] - self.last_end
-        self.last_end = times[-1]
+        end = ends[1]
+        gap = end - self.last_end
+        self.last_end = ends[k]
         self._push(first, gap)
-        self.itl.add(gap, num_decodes)
-        if len(times) > 2:
-            later = list(map(sub, times[2:], times[1:-1]))
-            self._push(first + len(times) - 2, max(later))
-            self.itl.add_gaps(later, num_decodes)
+        itl = self.itl
+        itl.add(gap, num_decodes)
+        if k > 1:
+            later = list(map(sub, ends[2:k + 1], ends[1:k]))
+            top = max(later)
+            self._push(first + k - 1, top)
+            itl.add_gaps(later, num_decodes, top)
         waiting = self._wanted.pop(first, None)
         if waiting:
             for seq in waiting:
-                seq.run_first_end = times[1]
+                seq.run_first_end = end
                 seq.run_first_gap = gap
 
     def _push(self, tick: int, gap: float) -> None:
@@ -257,6 +261,12 @@ class Scheduler:
             self.waiting = WaitingQueue(Fcfs())  # in arrival order
         if self.partial is not None:  # the threshold then classifies prompts, caps no chunk
             self._chunk_cap = config.max_num_batched_tokens
+        # Rules under which a waiting request may get in mid-stretch (`_waiting_may_admit`).
+        self._waiting_rules = bool(config.delay_factor or self._v0_priority or self._dynamic
+                                   or (self.prefix is not None and not config.chunked_prefill)
+                                   or self.reservation is not None)
+        self._stretch_clock: TimeModel | None = None  # the clock `_constant_step` is of
+        self._constant_step: float | None = None
         self._order = {StepOrder.DECODE_FIRST: self._decode_first,
                        StepOrder.PREFILL_FIRST: self._prefill_first,
                        StepOrder.RUNNING_LOOP: self._running_loop}[config.step_order]
@@ -289,7 +299,7 @@ class Scheduler:
                 return (f"needs {need} KV tokens free to be admitted (prompt + clipped "
                         f"max_new_tokens + a page), the pool has "
                         f"{cfg.usable_blocks * self._block_size}")
-        usable = cfg.usable_blocks - cfg.watermark_blocks
+        usable = self.pool.num_blocks - self.pool.watermark_blocks  # (the config computes them)
         if seq.lifetime_blocks > usable:
             null = " - 1 null block" if cfg.null_block else ""
             return (f"needs {seq.lifetime_blocks} KV blocks to finish, the pool admits at most "
@@ -574,6 +584,21 @@ class Scheduler:
             need = self._blocks_with_hit(behind, need)[0]  # (V0 counts every prompt block)
         return need + self.pool.watermark_blocks
 
+    def _waiting_may_admit(self) -> bool:
+        """With requests waiting, whether a rule may admit one mid-stretch (no stretch)."""
+        if self.config.delay_factor:
+            return True  # the delay passes with time alone: admissions may open mid-stretch
+        if self._v0_priority:
+            return True  # a shrinking pool may make a worse running request a victim
+        if self._dynamic:
+            return True  # the order changes with time and the cache: a new head may fit
+        if self.prefix is not None and not self.config.chunked_prefill:
+            return True  # an eviction may lengthen a waiting prompt's uncached part
+        reservation = self.reservation
+        # The batch stopped being full, or a head may preempt: it may admit.
+        return reservation is not None and (
+            reservation.reopened or reservation.preemption_threshold is not None)
+
     def decode_stretch(self, step: int, now: float, clock: TimeModel, next_arrival: float,
                        max_steps: int) -> Stretch | None:
         """Run, in one move, the pure-decode steps that repeat the step just run.
@@ -590,36 +615,37 @@ class Scheduler:
         n = len(running)
         if not n or n > self._budget or self.record_batches:
             return None
-        if self.config.delay_factor and len(self.waiting):
-            return None  # the delay passes with time alone: admissions may open mid-stretch
-        if self._v0_priority and len(self.waiting):
-            return None  # a shrinking pool may make a worse running request a victim
-        if self._dynamic and len(self.waiting):
-            return None  # the order changes with time and the cache: a new head may fit
+        if self._waiting_rules and len(self.waiting) and self._waiting_may_admit():
+            return None
         prefix = self.prefix
-        if prefix is not None and len(self.waiting) and not self.config.chunked_prefill:
-            return None  # an eviction may lengthen a waiting prompt's uncached part
         reservation = self.reservation
-        if reservation is not None and len(self.waiting) and (
-                reservation.reopened or reservation.preemption_threshold is not None):
-            return None  # the batch stopped being full, or a head may preempt: it may admit
         finish = self.next_finish_tick()
         limit = min(max_steps, MAX_STRETCH)
         if finish is not None:
             limit = min(limit, finish - self.tick)
         kv = self.kv_tokens
-        durations = stretch_durations(clock, n, kv + n, 1)
-        if next_arrival != math.inf and durations[0] > 0:  # steps never get shorter: a bound
-            limit = min(limit, int((next_arrival - now) / durations[0]) + 2)
-        if limit > 1:
-            durations = stretch_durations(clock, n, kv + n, limit)
+        if clock is not self._stretch_clock:
+            self._stretch_clock, self._constant_step = clock, constant_duration(clock)
+        step_time = self._constant_step
+        if step_time is not None:  # every step alike: no model to ask
+            if next_arrival != math.inf:
+                limit = min(limit, int((next_arrival - now) / step_time) + 2)
+            durations = [step_time] * limit
+        else:
+            durations = stretch_durations(clock, n, kv + n, 1)
+            if next_arrival != math.inf and durations[0] > 0:  # steps never get shorter
+                limit = min(limit, int((next_arrival - now) / durations[0]) + 2)
+            if limit > 1:
+                durations = stretch_durations(clock, n, kv + n, limit)
         ends = list(accumulate(durations, initial=now))  # sequential sums, as step by step
         if next_arrival != math.inf:
             # The first step with an arrival by its start ends the stretch before it.
             limit = bisect_left(ends, True, 1, limit,
                                 key=lambda t: next_arrival <= t + 1e-9 * (1.0 + t))
         pool = self.pool
-        spare = pool.free - self.hol_floor() - self._append_floor  # blocks it may take
+        spare = pool.free - self._append_floor  # blocks it may take
+        if self._hol_head is not None:
+            spare -= self.hol_floor()
         if spare < 0:  # prefill-first steps look at the pool before they decode: it shrank
             return None
         block_due = self._block_due
@@ -635,9 +661,16 @@ class Scheduler:
         blocks_used = num_blocks - pool.free
         # Only passes at which someone crosses a block boundary need work: visit those in
         # order (a boundary crossed moves that request's next one a block later).
-        horizon = tick + limit
-        due_ticks = sorted([t for t in block_due if t <= horizon + filled])
-        last = tick
+        horizon = last = tick + limit
+        if prefix is None and spare >= n * ((limit - 1) // block_size + 1):
+            # No shortage can end it: every boundary due is crossed, bucket by bucket in
+            # any order (only prefix caching reads the order of a bucket's requests).
+            used = self._cross_all(tick, limit, blocks_used)
+            blocks_used = used[-1]
+            due_ticks = []
+        else:
+            due_ticks = sorted([t for t in block_due if t <= horizon + filled])
+            last = tick
         while due_ticks:
             t = heapq.heappop(due_ticks)
             due = block_due[t]
@@ -688,7 +721,7 @@ class Scheduler:
             self._delay_passed = True  # nothing waits during a stretch
         del durations[k:]
         starts = ends[:k]
-        self.gaps.complete_many(first, ends[:k + 1], n)
+        self.gaps.complete_many(first, ends, k, n)
         if reservation is not None:
             reservation.after_passes(k)
         stretch = Stretch(step, k, n, n + len(self.prefilling), len(self.waiting), starts,
@@ -718,6 +751,34 @@ class Scheduler:
             if stretch.num_finished and reservation is not None:
                 reservation.left_batch()
         return stretch
+
+    def _cross_all(self, tick: int, limit: int, blocks_used: int) -> list[int]:
+        """Passes `tick + 1` .. `tick + limit` of a stretch with blocks to spare: every
+        request takes the blocks whose boundaries it crosses (each bucket's requests cross
+        every `block_size` passes from its tick on). Returns the blocks in use at each."""
+        block_due, block_size = self._block_due, self._block_size
+        horizon = tick + limit
+        grown = [0] * limit  # blocks taken at each pass
+        for t in [t for t in block_due if t <= horizon]:
+            growing = [entry for entry in block_due.pop(t) if entry[0].epoch == entry[1]]
+            if not growing:
+                continue
+            assert t > tick, "a block boundary left behind"
+            crossings = (horizon - t) // block_size + 1
+            count = len(growing)
+            for j in range(t - tick - 1, limit, block_size):
+                grown[j] += count
+            for seq, _epoch in growing:
+                seq.blocks += crossings
+            after = t + crossings * block_size  # beyond the horizon: no bucket visited
+            later = block_due.get(after)
+            if later is None:
+                block_due[after] = growing
+            else:
+                later.extend(growing)
+        used = list(accumulate(grown, initial=blocks_used))
+        del used[0]
+        return used
 
     def generated(self, seq: Seq) -> int:
         """Tokens `seq` has produced so far."""
@@ -1061,6 +1122,9 @@ class Scheduler:
 
     def _admit(self, plan: StepPlan, budget: int, allow_prefill: bool, allow_swap: bool) -> int:
         """Admit from the head of the waiting queue; stop at the first head that does not fit."""
+        if self.reservation is None and not len(self.waiting):  # (most steps: nothing waits)
+            self._stopped_at = None
+            return budget
         cfg = self.config
         pool = self.pool
         waiting = self.waiting

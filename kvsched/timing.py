@@ -51,6 +51,16 @@ def stretch_durations(model: TimeModel, num_decodes: int, kv_tokens_start: int,
             for k in range(num_steps)]
 
 
+def constant_duration(model: TimeModel) -> float | None:
+    """The length of every step, for a model whose steps all last the same (a decode
+    stretch then needs no durations from it); None for the others."""
+    if type(model) is ConstantStep:
+        return model.step_time
+    if type(model) is StepClock:
+        return 1.0
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class StepClock:
     """Every step lasts 1; times are step numbers."""

@@ -65,3 +65,29 @@ def test_empty_is_none():
     """No gaps, no figures."""
     assert GapHistogram().percentile(50) is None
     assert GapHistogram().mean is None
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(  # a constant step's gaps (last bits apart), or a few far apart
+    st.lists(st.sampled_from([0.0039, 0.0039 * (1 + 2e-16), 0.0039 * (1 - 2e-16)]),
+             min_size=1, max_size=20),
+    st.lists(st.sampled_from([0.0039, 0.00391, 0.02, 1e-4]), min_size=1, max_size=20)),
+       st.integers(1, 60), st.integers(1, 30), st.sampled_from([0, 3, 4096]), st.booleans())
+def test_add_gaps_equals_one_by_one(pattern, repeats, count, max_exact, with_high):
+    """add_gaps (one bucket, few distinct values, long lists: its fast paths) keeps the
+    same count, float total and percentiles as adding the gaps one at a time."""
+    values = pattern * repeats  # up to 1,200 gaps: past SHORT and LONG
+    bulk, single = GapHistogram(max_exact=max_exact), GapHistogram(max_exact=max_exact)
+    for histogram in (bulk, single):  # bucketed from the start when max_exact is 0
+        histogram.add(0.0039, 2)
+    bulk.add_gaps(values, count, max(values) if with_high else None)
+    bulk.add_gaps(values[::-1], count)  # the span learnt above is reused
+    for value in values + values[::-1]:
+        single.add(value, count)
+    assert bulk.count == single.count
+    assert bulk.total == single.total
+    assert bulk.is_exact == single.is_exact
+    for p in (0, 10, 50, 90, 99, 100):
+        assert bulk.percentile(p) == single.percentile(p)
+    # Every count where one by one puts it (percentiles alone may hide a count off by one).
+    assert bulk._exact == single._exact and bulk._buckets == single._buckets
