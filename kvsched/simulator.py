@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import math
 from array import array
 from collections.abc import Callable, Iterable, Sequence
@@ -81,22 +80,8 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
     if len(seqs.times):
         log.stats.timeline = Timeline(float(seqs.times[0]), float(seqs.times[-1]))
     events = EventStream(engine.events, event_sink)
-    # No automatic garbage collection during the loop: its passes walked every live request,
-    # record and module again and again (18% of the 100k-request run's CPU), and the loop
-    # makes next to no cyclic garbage (344 objects over those 100k requests), which a later
-    # full collection finds. What the run made then joins the oldest generation at once
-    # (frozen and unfrozen: two list splices), so no young collection walks it all.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        step, now, stopped_early = run_loop(engine, seqs, log, config.max_steps,
-                                            clock.whole_steps, events, progress, abort)
-    finally:
-        if not gc.get_freeze_count():  # (a caller's own frozen objects stay frozen)
-            gc.freeze()
-            gc.unfreeze()
-        if collecting:
-            gc.enable()
+    step, now, stopped_early = run_loop(engine, seqs, log, config.max_steps,
+                                        clock.whole_steps, events, progress, abort)
     stats = log.close()
     if stopped_early:
         sched.close_all_runs()
