@@ -16,7 +16,7 @@ import numpy as np
 
 from kvsched.records import RequestRecord
 from kvsched.request import Request, Status
-from kvsched.request_columns import RequestColumns
+from kvsched.request_columns import RequestColumns, same_items
 from kvsched.sequence import Seq
 
 STATUSES = (Status.FINISHED.value, Status.STARVED.value, Status.UNFINISHED.value,
@@ -116,11 +116,7 @@ class RecordTable(Sequence[RequestRecord]):
         for row in self.rows():
             yield RequestRecord(*row)
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence):
-            return NotImplemented
-        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-
+    __eq__ = same_items  # a list of the same records is equal
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:

@@ -16,6 +16,13 @@ import numpy as np
 from kvsched.request import Request
 
 
+def same_items(self: Sequence, other: object) -> bool:
+    """`==` for a sequence held as columns: equal to any sequence of equal items."""
+    if not isinstance(other, Sequence):
+        return NotImplemented
+    return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+
 class RequestColumns(Sequence[Request]):
     """Requests `r0, r1, ...` (or `r{id_numbers[i]}`) with no prefix, session or turn.
 
@@ -71,11 +78,7 @@ class RequestColumns(Sequence[Request]):
         for i in range(len(self)):
             yield self[i]
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence):
-            return NotImplemented
-        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-
+    __eq__ = same_items  # a list of the same requests is equal
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
