@@ -64,6 +64,8 @@ SUMMARY_KEYS = (
 
 CLASS_KEYS = ("num_requests", "num_starved", "ttft_mean", "ttft_p50", "ttft_p99")
 
+_FINISHED = STATUS_CODE["finished"]
+
 
 def _stats(values: np.ndarray, prefix: str, quantiles: Sequence[int],
            mean: bool = True) -> dict[str, float | None]:
@@ -199,5 +201,3 @@ def summarize(requests: Sequence[RequestRecord], steps: StepStats | list[tuple],
             summary[f"{key}_{name}"] = value
     return summary
 
-
-_FINISHED = STATUS_CODE["finished"]

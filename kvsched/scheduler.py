@@ -261,12 +261,6 @@ class Scheduler:
             self.waiting = WaitingQueue(Fcfs())  # in arrival order
         if self.partial is not None:  # the threshold then classifies prompts, caps no chunk
             self._chunk_cap = config.max_num_batched_tokens
-        # Rules under which a waiting request may get in mid-stretch (`_waiting_may_admit`).
-        self._waiting_rules = bool(config.delay_factor or self._v0_priority or self._dynamic
-                                   or (self.prefix is not None and not config.chunked_prefill)
-                                   or self.reservation is not None)
-        self._stretch_clock: TimeModel | None = None  # the clock `_constant_step` is of
-        self._constant_step: float | None = None
         self._order = {StepOrder.DECODE_FIRST: self._decode_first,
                        StepOrder.PREFILL_FIRST: self._prefill_first,
                        StepOrder.RUNNING_LOOP: self._running_loop}[config.step_order]
@@ -432,11 +426,17 @@ class Scheduler:
             else:
                 chunks[seq] = n
             budget -= n
+        self._end_pass(plan, tick, decoded, chunks)
+        return budget, (list(queue), decoded, list(chunks))
+
+    def _end_pass(self, plan: StepPlan, tick: int, decoded: list[Seq],
+                  chunks: dict[Seq, int]) -> None:
+        """A walk of the running requests is over: settle its decodes (when the pass
+        decoded any: `tick`), then run the prefill chunks it granted."""
         if tick:
             self._settle_pass(plan, tick, decoded)
         for seq, n in chunks.items():
             self._prefill_chunk(plan, seq, n)
-        return budget, (list(queue), decoded, list(chunks))
 
     def _v0_requeue(self, plan: StepPlan, left: list[Seq], decoded: list[Seq],
                     chunked: list[Seq], admitted: int) -> None:
@@ -615,7 +615,7 @@ class Scheduler:
         n = len(running)
         if not n or n > self._budget or self.record_batches:
             return None
-        if self._waiting_rules and len(self.waiting) and self._waiting_may_admit():
+        if len(self.waiting) and self._waiting_may_admit():
             return None
         prefix = self.prefix
         reservation = self.reservation
@@ -624,9 +624,7 @@ class Scheduler:
         if finish is not None:
             limit = min(limit, finish - self.tick)
         kv = self.kv_tokens
-        if clock is not self._stretch_clock:
-            self._stretch_clock, self._constant_step = clock, constant_duration(clock)
-        step_time = self._constant_step
+        step_time = constant_duration(clock)
         if step_time is not None:  # every step alike: no model to ask
             if next_arrival != math.inf:
                 limit = min(limit, int((next_arrival - now) / step_time) + 2)
@@ -1030,10 +1028,7 @@ class Scheduler:
             else:
                 chunks[seq] = n
             budget -= n
-        if tick:
-            self._settle_pass(plan, tick, decoded)
-        for seq, n in chunks.items():
-            self._prefill_chunk(plan, seq, n)
+        self._end_pass(plan, tick, decoded, chunks)
         return budget
 
     def _admit_chunk(self, plan: StepPlan, budget: int, threshold: int) -> None:
