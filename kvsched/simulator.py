@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
+from kvsched import fastcore
 from kvsched.admission import Slo, SloAdmission
 from kvsched.backpressure import Backpressure
 from kvsched.config import EngineConfig
@@ -62,6 +63,12 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
         slo = Slo(ttft=admission.ttft_slo)
     check_ids(requests)
     check_turns(requests)
+    if abort is None and fastcore.carries(requests, config, policy, clock, admission,
+                                          record_batches):
+        compiled = _simulate_compiled(requests, config, clock, slo,  # type: ignore[arg-type]
+                                      step_log, event_sink, stretches, progress, itl)
+        if compiled is not None:
+            return compiled
 
     engine = Engine(config, policy, clock, admission, backpressure, record_batches,
                     stretches=stretches, utilisation=utilisation, itl=itl)
@@ -99,6 +106,29 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
                         itl=None if isinstance(sched.gaps.itl, NoGaps) else sched.gaps.itl)
     return RunResult(config, clock.unit, records, log, events.kept, engine.batches,
                      summary)
+
+
+def _simulate_compiled(requests: RequestColumns, config: EngineConfig, clock: TimeModel,
+                       slo: Slo | None, step_log: StepLog | None,
+                       event_sink: EventSink | None, stretches: bool,
+                       progress: Progress | None, itl: bool) -> RunResult | None:
+    """`simulate` through the compiled loop (`kvsched.fastcore`); None if it gave up."""
+    records = RecordTable(requests)
+    log = step_log if step_log is not None else StepLog(config.usable_blocks)
+    times = requests.arrival_time
+    log.stats.timeline = Timeline(float(times.min()), float(times.max()))
+    events = EventStream([], event_sink)
+    drain = events.drain if event_sink is not None else None
+    out = fastcore.run(requests, config, clock, records, log, events.events, drain,
+                       int(min(events._chunk, 2**62)), progress, stretches, itl)
+    if out is None:
+        return None
+    free, gaps = out
+    stats = log.close()
+    events.close()
+    summary = summarize(records, stats, slo, final_blocks_used=config.usable_blocks - free,
+                        itl=gaps)
+    return RunResult(config, clock.unit, records, log, events.kept, None, summary)
 
 
 def check_ids(requests: Sequence[Request]) -> None:

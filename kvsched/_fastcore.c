@@ -1,0 +1,848 @@
+/* The simulation loop of kvsched's first engine in C, for the runs it covers.
+ *
+ * Why: the Python loop costs 50-100 us per event; a day of traffic has millions. This file
+ * runs the same rules as kvsched.simulator.run_loop with kvsched.engine.Engine and
+ * kvsched.scheduler.Scheduler under one configuration family: decode-first steps, FCFS,
+ * every request's prompt blocks taken at admission (chunked or not), constant step times,
+ * no prefix cache, no admission gate. Anything those rules would meet that this file does
+ * not carry (a preemption, a head-of-line block, max_steps) makes it give up: it returns
+ * None and the caller runs the Python engine from the start. kvsched/fastcore.py decides
+ * which runs come here, and tests/test_fastcore.py compares both engines' records.
+ *
+ * The Python code is the reference: every float is computed with the same operations in
+ * the same order, every record, step row, stretch and event is handed back in the order the
+ * Python loop makes them.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_STRETCH (1 << 14)
+#define MAX_EXACT 4096
+
+enum { WAITING = 1, PREFILLING = 2, RUNNING = 3, FINISHED = 4 };
+
+typedef struct {
+    int64_t k;            /* arrival index */
+    int64_t prompt, output, lifetime, blocks, prefill_left, admit_seq, base, join_step;
+    int64_t run_tick, epoch;
+    double first_sched, last_time, run_first_gap, first_gap, max_gap;
+    int has_max_gap, state;
+    PyObject *id;
+} Seq;
+
+/* -- a growable array of int64 ------------------------------------------------------ */
+typedef struct { int64_t *v; Py_ssize_t n, cap; } Vec;
+
+static int vec_push(Vec *a, int64_t x) {
+    if (a->n == a->cap) {
+        Py_ssize_t cap = a->cap ? a->cap * 2 : 64;
+        int64_t *v = PyMem_Realloc(a->v, cap * sizeof(int64_t));
+        if (!v) { PyErr_NoMemory(); return -1; }
+        a->v = v; a->cap = cap;
+    }
+    a->v[a->n++] = x;
+    return 0;
+}
+
+static void vec_remove_at(Vec *a, Py_ssize_t i) {
+    memmove(a->v + i, a->v + i + 1, (a->n - i - 1) * sizeof(int64_t));
+    a->n--;
+}
+
+/* -- a min-heap of (key, order, slot, epoch) ------------------------------------------- */
+typedef struct { int64_t key, order, slot, epoch; } Entry;
+typedef struct { Entry *v; Py_ssize_t n, cap; } Heap;
+
+static int entry_less(const Entry *a, const Entry *b) {
+    return a->key < b->key || (a->key == b->key && a->order < b->order);
+}
+
+static int heap_push(Heap *h, Entry e) {
+    if (h->n == h->cap) {
+        Py_ssize_t cap = h->cap ? h->cap * 2 : 64;
+        Entry *v = PyMem_Realloc(h->v, cap * sizeof(Entry));
+        if (!v) { PyErr_NoMemory(); return -1; }
+        h->v = v; h->cap = cap;
+    }
+    Py_ssize_t i = h->n++;
+    while (i > 0) {
+        Py_ssize_t p = (i - 1) / 2;
+        if (!entry_less(&e, &h->v[p])) break;
+        h->v[i] = h->v[p];
+        i = p;
+    }
+    h->v[i] = e;
+    return 0;
+}
+
+static Entry heap_pop(Heap *h) {
+    Entry top = h->v[0], last = h->v[--h->n];
+    Py_ssize_t i = 0;
+    for (;;) {
+        Py_ssize_t c = 2 * i + 1;
+        if (c >= h->n) break;
+        if (c + 1 < h->n && entry_less(&h->v[c + 1], &h->v[c])) c++;
+        if (!entry_less(&h->v[c], &last)) break;
+        h->v[i] = h->v[c];
+        i = c;
+    }
+    if (h->n) h->v[i] = last;
+    return top;
+}
+
+/* -- the inter-token gap histogram: kvsched.histogram.GapHistogram's exact counts --------- */
+typedef struct { uint64_t key; int64_t count; int used; } Slot;
+typedef struct {
+    Slot *t; Py_ssize_t cap, filled;  /* open addressing; an entry at count 0 is absent */
+    Py_ssize_t distinct;
+    int64_t count;
+    double total;
+    int bucketed;  /* more than MAX_EXACT distinct values were held at once */
+    int on;
+} Hist;
+
+static uint64_t hash64(uint64_t x) {
+    x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL; x ^= x >> 33;
+    return x;
+}
+
+static int hist_grow(Hist *h) {
+    Py_ssize_t cap = h->cap ? h->cap * 2 : 1024;
+    Slot *t = PyMem_Calloc(cap, sizeof(Slot));
+    if (!t) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t i = 0; i < h->cap; i++) {
+        if (!h->t[i].used) continue;
+        uint64_t j = hash64(h->t[i].key) & (cap - 1);
+        while (t[j].used) j = (j + 1) & (cap - 1);
+        t[j] = h->t[i];
+    }
+    PyMem_Free(h->t);
+    h->t = t; h->cap = cap;
+    return 0;
+}
+
+/* GapHistogram.add(value, count): count and total as Python sums them, then the count. */
+static int hist_add(Hist *h, double value, int64_t count) {
+    if (!h->on || !count) return 0;
+    h->count += count;
+    h->total += value * (double)count;
+    if (value == 0.0) value = 0.0;  /* -0.0 and 0.0 are one dict key */
+    uint64_t key;
+    memcpy(&key, &value, sizeof key);
+    if (2 * (h->filled + 1) > h->cap && hist_grow(h) < 0) return -1;
+    uint64_t j = hash64(key) & (h->cap - 1);
+    while (h->t[j].used && h->t[j].key != key) j = (j + 1) & (h->cap - 1);
+    Slot *s = &h->t[j];
+    if (!s->used) { s->used = 1; s->key = key; s->count = 0; h->filled++; }
+    int was = s->count != 0;
+    s->count += count;
+    if (!was && s->count) h->distinct++;
+    else if (was && !s->count) h->distinct--;
+    if (h->distinct > MAX_EXACT) h->bucketed = 1;
+    return 0;
+}
+
+/* -- the engine ------------------------------------------------------------------------ */
+typedef struct {
+    /* configuration */
+    int64_t budget, max_num_seqs, block_size, num_blocks, watermark, chunk_cap, max_steps;
+    int chunked, whole_steps, stretches, dry;
+    double step_time;
+    /* the requests, in arrival order */
+    const double *arrival; const int64_t *prompt, *output, *order, *id_numbers;
+    Py_ssize_t n;
+    Py_ssize_t next;  /* arrivals taken */
+    /* run state */
+    Seq *seqs; Py_ssize_t nseqs, capseqs; Vec free_slots;
+    Vec waiting; Py_ssize_t waiting_head;  /* FIFO of slots */
+    Vec running, prefilling;  /* slots in admission order */
+    Heap finish_due, block_due;
+    int64_t free, tick, kv_tokens, admissions, pushes, committed;
+    double last_end;  /* end of the latest decode pass */
+    int steady;
+    Hist itl;
+    /* outputs */
+    double *rec_first_sched, *rec_first_token, *rec_finish, *rec_max_gap, *rec_arrival;
+    int64_t *rec_ttft_steps;
+    int32_t *rec_generated, *rec_hit;
+    uint8_t *rec_status;
+    PyObject *log_row, *log_stretch, *stretch_cls, *events, *drain, *progress;
+    Py_ssize_t drain_at;
+    PyObject *s_arrive, *s_admit, *s_finish, *s_empty, *zero_f, *zero_i;
+} Core;
+
+static Py_ssize_t num_waiting(Core *c) { return c->waiting.n - c->waiting_head; }
+
+static int64_t blocks_for(int64_t tokens, int64_t bs) { return (tokens + bs - 1) / bs; }
+
+static int event(Core *c, int64_t step, double time, Seq *s, PyObject *kind, PyObject *detail) {
+    if (c->dry) return 0;
+    PyObject *e = Py_BuildValue("(LdOOO)", (long long)step, time, s->id, kind, detail);
+    if (!e) return -1;
+    int r = PyList_Append(c->events, e);
+    Py_DECREF(e);
+    return r;
+}
+
+static Py_ssize_t new_slot(Core *c) {
+    if (c->free_slots.n) return (Py_ssize_t)c->free_slots.v[--c->free_slots.n];
+    if (c->nseqs == c->capseqs) {
+        Py_ssize_t cap = c->capseqs ? c->capseqs * 2 : 256;
+        Seq *v = PyMem_Realloc(c->seqs, cap * sizeof(Seq));
+        if (!v) { PyErr_NoMemory(); return -1; }
+        c->seqs = v; c->capseqs = cap;
+    }
+    return c->nseqs++;
+}
+
+/* A request arrives (Scheduler.add): queued, its arrive event. */
+static int arrive(Core *c, int64_t step) {
+    Py_ssize_t k = c->next++;
+    Py_ssize_t slot = new_slot(c);
+    if (slot < 0) return -1;
+    Seq *s = &c->seqs[slot];
+    memset(s, 0, sizeof *s);
+    s->k = k;
+    s->prompt = c->prompt[k];
+    s->output = c->output[k];
+    s->lifetime = blocks_for(s->prompt + s->output - 1, c->block_size);
+    s->join_step = step;
+    s->state = WAITING;
+    long long number = c->id_numbers ? (long long)c->id_numbers[k] : (long long)c->order[k];
+    if (!c->dry) {
+        s->id = PyUnicode_FromFormat("r%lld", number);
+        if (!s->id) return -1;
+    }
+    if (vec_push(&c->waiting, slot) < 0) return -1;
+    return event(c, step, c->arrival[k], s, c->s_arrive, c->s_empty);
+}
+
+/* The step's plan, as much of StepPlan as these rules fill. */
+typedef struct {
+    int64_t tick, num_decodes, num_prefills, prefill_tokens, num_admitted, num_finished;
+    double end, gap;  /* the step's end; its decode pass's gap from the pass before */
+    Vec produced;  /* slots whose prefill completed this step */
+    int stopped;   /* admissions stopped at a head: (stop_budget) */
+    int64_t stop_budget;
+} Plan;
+
+static int insert_running(Core *c, Py_ssize_t slot) {
+    /* the running list stays in admission order (a chunked prefill may finish late) */
+    Vec *r = &c->running;
+    if (vec_push(r, slot) < 0) return -1;
+    Py_ssize_t i = r->n - 1;
+    int64_t a = c->seqs[slot].admit_seq;
+    while (i > 0 && c->seqs[r->v[i - 1]].admit_seq > a) { r->v[i] = r->v[i - 1]; i--; }
+    r->v[i] = slot;
+    return 0;
+}
+
+/* Scheduler._prefill_chunk */
+static int prefill_chunk(Core *c, Plan *p, Py_ssize_t slot, int64_t chunk, int in_prefilling) {
+    Seq *s = &c->seqs[slot];
+    s->prefill_left -= chunk;
+    p->num_prefills++;
+    p->prefill_tokens += chunk;
+    if (s->prefill_left) {
+        s->state = PREFILLING;
+        if (!in_prefilling) return vec_push(&c->prefilling, slot);
+        return 0;
+    }
+    if (in_prefilling) {
+        for (Py_ssize_t i = 0; i < c->prefilling.n; i++)
+            if (c->prefilling.v[i] == slot) { vec_remove_at(&c->prefilling, i); break; }
+    }
+    s->state = RUNNING;
+    if (insert_running(c, slot) < 0) return -1;
+    c->kv_tokens += s->prompt;
+    return vec_push(&p->produced, slot);
+}
+
+/* Scheduler._fits for the request behind a head that stopped admissions. */
+static int fits(Core *c, Seq *s, int64_t budget) {
+    int64_t need = blocks_for(s->prompt, c->block_size);
+    int64_t tokens = c->chunked ? 1 : s->prompt;
+    return tokens <= budget && c->free - need >= c->watermark;
+}
+
+/* Scheduler._decode_first without preemption: 1 = done, 0 = give up, -1 = error. */
+static int schedule(Core *c, Plan *p, int64_t step, double now) {
+    int64_t budget = c->budget;
+    Py_ssize_t n = c->running.n;
+    if (n) {  /* _decode, in bulk */
+        int64_t tick = ++c->tick;
+        p->tick = tick;
+        int64_t growing = 0;
+        while (c->block_due.n && c->block_due.v[0].key <= tick) {
+            Entry e = heap_pop(&c->block_due);
+            Seq *s = &c->seqs[e.slot];
+            if (s->k != e.epoch || s->state != RUNNING) continue;
+            if (e.key < tick) return 0;  /* (never: a boundary left behind) */
+            growing++;
+            s->blocks++;
+            e.key += c->block_size;
+            e.order = c->pushes++;
+            if (heap_push(&c->block_due, e) < 0) return -1;
+        }
+        if (n > budget || growing > c->free) return 0;  /* the exact pass: not carried */
+        c->free -= growing;
+        /* each request's gaps: its run's first (from its first token), then the passes' */
+        double end = p->end, gap = p->gap = end - c->last_end;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Seq *s = &c->seqs[c->running.v[i]];
+            if (s->run_tick == tick) {
+                s->run_first_gap = gap;
+                s->first_gap = s->max_gap = end - s->last_time;
+                s->has_max_gap = 1;
+            } else if (gap > s->max_gap) {
+                s->max_gap = gap;
+            }
+        }
+        p->num_decodes = n;
+        c->kv_tokens += n;
+        budget -= n;
+    }
+    /* _continue_prefills, in admission order (a completed prompt leaves the list) */
+    Py_ssize_t i = 0;
+    while (i < c->prefilling.n) {
+        if (budget < 1) break;
+        Py_ssize_t slot = c->prefilling.v[i];
+        Seq *s = &c->seqs[slot];
+        int64_t chunk = s->prefill_left;
+        if (budget < chunk) chunk = budget;
+        if (c->chunk_cap < chunk) chunk = c->chunk_cap;
+        budget -= chunk;
+        Py_ssize_t before = c->prefilling.n;
+        if (prefill_chunk(c, p, slot, chunk, 1) < 0) return -1;
+        if (c->prefilling.n == before) i++;
+    }
+    /* _admit */
+    while (budget > 0 && (int64_t)(c->running.n + c->prefilling.n) < c->max_num_seqs) {
+        if (!num_waiting(c)) break;
+        Py_ssize_t slot = c->waiting.v[c->waiting_head];
+        Seq *s = &c->seqs[slot];
+        int64_t tokens = s->prompt;
+        int64_t need = blocks_for(tokens, c->block_size);
+        int64_t chunk;
+        if (c->chunked) {
+            chunk = tokens;
+            if (budget < chunk) chunk = budget;
+            if (c->chunk_cap < chunk) chunk = c->chunk_cap;
+        } else if (tokens > budget) {
+            p->stopped = 1; p->stop_budget = budget;
+            break;
+        } else {
+            chunk = tokens;
+        }
+        if (!(c->free - need >= c->watermark)) {
+            p->stopped = 1; p->stop_budget = budget;
+            break;
+        }
+        c->waiting_head++;
+        c->free -= need;
+        s->blocks = need;
+        s->admit_seq = ++c->admissions;
+        c->committed += s->lifetime;
+        p->num_admitted++;
+        s->prefill_left = tokens;
+        s->first_sched = now;
+        PyObject *detail = c->dry ? Py_NewRef(c->s_empty) : chunk < tokens
+            ? PyUnicode_FromFormat("prefill %lld tokens, first chunk %lld",
+                                   (long long)tokens, (long long)chunk)
+            : PyUnicode_FromFormat("prefill %lld tokens", (long long)tokens);
+        if (!detail) return -1;
+        int r = event(c, step, now, s, c->s_admit, detail);
+        Py_DECREF(detail);
+        if (r < 0) return -1;
+        budget -= chunk;
+        if (prefill_chunk(c, p, slot, chunk, 0) < 0) return -1;
+    }
+    if (c->waiting_head > 4096 && 2 * c->waiting_head > c->waiting.n) {  /* compact the FIFO */
+        Py_ssize_t left = num_waiting(c);
+        memmove(c->waiting.v, c->waiting.v + c->waiting_head, left * sizeof(int64_t));
+        c->waiting.n = left;
+        c->waiting_head = 0;
+    }
+    /* _track_head_of_line: a head that blocks one behind it that fits is not carried */
+    if (p->stopped && num_waiting(c) >= 2
+            && fits(c, &c->seqs[c->waiting.v[c->waiting_head + 1]], p->stop_budget))
+        return 0;
+    return 1;
+}
+
+/* A finished request's record (simulator._put through RecordTable.put). */
+static void record(Core *c, Seq *s, double finish) {
+    int64_t i = c->order[s->k];
+    if (c->rec_arrival) c->rec_arrival[i] = c->arrival[s->k];
+    c->rec_status[i] = 0;  /* finished */
+    c->rec_first_sched[i] = s->first_sched;
+    c->rec_finish[i] = finish;
+    if (s->has_max_gap) c->rec_max_gap[i] = s->max_gap;
+    c->rec_generated[i] = (int32_t)s->output;
+    c->rec_hit[i] = 0;
+}
+
+/* Scheduler._finish (after _close_run for a request that decoded). */
+static int finish(Core *c, Py_ssize_t slot, int64_t step, double end) {
+    Seq *s = &c->seqs[slot];
+    s->state = FINISHED;
+    c->free += s->blocks;
+    c->committed -= s->lifetime;
+    c->kv_tokens -= s->prompt + s->output - 1;
+    for (Py_ssize_t i = 0; i < c->running.n; i++)
+        if (c->running.v[i] == slot) { vec_remove_at(&c->running, i); break; }
+    s->epoch++;
+    PyObject *detail = c->dry ? Py_NewRef(c->s_empty)
+        : PyUnicode_FromFormat("%lld tokens", (long long)s->output);
+    if (!detail) return -1;
+    int r = event(c, step, end, s, c->s_finish, detail);
+    Py_DECREF(detail);
+    if (r < 0) return -1;
+    record(c, s, end);
+    Py_CLEAR(s->id);
+    return vec_push(&c->free_slots, slot);
+}
+
+/* Scheduler._close_run: the run's first gap replaces the pass gap counted for it. */
+static int close_run(Core *c, Seq *s) {
+    if (hist_add(&c->itl, s->run_first_gap, -1) < 0) return -1;
+    return hist_add(&c->itl, s->first_gap, 1);
+}
+
+static int push_run(Core *c, Py_ssize_t slot) {
+    /* a request has its first token: when it crosses its next block boundary, when it ends */
+    Seq *s = &c->seqs[slot];
+    Entry block = {s->blocks * c->block_size - s->prompt + 2 - s->base, c->pushes++, slot, s->k};
+    Entry done = {s->output - s->base, c->pushes++, slot, s->k};
+    if (heap_push(&c->block_due, block) < 0) return -1;
+    return heap_push(&c->finish_due, done);
+}
+
+/* The requests due to finish at pass `tick`, in the order they were queued. */
+static int finish_due(Core *c, int64_t tick, int64_t step, double end, int64_t *count) {
+    while (c->finish_due.n && c->finish_due.v[0].key == tick) {
+        Entry e = heap_pop(&c->finish_due);
+        Seq *s = &c->seqs[e.slot];
+        if (s->k != e.epoch || s->state != RUNNING) continue;
+        if (close_run(c, s) < 0 || finish(c, e.slot, step, end) < 0) return -1;
+        (*count)++;
+    }
+    return 0;
+}
+
+/* Scheduler.postprocess */
+static int postprocess(Core *c, Plan *p, int64_t step) {
+    double end = p->end;
+    if (p->tick) {
+        c->last_end = end;
+        if (hist_add(&c->itl, p->gap, p->num_decodes) < 0) return -1;
+        if (finish_due(c, p->tick, step, end, &p->num_finished) < 0) return -1;
+    }
+    for (Py_ssize_t i = 0; i < p->produced.n; i++) {
+        Py_ssize_t slot = p->produced.v[i];
+        Seq *s = &c->seqs[slot];
+        int64_t row = c->order[s->k];
+        c->rec_first_token[row] = end;
+        c->rec_ttft_steps[row] = step - s->join_step + 1;
+        s->last_time = end;
+        if (s->output <= 1) {
+            if (finish(c, slot, step, end) < 0) return -1;
+            p->num_finished++;
+            continue;
+        }
+        s->base = 1 - c->tick;
+        s->run_tick = c->tick + 1;
+        if (push_run(c, slot) < 0) return -1;
+    }
+    return 0;
+}
+
+/* Engine.step: 1 a row was logged, 0 nothing could run, 2 give up, -1 error. */
+static int step_once(Core *c, int64_t step, double now) {
+    Plan p;
+    memset(&p, 0, sizeof p);
+    p.end = now + c->step_time;
+    int r = schedule(c, &p, step, now);
+    if (r <= 0) { PyMem_Free(p.produced.v); return r < 0 ? -1 : 2; }
+    if (!p.tick && !p.num_prefills) {  /* idle */
+        c->steady = 0;
+        PyMem_Free(p.produced.v);
+        return 0;
+    }
+    Py_ssize_t num_running = c->running.n + c->prefilling.n;
+    Py_ssize_t waiting = num_waiting(c);
+    int64_t blocks_free = c->free;
+    r = postprocess(c, &p, step);
+    PyMem_Free(p.produced.v);
+    if (r < 0) return -1;
+    int pure = !p.num_prefills && !p.num_admitted && !p.num_finished && p.num_decodes > 0;
+    int settled = !num_waiting(c) && !c->prefilling.n;
+    c->steady = c->stretches && ((pure && p.num_decodes == (int64_t)c->running.n) || settled);
+    if (c->dry) return 1;
+    PyObject *row = Py_BuildValue(
+        "(LddnnLLLiLLLiLLiidiOOii)", (long long)step, now, c->step_time, num_running, waiting,
+        (long long)p.num_prefills, (long long)p.prefill_tokens, (long long)p.num_decodes, 0,
+        (long long)(p.prefill_tokens + p.num_decodes), (long long)(c->num_blocks - blocks_free),
+        (long long)blocks_free, 0, (long long)p.num_admitted, (long long)p.num_finished, 0, 0,
+        0.0, 0, Py_None, Py_None, 0, 0);
+    if (!row) return -1;
+    PyObject *out = PyObject_CallOneArg(c->log_row, row);
+    Py_DECREF(row);
+    if (!out) return -1;
+    Py_DECREF(out);
+    return 1;
+}
+
+/* Engine.stretch + Scheduler.decode_stretch: the number of steps run (0: none), -1 error. */
+static int64_t stretch_once(Core *c, int64_t step, double now, double next_arrival,
+                            int64_t steps_left, double *end_out, double *ends, int64_t *grown) {
+    if (!c->steady) return 0;
+    int64_t n = (int64_t)c->running.n;
+    if (!n || n > c->budget) return 0;
+    int64_t limit = steps_left < MAX_STRETCH ? steps_left : MAX_STRETCH;
+    int64_t finish_tick = -1;
+    if (c->finish_due.n) {
+        finish_tick = c->finish_due.v[0].key;
+        if (finish_tick - c->tick < limit) limit = finish_tick - c->tick;
+    }
+    int64_t kv = c->kv_tokens;
+    double step_time = c->step_time;
+    int arriving = !isinf(next_arrival);
+    if (arriving) {
+        double x = (next_arrival - now) / step_time;
+        if (x < (double)limit) {
+            int64_t v = (int64_t)x + 2;
+            if (v < limit) limit = v;
+        }
+    }
+    ends[0] = now;
+    for (int64_t j = 1; j <= limit; j++) ends[j] = ends[j - 1] + step_time;
+    if (arriving) {  /* bisect_left over [1, limit): the first step that starts at an arrival */
+        int64_t lo = 1, hi = limit;
+        while (lo < hi) {
+            int64_t mid = (lo + hi) / 2;
+            double t = ends[mid];
+            if (next_arrival <= t + 1e-9 * (1.0 + t)) hi = mid; else lo = mid + 1;
+        }
+        limit = lo;
+    }
+    int64_t spare = c->free;
+    if (spare < 0) return 0;
+    int64_t tick = c->tick, horizon = tick + limit;
+    memset(grown, 0, limit * sizeof(int64_t));
+    /* block boundaries, pass by pass: the stretch ends before a pass short of blocks */
+    while (c->block_due.n && c->block_due.v[0].key <= horizon) {
+        int64_t t = c->block_due.v[0].key, count = 0;
+        Py_ssize_t mark = c->block_due.n;
+        Entry taken[64];
+        Py_ssize_t ntaken = 0;
+        Vec extra = {0};
+        while (c->block_due.n && c->block_due.v[0].key == t) {
+            Entry e = heap_pop(&c->block_due);
+            Seq *s = &c->seqs[e.slot];
+            if (s->k != e.epoch || s->state != RUNNING) continue;
+            if (ntaken < 64) taken[ntaken++] = e;
+            else if (vec_push(&extra, e.slot) < 0 || vec_push(&extra, e.order) < 0) return -1;
+            count++;
+        }
+        (void)mark;
+        if (count > spare) {  /* put them back: the next step meets the shortage */
+            horizon = t - 1;
+            for (Py_ssize_t i = 0; i < ntaken; i++)
+                if (heap_push(&c->block_due, taken[i]) < 0) return -1;
+            for (Py_ssize_t i = 0; i < extra.n; i += 2) {
+                Entry e = {t, extra.v[i + 1], extra.v[i], c->seqs[extra.v[i]].k};
+                if (heap_push(&c->block_due, e) < 0) return -1;
+            }
+            PyMem_Free(extra.v);
+            break;
+        }
+        spare -= count;
+        grown[t - tick - 1] += count;
+        for (Py_ssize_t i = 0; i < ntaken + extra.n / 2; i++) {
+            Entry e;
+            if (i < ntaken) e = taken[i];
+            else {
+                Py_ssize_t j = 2 * (i - ntaken);
+                e.slot = extra.v[j]; e.order = extra.v[j + 1]; e.epoch = c->seqs[e.slot].k;
+            }
+            c->seqs[e.slot].blocks++;
+            e.key = t + c->block_size;
+            e.order = c->pushes++;
+            if (heap_push(&c->block_due, e) < 0) return -1;
+        }
+        PyMem_Free(extra.v);
+    }
+    int64_t k = horizon - tick;
+    if (k <= 0) return 0;
+    /* apply it */
+    int64_t used = c->num_blocks - c->free;
+    PyObject *starts = NULL, *durations = NULL, *blocks = NULL, *step_obj = NULL;
+    if (!c->dry) {
+        starts = PyList_New(k); durations = PyList_New(k); blocks = PyList_New(k);
+        step_obj = PyFloat_FromDouble(step_time);
+        if (!starts || !durations || !blocks || !step_obj) goto fail;
+    }
+    PyObject *used_obj = NULL;
+    for (int64_t j = 0; j < k; j++) {
+        int changed = grown[j] != 0;
+        used += grown[j];
+        if (c->dry) continue;
+        PyObject *start = PyFloat_FromDouble(ends[j]);
+        if (!start) goto fail;
+        PyList_SET_ITEM(starts, j, start);
+        Py_INCREF(step_obj);
+        PyList_SET_ITEM(durations, j, step_obj);
+        if (changed || !used_obj) {
+            Py_XDECREF(used_obj);
+            used_obj = PyLong_FromLongLong(used);
+            if (!used_obj) goto fail;
+        }
+        Py_INCREF(used_obj);
+        PyList_SET_ITEM(blocks, j, used_obj);
+    }
+    Py_XDECREF(used_obj);
+    c->free = c->num_blocks - used;
+    int64_t first = tick + 1;
+    c->tick = horizon;
+    c->kv_tokens = kv + n * k;
+    /* the gaps: the first pass's from the pass before, then each one's */
+    double g1 = ends[1] - c->last_end, top = -INFINITY;
+    c->last_end = ends[k];
+    if (hist_add(&c->itl, g1, n) < 0) goto fail;
+    for (int64_t j = 1; j < k; j++) {
+        double g = ends[j + 1] - ends[j];
+        if (g > top) top = g;
+        if (hist_add(&c->itl, g, n) < 0) goto fail;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        Seq *s = &c->seqs[c->running.v[i]];
+        if (s->run_tick == first) {
+            s->run_first_gap = g1;
+            s->first_gap = s->max_gap = ends[1] - s->last_time;
+            s->has_max_gap = 1;
+        } else if (g1 > s->max_gap) {
+            s->max_gap = g1;
+        }
+        if (top > s->max_gap) s->max_gap = top;
+    }
+    int64_t num_finished = 0;
+    if (horizon == finish_tick
+            && finish_due(c, finish_tick, step + k - 1, ends[k], &num_finished) < 0) goto fail;
+    if (c->dry) {
+        if (num_finished) c->steady = !num_waiting(c) && !c->prefilling.n;
+        *end_out = ends[k];
+        return k;
+    }
+    PyObject *st = PyObject_CallFunction(
+        c->stretch_cls, "LLLnnOOOLL", (long long)step, (long long)k, (long long)n,
+        (Py_ssize_t)(n + c->prefilling.n), num_waiting(c), starts, durations, blocks,
+        (long long)(kv + n), (long long)num_finished);
+    Py_CLEAR(starts); Py_CLEAR(durations); Py_CLEAR(blocks); Py_CLEAR(step_obj);
+    if (!st) return -1;
+    PyObject *out = PyObject_CallOneArg(c->log_stretch, st);
+    Py_DECREF(st);
+    if (!out) return -1;
+    Py_DECREF(out);
+    if (num_finished) c->steady = !num_waiting(c) && !c->prefilling.n;
+    *end_out = ends[k];
+    return k;
+fail:
+    Py_XDECREF(starts); Py_XDECREF(durations); Py_XDECREF(blocks); Py_XDECREF(step_obj);
+    return -1;
+}
+
+/* simulator.run_loop: 1 done, 0 give up, -1 error. */
+static int run_loop(Core *c) {
+    int64_t step = 0, executed = 0;
+    double now = 0.0;
+    uint64_t turns = 0;
+    double *ends = PyMem_Malloc((MAX_STRETCH + 1) * sizeof(double));
+    int64_t *grown = PyMem_Malloc(MAX_STRETCH * sizeof(int64_t));
+    int result = -1;
+    if (!ends || !grown) { PyErr_NoMemory(); goto done; }
+    for (;;) {
+        if (!c->dry && c->drain != Py_None && PyList_GET_SIZE(c->events) >= c->drain_at) {
+            PyObject *out = PyObject_CallNoArgs(c->drain);
+            if (!out) goto done;
+            Py_DECREF(out);
+        }
+        turns++;
+        if (!c->dry && c->progress != Py_None && !(turns & 4095)) {
+            PyObject *out = PyObject_CallFunction(c->progress, "nd", c->next, now);
+            if (!out) goto done;
+            Py_DECREF(out);
+        }
+        double horizon = now + 1e-9 * (1.0 + now);
+        double upcoming = c->next < c->n ? c->arrival[c->next] : INFINITY;
+        while (upcoming <= horizon) {
+            while (c->next < c->n && c->arrival[c->next] <= horizon) {
+                double at = c->arrival[c->next];
+                if (at > now) now = at;
+                c->steady = 0;
+                if (arrive(c, step) < 0) goto done;
+            }
+            upcoming = c->next < c->n ? c->arrival[c->next] : INFINITY;
+        }
+        double end = 0.0;
+        int64_t k = stretch_once(c, step, now, upcoming, c->max_steps - executed, &end, ends,
+                                 grown);
+        if (k < 0) goto done;
+        if (k > 0) {
+            step += k;
+            executed += k;
+            now = end;
+        } else {
+            int r = step_once(c, step, now);
+            if (r < 0) goto done;
+            if (r == 2) { result = 0; goto done; }
+            if (r == 0) {
+                if (isinf(upcoming)) {
+                    result = !num_waiting(c) && !c->running.n && !c->prefilling.n;
+                    goto done;
+                }
+                if (c->whole_steps) {
+                    step = (int64_t)ceil(upcoming);
+                    now = (double)step;
+                } else {
+                    now = upcoming;
+                }
+                continue;
+            }
+            step += 1;
+            executed += 1;
+            now = now + c->step_time;
+        }
+        if (executed >= c->max_steps) { result = 0; goto done; }
+    }
+done:
+    PyMem_Free(ends);
+    PyMem_Free(grown);
+    return result;
+}
+
+static void core_free(Core *c) {
+    for (Py_ssize_t i = 0; i < c->nseqs; i++) Py_CLEAR(c->seqs[i].id);
+    PyMem_Free(c->seqs); PyMem_Free(c->free_slots.v); PyMem_Free(c->waiting.v);
+    PyMem_Free(c->running.v); PyMem_Free(c->prefilling.v);
+    PyMem_Free(c->finish_due.v); PyMem_Free(c->block_due.v); PyMem_Free(c->itl.t);
+    Py_XDECREF(c->s_arrive); Py_XDECREF(c->s_admit); Py_XDECREF(c->s_finish);
+    Py_XDECREF(c->s_empty);
+}
+
+static int want(Py_buffer *b, Py_ssize_t n, Py_ssize_t itemsize, const char *name) {
+    if (b->len != n * itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %zd items of %zd bytes", name, n, itemsize);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(run_doc,
+"run(config, arrivals, records, callbacks) -> (free blocks, itl) or None\n\n"
+"config: (budget, max_num_seqs, block_size, num_blocks, watermark_blocks, chunked,\n"
+"chunk_cap, step_time, whole_steps, max_steps, stretches, itl, dry);\n"
+"arrivals: (arrival float64, prompt int64, output int64, input index int64, id numbers\n"
+"int64 or None), in arrival order; records: writable RecordTable columns (arrival or\n"
+"None, status u8, first_scheduled, first_token, finish, max_gap f64, ttft_steps i64,\n"
+"generated i32, prefix_hit i32), by input index; callbacks: (log_row, log_stretch,\n"
+"Stretch, events list, drain or None, drain_at, progress or None).\n"
+"None: the run met what this core does not carry (run the Python engine). `dry`:\n"
+"only find that out: no rows, stretches or events are made.");
+
+static PyObject *core_run(PyObject *self, PyObject *args) {
+    Core c;
+    memset(&c, 0, sizeof c);
+    long long budget, max_num_seqs, block_size, num_blocks, watermark, chunk_cap, max_steps;
+    int chunked, whole_steps, stretches, itl;
+    double step_time;
+    Py_buffer arrival = {0}, prompt = {0}, output = {0}, order = {0}, ids = {0};
+    Py_buffer r_arrival = {0}, r_status = {0}, r_sched = {0}, r_token = {0}, r_finish = {0};
+    Py_buffer r_gap = {0}, r_ttft = {0}, r_gen = {0}, r_hit = {0};
+    PyObject *ids_obj, *r_arrival_obj;
+    Py_ssize_t drain_at;
+    if (!PyArg_ParseTuple(args, "(LLLLLpLdpLppp)(y*y*y*y*O)(Ow*w*w*w*w*w*w*w*)(OOOOOnO)",
+                          &budget, &max_num_seqs, &block_size, &num_blocks, &watermark,
+                          &chunked, &chunk_cap, &step_time, &whole_steps, &max_steps,
+                          &stretches, &itl, &c.dry, &arrival, &prompt, &output, &order, &ids_obj,
+                          &r_arrival_obj, &r_status, &r_sched, &r_token, &r_finish, &r_gap,
+                          &r_ttft, &r_gen, &r_hit, &c.log_row, &c.log_stretch, &c.stretch_cls,
+                          &c.events, &c.drain, &drain_at, &c.progress))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = arrival.len / (Py_ssize_t)sizeof(double);
+    if (ids_obj != Py_None && PyObject_GetBuffer(ids_obj, &ids, PyBUF_SIMPLE) < 0) goto out;
+    if (r_arrival_obj != Py_None
+            && PyObject_GetBuffer(r_arrival_obj, &r_arrival, PyBUF_WRITABLE) < 0) goto out;
+    if (want(&prompt, n, 8, "prompt") || want(&output, n, 8, "output")
+            || want(&order, n, 8, "order") || (ids.buf && want(&ids, n, 8, "ids"))
+            || (r_arrival.buf && want(&r_arrival, n, 8, "arrival record"))
+            || want(&r_status, n, 1, "status") || want(&r_sched, n, 8, "first_scheduled")
+            || want(&r_token, n, 8, "first_token") || want(&r_finish, n, 8, "finish")
+            || want(&r_gap, n, 8, "max_gap") || want(&r_ttft, n, 8, "ttft_steps")
+            || want(&r_gen, n, 4, "generated") || want(&r_hit, n, 4, "prefix_hit")
+            || !PyList_Check(c.events))
+        goto out;
+    c.budget = budget; c.max_num_seqs = max_num_seqs; c.block_size = block_size;
+    c.num_blocks = num_blocks; c.watermark = watermark; c.chunked = chunked;
+    c.chunk_cap = chunk_cap; c.step_time = step_time; c.whole_steps = whole_steps;
+    c.max_steps = max_steps; c.stretches = stretches; c.itl.on = itl;
+    c.arrival = arrival.buf; c.prompt = prompt.buf; c.output = output.buf; c.order = order.buf;
+    c.id_numbers = ids.buf; c.n = n;
+    c.rec_arrival = r_arrival.buf; c.rec_status = r_status.buf; c.rec_first_sched = r_sched.buf;
+    c.rec_first_token = r_token.buf; c.rec_finish = r_finish.buf; c.rec_max_gap = r_gap.buf;
+    c.rec_ttft_steps = r_ttft.buf; c.rec_generated = r_gen.buf; c.rec_hit = r_hit.buf;
+    c.free = num_blocks;
+    c.drain_at = drain_at;
+    c.s_arrive = PyUnicode_InternFromString("arrive");
+    c.s_admit = PyUnicode_InternFromString("admit");
+    c.s_finish = PyUnicode_InternFromString("finish");
+    c.s_empty = PyUnicode_FromString("");
+    if (!c.s_arrive || !c.s_admit || !c.s_finish || !c.s_empty) goto out;
+    int r = run_loop(&c);
+    if (r < 0) goto out;
+    if (r == 0) { result = Py_NewRef(Py_None); goto out; }
+    /* the histogram: count, total, bucketed, and its values with their counts */
+    PyObject *values = PyDict_New();
+    if (!values) goto out;
+    for (Py_ssize_t i = 0; i < c.itl.cap; i++) {
+        Slot *s = &c.itl.t[i];
+        if (!s->used || !s->count) continue;
+        double v;
+        memcpy(&v, &s->key, sizeof v);
+        PyObject *key = PyFloat_FromDouble(v), *val = PyLong_FromLongLong(s->count);
+        if (!key || !val || PyDict_SetItem(values, key, val) < 0) {
+            Py_XDECREF(key); Py_XDECREF(val); Py_DECREF(values);
+            goto out;
+        }
+        Py_DECREF(key); Py_DECREF(val);
+    }
+    result = Py_BuildValue("(L(LdiN))", (long long)c.free, (long long)c.itl.count, c.itl.total,
+                           c.itl.bucketed, values);
+out:
+    core_free(&c);
+    PyBuffer_Release(&arrival); PyBuffer_Release(&prompt); PyBuffer_Release(&output);
+    PyBuffer_Release(&order);
+    if (ids.buf) PyBuffer_Release(&ids);
+    if (r_arrival.buf) PyBuffer_Release(&r_arrival);
+    PyBuffer_Release(&r_status); PyBuffer_Release(&r_sched); PyBuffer_Release(&r_token);
+    PyBuffer_Release(&r_finish); PyBuffer_Release(&r_gap); PyBuffer_Release(&r_ttft);
+    PyBuffer_Release(&r_gen); PyBuffer_Release(&r_hit);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"run", core_run, METH_VARARGS, run_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "kvsched._fastcore",
+    "kvsched's first engine in C, for the runs kvsched.fastcore sends it.", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__fastcore(void) { return PyModule_Create(&module); }

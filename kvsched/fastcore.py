@@ -1,0 +1,134 @@
+"""The compiled loop (`kvsched/_fastcore.c`) for the runs it carries, and the choice of it.
+
+Why: the Python loop costs tens of microseconds per event, and a day of traffic has
+millions of events. The C loop runs the first engine's rules (decode-first steps, FCFS,
+constant step times, no prefix cache, no admission gate, no batches recorded) with the same
+floats in the same order, and hands back the same records, step rows, stretches and events.
+Whatever else a run meets on the way (a preemption, a head-of-line block, `max_steps`) makes
+it give up, and `simulate` runs the Python engine from the start: the Python engine stays the
+reference, and tests/test_fastcore.py compares the two over random workloads.
+
+`KVSCHED_CORE=python` in the environment turns the C loop off (to compare, or to profile).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from typing import Any
+
+import numpy as np
+
+from kvsched.admission import SloAdmission
+from kvsched.config import EngineConfig, RejectionTexts, StepOrder, Victim
+from kvsched.histogram import GapHistogram
+from kvsched.partial_prefills import make_partial_prefills
+from kvsched.policies.base import Policy
+from kvsched.policies.fcfs import Fcfs
+from kvsched.record_table import RecordTable
+from kvsched.request_columns import RequestColumns
+from kvsched.reservation import make_reservation
+from kvsched.scheduler import Stretch
+from kvsched.steplog import StepLog
+from kvsched.timing import TimeModel, constant_duration
+
+try:
+    from kvsched import _fastcore
+except ImportError:  # not built (no compiler when installed): the Python loop runs everything
+    _fastcore = None
+
+
+def available() -> bool:
+    """Whether the compiled loop is built and not turned off."""
+    return _fastcore is not None and os.environ.get("KVSCHED_CORE", "") != "python"
+
+
+def carries(requests: Any, config: EngineConfig, policy: Policy, clock: TimeModel,
+            admission: SloAdmission | None, record_batches: bool) -> bool:
+    """Whether the compiled loop runs these rules (it may still give up on the way)."""
+    if not available() or type(requests) is not RequestColumns or not len(requests):
+        return False
+    if type(policy) is not Fcfs or admission is not None or record_batches:
+        return False
+    step = constant_duration(clock)
+    if step is None or not step > 0:
+        return False
+    cfg = config
+    if (cfg.step_order is not StepOrder.DECODE_FIRST or cfg.victim is Victim.QUEUE_TAIL
+            or cfg.enable_prefix_caching or cfg.delay_factor or cfg.max_model_len is not None
+            or cfg.max_queued_requests is not None or cfg.append_free_block
+            or cfg.priority_preemption or cfg.rejection_texts is not RejectionTexts.KVSCHED
+            or make_reservation(cfg) is not None or make_partial_prefills(cfg) is not None):
+        return False
+    arrival = requests.arrival_time
+    if not np.isfinite(arrival).all():
+        return False
+    # A request that can never run is named at the end: the Python loop does that.
+    prompt = np.asarray(requests.prompt_len, dtype=np.int64)
+    output = np.asarray(requests.output_len, dtype=np.int64)
+    lifetime = -(-(prompt + output - 1) // cfg.block_size)
+    if (lifetime > cfg.usable_blocks - cfg.watermark_blocks).any():
+        return False
+    return bool(cfg.chunked_prefill or not (prompt > cfg.max_num_batched_tokens).any())
+
+
+def run(requests: RequestColumns, config: EngineConfig, clock: TimeModel,
+        records: RecordTable, log: StepLog, events: list[tuple], drain: Any,
+        drain_at: int, progress: Any, stretches: bool, itl: bool
+        ) -> tuple[int, GapHistogram | None] | None:
+    """Run the loop in C: (free blocks at the end, the inter-token gap histogram or None
+    without `itl`), with `records`, `log` and `events` filled as the Python loop fills them;
+    None if it gave up. A first pass only finds that out (it makes no rows or events, a
+    tenth of the work), so that nothing reaches a streaming `log` or `drain` of a run the
+    Python loop then makes again."""
+    step = constant_duration(clock)
+    assert _fastcore is not None and step is not None
+    order = np.argsort(requests.arrival_time, kind="stable")  # as kvsched.turns orders them
+    ids = None if requests.id_numbers is None else np.ascontiguousarray(
+        np.asarray(requests.id_numbers, dtype=np.int64)[order])
+    cfg = config
+    chunk_cap = cfg.long_prefill_token_threshold or cfg.max_num_batched_tokens
+    arrivals = (np.ascontiguousarray(requests.arrival_time[order]),
+                np.ascontiguousarray(np.asarray(requests.prompt_len, dtype=np.int64)[order]),
+                np.ascontiguousarray(np.asarray(requests.output_len, dtype=np.int64)[order]),
+                order.astype(np.int64), ids)
+    columns = (None, records.status, records.first_scheduled_time, records.first_token_time,
+               records.finish_time, records.max_token_gap, records.ttft_steps,
+               records.generated_tokens, records.prefix_hit_tokens)
+    out = None
+    # The loop makes a stretch's lists and a step's row per event, few of which live long:
+    # the collector's passes over them cost a fifth of the run. Only the sinks and the
+    # progress callback run meanwhile (no policy or router: the loop's rules are its own),
+    # once per chunk or per thousands of steps; whatever cycles they make go at the end.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for dry in (True, False):
+            out = _fastcore.run(
+                (cfg.max_num_batched_tokens, cfg.max_num_seqs, cfg.block_size,
+                 cfg.usable_blocks, cfg.watermark_blocks, cfg.chunked_prefill, chunk_cap, step,
+                 clock.whole_steps, cfg.max_steps, stretches, itl, dry),
+                arrivals, columns, (log.row, log.stretch, Stretch, events, drain, drain_at,
+                                    progress))
+            if out is None:
+                return None
+    finally:
+        if collecting:
+            gc.enable()
+    free, (count, total, bucketed, values) = out
+    if not itl:
+        return free, None
+    histogram = GapHistogram()
+    histogram.count = count
+    histogram.total = total
+    if bucketed:  # as many distinct gaps were held at once as make the Python one bucket
+        histogram._exact = None
+        buckets = histogram._buckets
+        for value, n in values.items():
+            key = histogram._bucket(value)
+            buckets[key] = buckets.get(key, 0) + n
+    else:
+        histogram._exact = values
+    return free, histogram
+
+

@@ -1,0 +1,150 @@
+"""The compiled loop (kvsched/_fastcore.c) gives the Python loop's records, step rows,
+stretches, events and summary, byte for byte; where it gives up, the Python loop's run is
+what comes out, and nothing of the abandoned run reaches a streaming sink."""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_invariants import SETTINGS, configs
+from typer.testing import CliRunner
+
+from kvsched import ConstantStep, EngineConfig, StepClock, fastcore, make_policy, simulate
+from kvsched.cli import app
+from kvsched.record_table import RecordTable
+from kvsched.request_columns import RequestColumns
+from kvsched.steplog import StepLog
+
+pytestmark = pytest.mark.skipif(not fastcore.available(),
+                                reason="the compiled loop is not built (no C compiler)")
+
+
+@contextmanager
+def python_loop():
+    """The Python loop only, for the reference run."""
+    before = os.environ.get("KVSCHED_CORE")
+    os.environ["KVSCHED_CORE"] = "python"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["KVSCHED_CORE"]
+        else:
+            os.environ["KVSCHED_CORE"] = before
+
+
+@st.composite
+def column_workloads(draw, max_requests: int = 30):
+    """Requests as columns: arrivals in bursts or spread out, short and long prompts."""
+    n = draw(st.integers(1, max_requests))
+    integral = draw(st.booleans())
+    arrival = [float(draw(st.integers(0, 30))) if integral
+               else round(draw(st.floats(0, 30, allow_nan=False)), 3) for _ in range(n)]
+    prompt = [draw(st.integers(1, 200 if draw(st.integers(0, 4)) == 0 else 30))
+              for _ in range(n)]
+    output = [draw(st.integers(1, 60)) for _ in range(n)]
+    return RequestColumns(np.array(arrival), np.array(prompt), np.array(output))
+
+
+clocks = st.one_of(st.just(StepClock()), st.sampled_from([0.0039, 0.02, 0.25]).map(ConstantStep))
+
+
+def both(requests, config, clock, **kwargs):
+    with python_loop():
+        reference = simulate(requests, config, make_policy("fcfs"), clock, **kwargs)
+    compiled = simulate(requests, config, make_policy("fcfs"), clock, **kwargs)
+    return reference, compiled
+
+
+def assert_same(reference, compiled):
+    assert list(compiled.requests) == list(reference.requests)
+    assert compiled.step_log.kept == reference.step_log.kept  # rows and stretches alike
+    assert compiled.events == reference.events
+    assert compiled.summary == reference.summary
+
+
+@settings(max_examples=150, **SETTINGS)
+@given(column_workloads(), configs(), clocks, st.booleans())
+def test_the_compiled_loop_gives_the_python_loops_run(requests, config, clock, stretches):
+    """Every knob of the first engine, roomy pools and pools that preempt (where the
+    compiled loop gives up and the Python loop runs)."""
+    assert_same(*both(requests, config, clock, stretches=stretches))
+
+
+def roomy(**knobs) -> EngineConfig:
+    return EngineConfig(**{"max_num_batched_tokens": 64, "max_num_seqs": 8, "block_size": 4,
+                           "num_blocks": 4000, "watermark": 0.0, "chunked_prefill": True,
+                           **knobs})
+
+
+@settings(max_examples=80, **SETTINGS)
+@given(column_workloads(), st.sampled_from([16, 64, 512]), st.integers(1, 12),
+       st.sampled_from([1, 4, 16]), st.booleans(), st.sampled_from([0, 5, 16]), clocks)
+def test_it_carries_every_run_of_a_roomy_pool(requests, budget, max_num_seqs, block_size,
+                                               chunked, threshold, clock):
+    """Where nothing preempts, the compiled loop itself makes the run (it does not give
+    up), and it is the Python loop's."""
+    config = roomy(max_num_batched_tokens=budget, max_num_seqs=max_num_seqs,
+                   block_size=block_size, chunked_prefill=chunked,
+                   long_prefill_token_threshold=threshold,
+                   num_blocks=40 * 300 // block_size)
+    if not chunked and int(requests.prompt_len.max()) > budget:
+        config = roomy(max_num_batched_tokens=512, max_num_seqs=max_num_seqs,
+                       block_size=block_size, num_blocks=40 * 300 // block_size)
+    policy = make_policy("fcfs")
+    assert fastcore.carries(requests, config, policy, clock, None, False)
+    made = fastcore.run(requests, config, clock, RecordTable(requests),
+                        StepLog(config.usable_blocks), [], None, 1 << 15, None, True, True)
+    assert made is not None
+    assert_same(*both(requests, config, clock))
+
+
+def test_it_gives_up_on_a_preemption_and_streams_nothing_twice():
+    """A pool too small for the batch: the compiled loop gives up before anything reaches
+    the sinks, and the Python loop's events and steps arrive once, in order."""
+    requests = RequestColumns(np.zeros(6), np.full(6, 40), np.full(6, 30))
+    config = EngineConfig(max_num_batched_tokens=256, max_num_seqs=8, block_size=4,
+                          num_blocks=60, watermark=0.0, chunked_prefill=True)
+    clock = ConstantStep(0.01)
+    assert fastcore.carries(requests, config, make_policy("fcfs"), clock, None, False)
+    assert fastcore.run(requests, config, clock, RecordTable(requests), StepLog(60), [], None,
+                        1 << 15, None, True, True) is None
+    streamed: list[tuple] = []
+    reference, compiled = both(requests, config, clock)
+    assert compiled.summary["num_preemptions"] > 0
+    run = simulate(requests, config, make_policy("fcfs"), clock,
+                   event_sink=streamed.extend)
+    assert streamed == reference.events
+    assert_same(reference, compiled)
+    assert list(run.requests) == list(reference.requests)
+
+
+def test_the_command_writes_the_same_bytes(tmp_path):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "name: s\nseed: 3\n"
+        "engine: {max_num_batched_tokens: 512, max_num_seqs: 16, block_size: 16,"
+        " num_blocks: 2000, watermark: 0, chunked_prefill: true}\n"
+        "time: {kind: constant, step_time: 0.01}\n"
+        "workload: {kind: synthetic, num_requests: 300, arrival: {kind: poisson, rate: 20},"
+        " prompt_len: {kind: lognormal, median: 300, sigma: 0.8, max: 2000},"
+        " output_len: {kind: lognormal, median: 40, sigma: 0.9, max: 300}}\n")
+    runner = CliRunner()
+    out = {}
+    for mode in ("python", "c"):
+        env = {"KVSCHED_CORE": mode}
+        for records in ("full", "compact"):
+            folder = tmp_path / f"{mode}-{records}"
+            result = runner.invoke(app, ["run", str(scenario), "--records", records,
+                                         "--out", str(folder)], env=env)
+            assert result.exit_code == 0, result.output
+            out[mode, records] = {p.relative_to(folder): p.read_bytes()
+                                  for p in folder.rglob("*.csv")}
+    for records in ("full", "compact"):
+        assert out["c", records] == out["python", records]
+        assert len(out["c", records]) >= 4  # requests, steps, events, summary
