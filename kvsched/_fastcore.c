@@ -47,6 +47,19 @@ static int vec_push(Vec *a, int64_t x) {
     return 0;
 }
 
+typedef struct { double *v; Py_ssize_t n, cap; } DVec;
+
+static int dvec_push(DVec *a, double x) {
+    if (a->n == a->cap) {
+        Py_ssize_t cap = a->cap ? a->cap * 2 : 64;
+        double *v = PyMem_Realloc(a->v, cap * sizeof(double));
+        if (!v) { PyErr_NoMemory(); return -1; }
+        a->v = v; a->cap = cap;
+    }
+    a->v[a->n++] = x;
+    return 0;
+}
+
 static void vec_remove_at(Vec *a, Py_ssize_t i) {
     memmove(a->v + i, a->v + i + 1, (a->n - i - 1) * sizeof(int64_t));
     a->n--;
@@ -170,7 +183,15 @@ typedef struct {
     int64_t *rec_ttft_steps;
     int32_t *rec_generated, *rec_hit;
     uint8_t *rec_status;
-    PyObject *log_row, *log_stretch, *stretch_cls, *events, *drain, *progress;
+    PyObject *log_block, *events, *drain, *progress;
+    /* the step records of the chunk under way, as columns (see SEG_* and flush_block) */
+    Vec seg, step_used; DVec seg_sum, step_start;
+    /* StepStats' sums and the Timeline's buckets (kvsched.steplog), over every step */
+    int64_t stat_steps, stat_prefill, stat_decode, stat_used_sum, stat_peak;
+    double stat_end, stat_busy;
+    double tl_start, tl_end, tl_width;
+    Py_ssize_t tl_size;
+    double *tl_busy; int64_t *tl_waiting, *tl_count;
     Py_ssize_t drain_at;
     PyObject *s_arrive, *s_admit, *s_finish, *s_empty, *zero_f, *zero_i;
 } Core;
@@ -374,6 +395,86 @@ static int schedule(Core *c, Plan *p, int64_t step, double now) {
     return 1;
 }
 
+
+/* A segment's columns, in this order (kvsched.steplog.SegmentBlock reads them so). */
+enum { SEG_STEP, SEG_NUM_STEPS, SEG_IS_ROW, SEG_RUNNING, SEG_WAITING, SEG_PREFILLS,
+       SEG_PREFILL_TOKENS, SEG_DECODES, SEG_TOKENS, SEG_ADMITTED, SEG_FINISHED, SEG_KV_FIRST,
+       SEG_ROW_FREE, SEG_FIELDS };
+#define BLOCK_SEGMENTS (1 << 15)
+#define BLOCK_STEPS (1 << 18)
+
+/* Timeline.add_row / add_stretch: busy time, queue and count by bucket of start time; a
+ * run of steps in one bucket adds its sum (summed from 0, as Python's sum of a list). */
+static int64_t tl_key(Core *c, double t) {
+    if (t < c->tl_start) return -1;
+    if (t >= c->tl_end) return c->tl_size;
+    int64_t k = (int64_t)((t - c->tl_start) / c->tl_width);
+    return k < c->tl_size - 1 ? k : c->tl_size - 1;
+}
+
+static void timeline_add(Core *c, const double *starts, const double *durations, int64_t k,
+                         int64_t waiting) {
+    if (!c->tl_size || !(c->tl_width != 0.0)) return;
+    if (starts[k - 1] < c->tl_start || starts[0] >= c->tl_end) return;
+    int64_t lo = 0;
+    while (lo < k) {
+        int64_t key = tl_key(c, starts[lo]);
+        if (key == c->tl_size) break;
+        int64_t hi = lo + 1;
+        double sum = durations[lo];
+        while (hi < k && tl_key(c, starts[hi]) == key) sum += durations[hi++];
+        if (key >= 0) {
+            c->tl_busy[key] += sum;
+            c->tl_waiting[key] += waiting * (hi - lo);
+            c->tl_count[key] += hi - lo;
+        }
+        lo = hi;
+    }
+}
+
+static int flush_block(Core *c);
+
+/* One segment (an exact step's row, or a stretch) into the chunk and the sums. */
+static int add_segment(Core *c, const int64_t *fields, const double *starts,
+                       const double *durations, const int64_t *used, int64_t k) {
+    if (c->dry) return 0;
+    double sum = 0.0;
+    for (int64_t j = 0; j < k; j++) {
+        sum += durations[j];
+        c->stat_busy += durations[j];
+        c->stat_used_sum += used[j];
+        if (used[j] > c->stat_peak) c->stat_peak = used[j];
+        if (dvec_push(&c->step_start, starts[j]) < 0 || vec_push(&c->step_used, used[j]) < 0)
+            return -1;
+    }
+    c->stat_steps += k;
+    c->stat_end = starts[k - 1] + durations[k - 1];
+    c->stat_prefill += fields[SEG_PREFILL_TOKENS];
+    c->stat_decode += fields[SEG_DECODES] * k;
+    timeline_add(c, starts, durations, k, fields[SEG_WAITING]);
+    for (int f = 0; f < SEG_FIELDS; f++)
+        if (vec_push(&c->seg, fields[f]) < 0) return -1;
+    if (dvec_push(&c->seg_sum, sum) < 0) return -1;
+    if (c->seg_sum.n >= BLOCK_SEGMENTS || c->step_used.n >= BLOCK_STEPS) return flush_block(c);
+    return 0;
+}
+
+/* Hand the chunk to the step log: log_block(segment ints, segment duration sums, starts,
+ * blocks used), each as bytes (int64 or float64, native order); every step of the
+ * compiled loop lasts the one step time. */
+static int flush_block(Core *c) {
+    if (!c->seg_sum.n) return 0;
+    PyObject *out = PyObject_CallFunction(
+        c->log_block, "y#y#y#y#", (const char *)c->seg.v, c->seg.n * (Py_ssize_t)sizeof(int64_t),
+        (const char *)c->seg_sum.v, c->seg_sum.n * (Py_ssize_t)sizeof(double),
+        (const char *)c->step_start.v, c->step_start.n * (Py_ssize_t)sizeof(double),
+        (const char *)c->step_used.v, c->step_used.n * (Py_ssize_t)sizeof(int64_t));
+    c->seg.n = c->seg_sum.n = c->step_start.n = c->step_used.n = 0;
+    if (!out) return -1;
+    Py_DECREF(out);
+    return 0;
+}
+
 /* A finished request's record (simulator._put through RecordTable.put). */
 static void record(Core *c, Seq *s, double finish) {
     int64_t i = c->order[s->k];
@@ -482,24 +583,20 @@ static int step_once(Core *c, int64_t step, double now) {
     int pure = !p.num_prefills && !p.num_admitted && !p.num_finished && p.num_decodes > 0;
     int settled = !num_waiting(c) && !c->prefilling.n;
     c->steady = c->stretches && ((pure && p.num_decodes == (int64_t)c->running.n) || settled);
-    if (c->dry) return 1;
-    PyObject *row = Py_BuildValue(
-        "(LddnnLLLiLLLiLLiidiOOii)", (long long)step, now, c->step_time, num_running, waiting,
-        (long long)p.num_prefills, (long long)p.prefill_tokens, (long long)p.num_decodes, 0,
-        (long long)(p.prefill_tokens + p.num_decodes), (long long)(c->num_blocks - blocks_free),
-        (long long)blocks_free, 0, (long long)p.num_admitted, (long long)p.num_finished, 0, 0,
-        0.0, 0, Py_None, Py_None, 0, 0);
-    if (!row) return -1;
-    PyObject *out = PyObject_CallOneArg(c->log_row, row);
-    Py_DECREF(row);
-    if (!out) return -1;
-    Py_DECREF(out);
+    int64_t fields[SEG_FIELDS] = {
+        step, 1, 1, (int64_t)num_running, (int64_t)waiting, p.num_prefills, p.prefill_tokens,
+        p.num_decodes, p.prefill_tokens + p.num_decodes, p.num_admitted, p.num_finished, 0,
+        blocks_free};
+    double duration = c->step_time;
+    int64_t used = c->num_blocks - blocks_free;
+    if (add_segment(c, fields, &now, &duration, &used, 1) < 0) return -1;
     return 1;
 }
 
 /* Engine.stretch + Scheduler.decode_stretch: the number of steps run (0: none), -1 error. */
 static int64_t stretch_once(Core *c, int64_t step, double now, double next_arrival,
-                            int64_t steps_left, double *end_out, double *ends, int64_t *grown) {
+                            int64_t steps_left, double *end_out, double *ends, int64_t *grown,
+                            double *durations) {
     if (!c->steady) return 0;
     int64_t n = (int64_t)c->running.n;
     if (!n || n > c->budget) return 0;
@@ -579,33 +676,12 @@ static int64_t stretch_once(Core *c, int64_t step, double now, double next_arriv
     }
     int64_t k = horizon - tick;
     if (k <= 0) return 0;
-    /* apply it */
+    /* apply it: `grown` becomes the blocks in use as each step runs */
     int64_t used = c->num_blocks - c->free;
-    PyObject *starts = NULL, *durations = NULL, *blocks = NULL, *step_obj = NULL;
-    if (!c->dry) {
-        starts = PyList_New(k); durations = PyList_New(k); blocks = PyList_New(k);
-        step_obj = PyFloat_FromDouble(step_time);
-        if (!starts || !durations || !blocks || !step_obj) goto fail;
-    }
-    PyObject *used_obj = NULL;
     for (int64_t j = 0; j < k; j++) {
-        int changed = grown[j] != 0;
         used += grown[j];
-        if (c->dry) continue;
-        PyObject *start = PyFloat_FromDouble(ends[j]);
-        if (!start) goto fail;
-        PyList_SET_ITEM(starts, j, start);
-        Py_INCREF(step_obj);
-        PyList_SET_ITEM(durations, j, step_obj);
-        if (changed || !used_obj) {
-            Py_XDECREF(used_obj);
-            used_obj = PyLong_FromLongLong(used);
-            if (!used_obj) goto fail;
-        }
-        Py_INCREF(used_obj);
-        PyList_SET_ITEM(blocks, j, used_obj);
+        grown[j] = used;
     }
-    Py_XDECREF(used_obj);
     c->free = c->num_blocks - used;
     int64_t first = tick + 1;
     c->tick = horizon;
@@ -633,26 +709,15 @@ static int64_t stretch_once(Core *c, int64_t step, double now, double next_arriv
     int64_t num_finished = 0;
     if (horizon == finish_tick
             && finish_due(c, finish_tick, step + k - 1, ends[k], &num_finished) < 0) goto fail;
-    if (c->dry) {
-        if (num_finished) c->steady = !num_waiting(c) && !c->prefilling.n;
-        *end_out = ends[k];
-        return k;
-    }
-    PyObject *st = PyObject_CallFunction(
-        c->stretch_cls, "LLLnnOOOLL", (long long)step, (long long)k, (long long)n,
-        (Py_ssize_t)(n + c->prefilling.n), num_waiting(c), starts, durations, blocks,
-        (long long)(kv + n), (long long)num_finished);
-    Py_CLEAR(starts); Py_CLEAR(durations); Py_CLEAR(blocks); Py_CLEAR(step_obj);
-    if (!st) return -1;
-    PyObject *out = PyObject_CallOneArg(c->log_stretch, st);
-    Py_DECREF(st);
-    if (!out) return -1;
-    Py_DECREF(out);
+    int64_t fields[SEG_FIELDS] = {
+        step, k, 0, n + (int64_t)c->prefilling.n, (int64_t)num_waiting(c), 0, 0, n, n, 0,
+        num_finished, kv + n, 0};
+    for (int64_t j = 0; j < k; j++) durations[j] = step_time;
+    if (add_segment(c, fields, ends, durations, grown, k) < 0) return -1;
     if (num_finished) c->steady = !num_waiting(c) && !c->prefilling.n;
     *end_out = ends[k];
     return k;
 fail:
-    Py_XDECREF(starts); Py_XDECREF(durations); Py_XDECREF(blocks); Py_XDECREF(step_obj);
     return -1;
 }
 
@@ -662,9 +727,10 @@ static int run_loop(Core *c) {
     double now = 0.0;
     uint64_t turns = 0;
     double *ends = PyMem_Malloc((MAX_STRETCH + 1) * sizeof(double));
+    double *durations = PyMem_Malloc(MAX_STRETCH * sizeof(double));
     int64_t *grown = PyMem_Malloc(MAX_STRETCH * sizeof(int64_t));
     int result = -1;
-    if (!ends || !grown) { PyErr_NoMemory(); goto done; }
+    if (!ends || !grown || !durations) { PyErr_NoMemory(); goto done; }
     for (;;) {
         if (!c->dry && c->drain != Py_None && PyList_GET_SIZE(c->events) >= c->drain_at) {
             PyObject *out = PyObject_CallNoArgs(c->drain);
@@ -690,7 +756,7 @@ static int run_loop(Core *c) {
         }
         double end = 0.0;
         int64_t k = stretch_once(c, step, now, upcoming, c->max_steps - executed, &end, ends,
-                                 grown);
+                                 grown, durations);
         if (k < 0) goto done;
         if (k > 0) {
             step += k;
@@ -720,8 +786,10 @@ static int run_loop(Core *c) {
         if (executed >= c->max_steps) { result = 0; goto done; }
     }
 done:
+    if (result == 1 && flush_block(c) < 0) result = -1;
     PyMem_Free(ends);
     PyMem_Free(grown);
+    PyMem_Free(durations);
     return result;
 }
 
@@ -730,6 +798,9 @@ static void core_free(Core *c) {
     PyMem_Free(c->seqs); PyMem_Free(c->free_slots.v); PyMem_Free(c->waiting.v);
     PyMem_Free(c->running.v); PyMem_Free(c->prefilling.v);
     PyMem_Free(c->finish_due.v); PyMem_Free(c->block_due.v); PyMem_Free(c->itl.t);
+    PyMem_Free(c->seg.v); PyMem_Free(c->seg_sum.v); PyMem_Free(c->step_start.v);
+    PyMem_Free(c->step_used.v);
+    PyMem_Free(c->tl_busy); PyMem_Free(c->tl_waiting); PyMem_Free(c->tl_count);
     Py_XDECREF(c->s_arrive); Py_XDECREF(c->s_admit); Py_XDECREF(c->s_finish);
     Py_XDECREF(c->s_empty);
 }
@@ -749,8 +820,11 @@ PyDoc_STRVAR(run_doc,
 "arrivals: (arrival float64, prompt int64, output int64, input index int64, id numbers\n"
 "int64 or None), in arrival order; records: writable RecordTable columns (arrival or\n"
 "None, status u8, first_scheduled, first_token, finish, max_gap f64, ttft_steps i64,\n"
-"generated i32, prefix_hit i32), by input index; callbacks: (log_row, log_stretch,\n"
-"Stretch, events list, drain or None, drain_at, progress or None).\n"
+"generated i32, prefix_hit i32), by input index; callbacks: (log_block, events list,\n"
+"drain or None, drain_at, progress or None); timeline: (start, end, num_buckets).\n"
+"Returns (free blocks, (itl count, total, bucketed, {gap: count}), (steps, end, busy,\n"
+"prefill tokens, decode tokens, blocks used summed, peak), (timeline busy, waiting,\n"
+"count)).\n"
 "None: the run met what this core does not carry (run the Python engine). `dry`:\n"
 "only find that out: no rows, stretches or events are made.");
 
@@ -765,13 +839,13 @@ static PyObject *core_run(PyObject *self, PyObject *args) {
     Py_buffer r_gap = {0}, r_ttft = {0}, r_gen = {0}, r_hit = {0};
     PyObject *ids_obj, *r_arrival_obj;
     Py_ssize_t drain_at;
-    if (!PyArg_ParseTuple(args, "(LLLLLpLdpLppp)(y*y*y*y*O)(Ow*w*w*w*w*w*w*w*)(OOOOOnO)",
+    if (!PyArg_ParseTuple(args, "(LLLLLpLdpLppp)(y*y*y*y*O)(Ow*w*w*w*w*w*w*w*)(OOOnO)(ddn)",
                           &budget, &max_num_seqs, &block_size, &num_blocks, &watermark,
                           &chunked, &chunk_cap, &step_time, &whole_steps, &max_steps,
                           &stretches, &itl, &c.dry, &arrival, &prompt, &output, &order, &ids_obj,
                           &r_arrival_obj, &r_status, &r_sched, &r_token, &r_finish, &r_gap,
-                          &r_ttft, &r_gen, &r_hit, &c.log_row, &c.log_stretch, &c.stretch_cls,
-                          &c.events, &c.drain, &drain_at, &c.progress))
+                          &r_ttft, &r_gen, &r_hit, &c.log_block, &c.events, &c.drain,
+                          &drain_at, &c.progress, &c.tl_start, &c.tl_end, &c.tl_size))
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t n = arrival.len / (Py_ssize_t)sizeof(double);
@@ -798,6 +872,14 @@ static PyObject *core_run(PyObject *self, PyObject *args) {
     c.rec_ttft_steps = r_ttft.buf; c.rec_generated = r_gen.buf; c.rec_hit = r_hit.buf;
     c.free = num_blocks;
     c.drain_at = drain_at;
+    if (c.tl_size < 0) c.tl_size = 0;
+    /* Timeline: `num_buckets` equal buckets over [start, end], none when end == start */
+    c.tl_width = c.tl_end > c.tl_start ? (c.tl_end - c.tl_start) / (double)c.tl_size : 0.0;
+    if (!(c.tl_end > c.tl_start)) c.tl_size = 0;
+    c.tl_busy = PyMem_Calloc(c.tl_size + 1, sizeof(double));
+    c.tl_waiting = PyMem_Calloc(c.tl_size + 1, sizeof(int64_t));
+    c.tl_count = PyMem_Calloc(c.tl_size + 1, sizeof(int64_t));
+    if (!c.tl_busy || !c.tl_waiting || !c.tl_count) { PyErr_NoMemory(); goto out; }
     c.s_arrive = PyUnicode_InternFromString("arrive");
     c.s_admit = PyUnicode_InternFromString("admit");
     c.s_finish = PyUnicode_InternFromString("finish");
@@ -821,8 +903,23 @@ static PyObject *core_run(PyObject *self, PyObject *args) {
         }
         Py_DECREF(key); Py_DECREF(val);
     }
-    result = Py_BuildValue("(L(LdiN))", (long long)c.free, (long long)c.itl.count, c.itl.total,
-                           c.itl.bucketed, values);
+    PyObject *busy = PyList_New(c.tl_size), *queued = PyList_New(c.tl_size);
+    PyObject *counted = PyList_New(c.tl_size);
+    if (!busy || !queued || !counted) {
+        Py_XDECREF(busy); Py_XDECREF(queued); Py_XDECREF(counted); Py_DECREF(values);
+        goto out;
+    }
+    for (Py_ssize_t i = 0; i < c.tl_size; i++) {
+        PyList_SET_ITEM(busy, i, PyFloat_FromDouble(c.tl_busy[i]));
+        PyList_SET_ITEM(queued, i, PyLong_FromLongLong(c.tl_waiting[i]));
+        PyList_SET_ITEM(counted, i, PyLong_FromLongLong(c.tl_count[i]));
+    }
+    result = Py_BuildValue("(L(LdiN)(LddLLLL)(NNN))", (long long)c.free,
+                           (long long)c.itl.count, c.itl.total, c.itl.bucketed, values,
+                           (long long)c.stat_steps, c.stat_end, c.stat_busy,
+                           (long long)c.stat_prefill, (long long)c.stat_decode,
+                           (long long)c.stat_used_sum, (long long)c.stat_peak,
+                           busy, queued, counted);
 out:
     core_free(&c);
     PyBuffer_Release(&arrival); PyBuffer_Release(&prompt); PyBuffer_Release(&output);

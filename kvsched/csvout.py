@@ -26,7 +26,7 @@ from kvsched.arrow import int64s
 from kvsched.floatfmt import format_floats
 from kvsched.records import STEP_COLUMNS
 from kvsched.scheduler import Stretch
-from kvsched.steplog import COMPACT_COLUMNS, RecordMode, Segment
+from kvsched.steplog import COMPACT_COLUMNS, RecordMode, Segment, SegmentBlock
 
 FLOAT_FORMAT = "%.10g"
 
@@ -118,6 +118,47 @@ class StepCsv:
                 part, rows = [], 0
         if part:
             self._write(self._full_columns(part))
+
+    def block(self, block: SegmentBlock) -> None:
+        """Segments as columns (the compiled loop's): the same bytes as their rows and
+        stretches through `__call__`, made a column at a time."""
+        self._write(self._block_columns(block))
+
+    def _block_columns(self, block: SegmentBlock) -> list[Any]:
+        n = len(block)
+        k = block.column("num_steps")
+        is_row = block.column("is_row").astype(bool)
+        last = np.cumsum(k) - 1  # each segment's last step
+        used_last = block.used[last]
+        free = np.where(is_row, block.column("row_free"), self.num_blocks - used_last)
+        zeros = np.zeros(n, dtype=np.int64)
+        if self.mode is not RecordMode.FULL:
+            decodes, tokens = block.column("num_decodes") * k, block.column("num_tokens") * k
+            return [block.column("step"), k, block.start[last - k + 1], block.duration_sum,
+                    block.column("num_running"), block.column("num_waiting"),
+                    block.column("num_prefills"), block.column("prefill_tokens"), decodes,
+                    zeros, tokens, used_last, free, zeros, block.column("num_admitted"),
+                    block.column("num_finished"), zeros, zeros, np.zeros(n), zeros,
+                    [None] * n, [None] * n, zeros, zeros]
+        total = len(block.start)
+        offsets = np.arange(total, dtype=np.int64) - np.repeat(last - k + 1, k)
+
+        def each(values: np.ndarray) -> np.ndarray:
+            return np.repeat(values, k)
+
+        finished = np.zeros(total, dtype=np.int64)
+        finished[last] = block.column("num_finished")
+        free_steps = self.num_blocks - block.used
+        free_steps[last[is_row]] = free[is_row]
+        step_zeros = np.zeros(total, dtype=np.int64)
+        return [each(block.column("step")) + offsets, block.start,
+                np.full(total, block.step_time), each(block.column("num_running")),
+                each(block.column("num_waiting")), each(block.column("num_prefills")),
+                each(block.column("prefill_tokens")), each(block.column("num_decodes")),
+                step_zeros, each(block.column("num_tokens")), block.used, free_steps,
+                step_zeros, each(block.column("num_admitted")), finished, step_zeros,
+                step_zeros, np.zeros(total), step_zeros, [None] * total, [None] * total,
+                step_zeros, step_zeros]
 
     def _write(self, columns: list[Any]) -> None:
         pa = self._pa

@@ -28,8 +28,7 @@ from kvsched.policies.fcfs import Fcfs
 from kvsched.record_table import RecordTable
 from kvsched.request_columns import RequestColumns
 from kvsched.reservation import make_reservation
-from kvsched.scheduler import Stretch
-from kvsched.steplog import StepLog
+from kvsched.steplog import SEGMENT_FIELDS, SegmentBlock, StepLog
 from kvsched.timing import TimeModel, constant_duration
 
 try:
@@ -95,6 +94,17 @@ def run(requests: RequestColumns, config: EngineConfig, clock: TimeModel,
     columns = (None, records.status, records.first_scheduled_time, records.first_token_time,
                records.finish_time, records.max_token_gap, records.ttft_steps,
                records.generated_tokens, records.prefix_hit_tokens)
+    fields = len(SEGMENT_FIELDS)
+
+    def take_block(ints: bytes, sums: bytes, starts: bytes, used: bytes) -> None:
+        log.block(SegmentBlock(np.frombuffer(ints, dtype=np.int64).reshape(-1, fields),
+                               np.frombuffer(sums, dtype=np.float64),
+                               np.frombuffer(starts, dtype=np.float64),
+                               np.frombuffer(used, dtype=np.int64), step))
+
+    timeline = log.stats.timeline
+    span = (0.0, 0.0, 0) if timeline is None else (timeline.start, timeline.end,
+                                                   len(timeline.busy))
     out = None
     # The loop makes a stretch's lists and a step's row per event, few of which live long:
     # the collector's passes over them cost a fifth of the run. Only the sinks and the
@@ -108,14 +118,18 @@ def run(requests: RequestColumns, config: EngineConfig, clock: TimeModel,
                 (cfg.max_num_batched_tokens, cfg.max_num_seqs, cfg.block_size,
                  cfg.usable_blocks, cfg.watermark_blocks, cfg.chunked_prefill, chunk_cap, step,
                  clock.whole_steps, cfg.max_steps, stretches, itl, dry),
-                arrivals, columns, (log.row, log.stretch, Stretch, events, drain, drain_at,
-                                    progress))
+                arrivals, columns, (take_block, events, drain, drain_at, progress), span)
             if out is None:
                 return None
     finally:
         if collecting:
             gc.enable()
-    free, (count, total, bucketed, values) = out
+    free, (count, total, bucketed, values), sums, (busy, queued, counted) = out
+    stats = log.stats  # what the Python loop's rows and stretches would have added
+    (stats.num_steps, stats.end, stats.busy_time, stats.prefill_tokens, stats.decode_tokens,
+     stats.blocks_used_sum, stats.peak_blocks_used) = sums
+    if timeline is not None:
+        timeline.busy, timeline.waiting, timeline.count = busy, queued, counted
     if not itl:
         return free, None
     histogram = GapHistogram()

@@ -113,8 +113,10 @@ def _simulate_compiled(requests: RequestColumns, config: EngineConfig, clock: Ti
                        event_sink: EventSink | None, stretches: bool,
                        progress: Progress | None, itl: bool) -> RunResult | None:
     """`simulate` through the compiled loop (`kvsched.fastcore`); None if it gave up."""
-    records = RecordTable(requests)
     log = step_log if step_log is not None else StepLog(config.usable_blocks)
+    if log.stats.num_steps or log.kept:  # its sums go on from there: the Python loop's
+        return None
+    records = RecordTable(requests)
     times = requests.arrival_time
     log.stats.timeline = Timeline(float(times.min()), float(times.max()))
     events = EventStream([], event_sink)

@@ -17,6 +17,8 @@ from itertools import chain, repeat
 from operator import attrgetter, mul
 from typing import cast
 
+import numpy as np
+
 from kvsched.records import STEP_COLUMNS
 from kvsched.scheduler import Stretch
 
@@ -261,6 +263,55 @@ def compact_row(stretch: Stretch, num_blocks: int) -> tuple:
             sum(stretch.evicted_blocks) if stretch.evicted_blocks else 0)
 
 
+@dataclass(frozen=True, slots=True)
+class SegmentBlock:
+    """Consecutive segments as columns, as the compiled loop (`kvsched.fastcore`) makes them:
+    `ints` holds a row per segment (SEGMENT_FIELDS), `duration_sum` each one's summed
+    durations (from 0, in step order), `start` and `used` each step's start time and blocks
+    in use; every step lasts `step_time`, and nothing a segment holds is a recompute, a swap,
+    a preemption, a prefix-cache figure or a thrash signal. An exact step's row is a
+    segment of one step (`is_row` 1), with its own `row_free`."""
+
+    ints: np.ndarray
+    duration_sum: np.ndarray
+    start: np.ndarray
+    used: np.ndarray
+    step_time: float
+
+    def column(self, name: str) -> np.ndarray:
+        return self.ints[:, SEGMENT_FIELDS.index(name)]
+
+    def __len__(self) -> int:
+        return len(self.ints)
+
+    def segments(self, num_blocks: int) -> list[Segment]:
+        """The rows and stretches the Python loop makes (for a log that keeps them, or a
+        sink that takes only those)."""
+        out: list[Segment] = []
+        starts, used = self.start.tolist(), self.used.tolist()
+        step_time = self.step_time
+        offset = 0
+        for (step, k, is_row, running, waiting, prefills, prefill_tokens, decodes, tokens,
+             admitted, finished, kv_first, row_free) in self.ints.tolist():
+            if is_row:
+                out.append((step, starts[offset], step_time, running, waiting, prefills,
+                            prefill_tokens, decodes, 0, tokens, used[offset], row_free, 0,
+                            admitted, finished, 0, 0, 0.0, 0, None, None, 0, 0))
+            else:
+                out.append(Stretch(step, k, decodes, running, waiting,
+                                   starts[offset:offset + k], [step_time] * k,
+                                   used[offset:offset + k], kv_first, finished))
+            offset += k
+        return out
+
+
+SEGMENT_FIELDS = ("step", "num_steps", "is_row", "num_running", "num_waiting",
+                  "num_prefills", "prefill_tokens", "num_decodes", "num_tokens",
+                  "num_admitted", "num_finished", "kv_first", "row_free")
+"""The columns of `SegmentBlock.ints` (`kvsched/_fastcore.c` writes them in this order);
+`num_decodes` and `num_tokens` are per step."""
+
+
 CHUNK = 1 << 15
 """Segments a `StepLog` holds before it hands them on (a stretch can hold many steps)."""
 
@@ -310,6 +361,19 @@ class StepLog:
         if self.kept is not None:
             self.kept.extend(chunk)
         self._chunk = []
+
+    def block(self, block: SegmentBlock) -> None:
+        """Segments made in bulk by the compiled loop, whose sums it keeps in `stats`
+        itself: to the sink (as columns when it takes them) and, if kept, as segments."""
+        self.flush()
+        if self._sink is not None:
+            take = getattr(self._sink, "block", None)
+            if take is not None:
+                take(block)
+            else:
+                self._sink(block.segments(self.num_blocks))
+        if self.kept is not None:
+            self.kept.extend(block.segments(self.num_blocks))
 
     def close(self) -> StepStats:
         self.flush()
