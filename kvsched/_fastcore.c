@@ -30,6 +30,7 @@ typedef struct {
     int64_t run_tick, epoch;
     double first_sched, last_time, run_first_gap, first_gap, max_gap;
     int has_max_gap, state;
+    long long id_number;  /* its request_id is r<id_number> */
     PyObject *id;
 } Seq;
 
@@ -57,6 +58,61 @@ static int dvec_push(DVec *a, double x) {
         a->v = v; a->cap = cap;
     }
     a->v[a->n++] = x;
+    return 0;
+}
+
+
+/* -- CSV text, as the csv module and Python's "%.10g" write it ------------------------- */
+typedef struct { char *v; Py_ssize_t n, cap; } Text;
+
+static int text_reserve(Text *t, Py_ssize_t more) {
+    if (t->n + more <= t->cap) return 0;
+    Py_ssize_t cap = t->cap ? t->cap : 1 << 16;
+    while (cap < t->n + more) cap *= 2;
+    char *v = PyMem_Realloc(t->v, cap);
+    if (!v) { PyErr_NoMemory(); return -1; }
+    t->v = v; t->cap = cap;
+    return 0;
+}
+
+static int text_put(Text *t, const char *s, Py_ssize_t len) {
+    if (text_reserve(t, len) < 0) return -1;
+    memcpy(t->v + t->n, s, len);
+    t->n += len;
+    return 0;
+}
+
+static int text_int(Text *t, long long x) {
+    if (text_reserve(t, 24) < 0) return -1;
+    t->n += snprintf(t->v + t->n, 24, "%lld", x);
+    return 0;
+}
+
+/* glibc's %.10g is correctly rounded, as Python's: the same text, but for NaN's sign */
+static int text_float(Text *t, double x) {
+    if (isnan(x)) return text_put(t, "nan", 3);
+    if (text_reserve(t, 32) < 0) return -1;
+    t->n += snprintf(t->v + t->n, 32, "%.10g", x);
+    return 0;
+}
+
+/* A text cell: quoted (quotes doubled) when it holds a comma, a quote or a newline, as
+ * csv.QUOTE_MINIMAL; 1 for a carriage return (left to the csv module). */
+static int text_cell(Text *t, const char *s, Py_ssize_t len) {
+    int quote = 0;
+    for (Py_ssize_t i = 0; i < len; i++) {
+        char ch = s[i];
+        if (ch == '\r') return 1;
+        if (ch == ',' || ch == '"' || ch == '\n') quote = 1;
+    }
+    if (!quote) return text_put(t, s, len);
+    if (text_reserve(t, 2 * len + 2) < 0) return -1;
+    t->v[t->n++] = '"';
+    for (Py_ssize_t i = 0; i < len; i++) {
+        if (s[i] == '"') t->v[t->n++] = '"';
+        t->v[t->n++] = s[i];
+    }
+    t->v[t->n++] = '"';
     return 0;
 }
 
@@ -183,7 +239,8 @@ typedef struct {
     int64_t *rec_ttft_steps;
     int32_t *rec_generated, *rec_hit;
     uint8_t *rec_status;
-    PyObject *log_block, *events, *drain, *progress;
+    PyObject *log_block, *events, *drain, *progress, *event_text;
+    Text etext;  /* events as CSV lines, for a sink that writes text (event_text) */
     /* the step records of the chunk under way, as columns (see SEG_* and flush_block) */
     Vec seg, step_used; DVec seg_sum, step_start;
     /* StepStats' sums and the Timeline's buckets (kvsched.steplog), over every step */
@@ -200,9 +257,50 @@ static Py_ssize_t num_waiting(Core *c) { return c->waiting.n - c->waiting_head; 
 
 static int64_t blocks_for(int64_t tokens, int64_t bs) { return (tokens + bs - 1) / bs; }
 
-static int event(Core *c, int64_t step, double time, Seq *s, PyObject *kind, PyObject *detail) {
+enum { EV_ARRIVE, EV_ADMIT, EV_FINISH };
+
+static int flush_events(Core *c) {
+    if (!c->etext.n) return 0;
+    PyObject *out = PyObject_CallFunction(c->event_text, "y#", c->etext.v, c->etext.n);
+    c->etext.n = 0;
+    if (!out) return -1;
+    Py_DECREF(out);
+    return 0;
+}
+
+/* An event (step, time, request_id, event, detail): a tuple in `events`, or a CSV line. */
+static int event(Core *c, int64_t step, double time, Seq *s, int kind, long long a,
+                 long long b) {
     if (c->dry) return 0;
-    PyObject *e = Py_BuildValue("(LdOOO)", (long long)step, time, s->id, kind, detail);
+    if (c->event_text != Py_None) {
+        Text *t = &c->etext;
+        char line[96];
+        if (text_int(t, step) < 0 || text_put(t, ",", 1) < 0 || text_float(t, time) < 0)
+            return -1;
+        int len = snprintf(line, sizeof line, ",r%lld,", s->id_number);
+        if (kind == EV_ARRIVE) len += snprintf(line + len, sizeof line - len, "arrive,\n");
+        else if (kind == EV_FINISH)
+            len += snprintf(line + len, sizeof line - len, "finish,%lld tokens\n", a);
+        else if (b < a)
+            len += snprintf(line + len, sizeof line - len,
+                            "admit,\"prefill %lld tokens, first chunk %lld\"\n", a, b);
+        else len += snprintf(line + len, sizeof line - len, "admit,prefill %lld tokens\n", a);
+        if (text_put(t, line, len) < 0) return -1;
+        return t->n >= (1 << 20) ? flush_events(c) : 0;
+    }
+    PyObject *detail;
+    if (kind == EV_ARRIVE) detail = Py_NewRef(c->s_empty);
+    else if (kind == EV_FINISH) detail = PyUnicode_FromFormat("%lld tokens", a);
+    else if (b < a)
+        detail = PyUnicode_FromFormat("prefill %lld tokens, first chunk %lld", a, b);
+    else detail = PyUnicode_FromFormat("prefill %lld tokens", a);
+    if (!detail) return -1;
+    PyObject *name = kind == EV_ARRIVE ? c->s_arrive : kind == EV_ADMIT ? c->s_admit : c->s_finish;
+    if (!s->id) {
+        s->id = PyUnicode_FromFormat("r%lld", s->id_number);
+        if (!s->id) { Py_DECREF(detail); return -1; }
+    }
+    PyObject *e = Py_BuildValue("(LdOON)", (long long)step, time, s->id, name, detail);
     if (!e) return -1;
     int r = PyList_Append(c->events, e);
     Py_DECREF(e);
@@ -233,13 +331,9 @@ static int arrive(Core *c, int64_t step) {
     s->lifetime = blocks_for(s->prompt + s->output - 1, c->block_size);
     s->join_step = step;
     s->state = WAITING;
-    long long number = c->id_numbers ? (long long)c->id_numbers[k] : (long long)c->order[k];
-    if (!c->dry) {
-        s->id = PyUnicode_FromFormat("r%lld", number);
-        if (!s->id) return -1;
-    }
+    s->id_number = c->id_numbers ? (long long)c->id_numbers[k] : (long long)c->order[k];
     if (vec_push(&c->waiting, slot) < 0) return -1;
-    return event(c, step, c->arrival[k], s, c->s_arrive, c->s_empty);
+    return event(c, step, c->arrival[k], s, EV_ARRIVE, 0, 0);
 }
 
 /* The step's plan, as much of StepPlan as these rules fill. */
@@ -371,13 +465,7 @@ static int schedule(Core *c, Plan *p, int64_t step, double now) {
         p->num_admitted++;
         s->prefill_left = tokens;
         s->first_sched = now;
-        PyObject *detail = c->dry ? Py_NewRef(c->s_empty) : chunk < tokens
-            ? PyUnicode_FromFormat("prefill %lld tokens, first chunk %lld",
-                                   (long long)tokens, (long long)chunk)
-            : PyUnicode_FromFormat("prefill %lld tokens", (long long)tokens);
-        if (!detail) return -1;
-        int r = event(c, step, now, s, c->s_admit, detail);
-        Py_DECREF(detail);
+        int r = event(c, step, now, s, EV_ADMIT, tokens, chunk);
         if (r < 0) return -1;
         budget -= chunk;
         if (prefill_chunk(c, p, slot, chunk, 0) < 0) return -1;
@@ -497,11 +585,7 @@ static int finish(Core *c, Py_ssize_t slot, int64_t step, double end) {
     for (Py_ssize_t i = 0; i < c->running.n; i++)
         if (c->running.v[i] == slot) { vec_remove_at(&c->running, i); break; }
     s->epoch++;
-    PyObject *detail = c->dry ? Py_NewRef(c->s_empty)
-        : PyUnicode_FromFormat("%lld tokens", (long long)s->output);
-    if (!detail) return -1;
-    int r = event(c, step, end, s, c->s_finish, detail);
-    Py_DECREF(detail);
+    int r = event(c, step, end, s, EV_FINISH, s->output, 0);
     if (r < 0) return -1;
     record(c, s, end);
     Py_CLEAR(s->id);
@@ -786,7 +870,7 @@ static int run_loop(Core *c) {
         if (executed >= c->max_steps) { result = 0; goto done; }
     }
 done:
-    if (result == 1 && flush_block(c) < 0) result = -1;
+    if (result == 1 && (flush_block(c) < 0 || flush_events(c) < 0)) result = -1;
     PyMem_Free(ends);
     PyMem_Free(grown);
     PyMem_Free(durations);
@@ -798,6 +882,7 @@ static void core_free(Core *c) {
     PyMem_Free(c->seqs); PyMem_Free(c->free_slots.v); PyMem_Free(c->waiting.v);
     PyMem_Free(c->running.v); PyMem_Free(c->prefilling.v);
     PyMem_Free(c->finish_due.v); PyMem_Free(c->block_due.v); PyMem_Free(c->itl.t);
+    PyMem_Free(c->etext.v);
     PyMem_Free(c->seg.v); PyMem_Free(c->seg_sum.v); PyMem_Free(c->step_start.v);
     PyMem_Free(c->step_used.v);
     PyMem_Free(c->tl_busy); PyMem_Free(c->tl_waiting); PyMem_Free(c->tl_count);
@@ -821,7 +906,8 @@ PyDoc_STRVAR(run_doc,
 "int64 or None), in arrival order; records: writable RecordTable columns (arrival or\n"
 "None, status u8, first_scheduled, first_token, finish, max_gap f64, ttft_steps i64,\n"
 "generated i32, prefix_hit i32), by input index; callbacks: (log_block, events list,\n"
-"drain or None, drain_at, progress or None); timeline: (start, end, num_buckets).\n"
+"drain or None, drain_at, progress or None, event_text or None: then the events go to\n"
+"it as CSV lines, bytes, instead of the list); timeline: (start, end, num_buckets).\n"
 "Returns (free blocks, (itl count, total, bucketed, {gap: count}), (steps, end, busy,\n"
 "prefill tokens, decode tokens, blocks used summed, peak), (timeline busy, waiting,\n"
 "count)).\n"
@@ -839,13 +925,13 @@ static PyObject *core_run(PyObject *self, PyObject *args) {
     Py_buffer r_gap = {0}, r_ttft = {0}, r_gen = {0}, r_hit = {0};
     PyObject *ids_obj, *r_arrival_obj;
     Py_ssize_t drain_at;
-    if (!PyArg_ParseTuple(args, "(LLLLLpLdpLppp)(y*y*y*y*O)(Ow*w*w*w*w*w*w*w*)(OOOnO)(ddn)",
+    if (!PyArg_ParseTuple(args, "(LLLLLpLdpLppp)(y*y*y*y*O)(Ow*w*w*w*w*w*w*w*)(OOOnOO)(ddn)",
                           &budget, &max_num_seqs, &block_size, &num_blocks, &watermark,
                           &chunked, &chunk_cap, &step_time, &whole_steps, &max_steps,
                           &stretches, &itl, &c.dry, &arrival, &prompt, &output, &order, &ids_obj,
                           &r_arrival_obj, &r_status, &r_sched, &r_token, &r_finish, &r_gap,
                           &r_ttft, &r_gen, &r_hit, &c.log_block, &c.events, &c.drain,
-                          &drain_at, &c.progress, &c.tl_start, &c.tl_end, &c.tl_size))
+                          &drain_at, &c.progress, &c.event_text, &c.tl_start, &c.tl_end, &c.tl_size))
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t n = arrival.len / (Py_ssize_t)sizeof(double);
@@ -932,8 +1018,104 @@ out:
     return result;
 }
 
+
+/* -- format_csv: columns to CSV lines --------------------------------------------------- */
+PyDoc_STRVAR(format_csv_doc,
+"format_csv(columns, n) -> bytes or None\n\n"
+"`n` CSV lines, a cell per column, as csv.writer (minimal quoting, \\n) writes the values\n"
+"Python's '%.10g' formats. A column is (kind, values[, names]): 'i' int64 buffer;\n"
+"'I' the same, a negative one empty; 'f' float64 buffer, NaN empty; 'F' the same, NaN\n"
+"'nan'; 'r' int64 buffer, written r<value>; 'k' int64 codes into the tuple `names`, a\n"
+"negative one empty; 's' a list of str or None. None: a text holds a carriage return\n"
+"(left to the csv module).");
+
+static PyObject *format_csv(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *columns;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "On", &columns, &n)) return NULL;
+    PyObject *cols = PySequence_Fast(columns, "columns must be a sequence");
+    if (!cols) return NULL;
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(cols);
+    Py_buffer *views = PyMem_Calloc(m ? m : 1, sizeof(Py_buffer));
+    char *kinds = PyMem_Calloc(m ? m : 1, 1);
+    PyObject **lists = PyMem_Calloc(m ? m : 1, sizeof(PyObject *));
+    Text t = {0};
+    PyObject *result = NULL;
+    if (!views || !kinds || !lists) { PyErr_NoMemory(); goto out; }
+    for (Py_ssize_t j = 0; j < m; j++) {
+        PyObject *spec = PySequence_Fast_GET_ITEM(cols, j);
+        const char *kind;
+        PyObject *values, *names = NULL;
+        if (!PyArg_ParseTuple(spec, "sO|O", &kind, &values, &names)) goto out;
+        kinds[j] = kind[0];
+        if (kind[0] == 's' || kind[0] == 'k') lists[j] = kind[0] == 's' ? values : names;
+        if (kind[0] == 's') {
+            if (!PyList_Check(values) || PyList_GET_SIZE(values) != n) {
+                PyErr_SetString(PyExc_ValueError, "an 's' column needs a list of n texts");
+                goto out;
+            }
+            continue;
+        }
+        if (kind[0] == 'k' && (!names || !PyTuple_Check(names))) {
+            PyErr_SetString(PyExc_ValueError, "a 'k' column needs a tuple of names");
+            goto out;
+        }
+        if (PyObject_GetBuffer(values, &views[j], PyBUF_SIMPLE) < 0) goto out;
+        if (views[j].len != n * 8) {
+            PyErr_SetString(PyExc_ValueError, "a column needs n 8-byte values");
+            goto out;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        for (Py_ssize_t j = 0; j < m; j++) {
+            if (j && text_put(&t, ",", 1) < 0) goto out;
+            char kind = kinds[j];
+            if (kind == 'f' || kind == 'F') {
+                double x = ((const double *)views[j].buf)[i];
+                if (isnan(x) && kind == 'f') continue;
+                if (text_float(&t, x) < 0) goto out;
+                continue;
+            }
+            PyObject *text = NULL;
+            if (kind == 's') {
+                text = PyList_GET_ITEM(lists[j], i);
+                if (text == Py_None) continue;
+            } else {
+                long long x = ((const int64_t *)views[j].buf)[i];
+                if (kind == 'i') { if (text_int(&t, x) < 0) goto out; continue; }
+                if (kind == 'I') { if (x >= 0 && text_int(&t, x) < 0) goto out; continue; }
+                if (kind == 'r') {
+                    if (text_put(&t, "r", 1) < 0 || text_int(&t, x) < 0) goto out;
+                    continue;
+                }
+                if (x < 0) continue;  /* 'k' */
+                if (x >= PyTuple_GET_SIZE(lists[j])) {
+                    PyErr_SetString(PyExc_IndexError, "a code beyond its names");
+                    goto out;
+                }
+                text = PyTuple_GET_ITEM(lists[j], x);
+            }
+            Py_ssize_t len;
+            const char *utf8 = PyUnicode_AsUTF8AndSize(text, &len);
+            if (!utf8) goto out;
+            int r = text_cell(&t, utf8, len);
+            if (r < 0) goto out;
+            if (r == 1) { result = Py_NewRef(Py_None); goto out; }
+        }
+        if (text_put(&t, "\n", 1) < 0) goto out;
+    }
+    result = PyBytes_FromStringAndSize(t.v ? t.v : "", t.n);
+out:
+    for (Py_ssize_t j = 0; views && j < m; j++) if (views[j].buf) PyBuffer_Release(&views[j]);
+    PyMem_Free(views); PyMem_Free(kinds); PyMem_Free(lists); PyMem_Free(t.v);
+    Py_DECREF(cols);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"run", core_run, METH_VARARGS, run_doc},
+    {"format_csv", format_csv, METH_VARARGS, format_csv_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -58,7 +58,17 @@ def write_rows(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]])
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(header)
         fmt = FLOAT_FORMAT
-        writer.writerows([fmt % v if type(v) is float else v for v in row] for row in rows)
+        chunks = getattr(rows, "csv_text", None)  # a table's rows (kvsched.record_table)
+        if chunks is None:
+            writer.writerows([fmt % v if type(v) is float else v for v in row] for row in rows)
+            return
+        table = rows.table  # type: ignore[attr-defined]
+        for text, start, stop in chunks():
+            if text is not None:  # the same bytes as the csv module's, in C
+                handle.write(text.decode("utf-8"))
+            else:
+                writer.writerows([fmt % v if type(v) is float else v for v in row]
+                                 for row in table.rows(start, stop))
 
 
 class RowCsv:
@@ -73,6 +83,10 @@ class RowCsv:
         fmt = FLOAT_FORMAT
         self._writer.writerows([fmt % v if type(v) is float else v for v in row]
                                for row in rows)
+
+    def text(self, lines: bytes) -> None:
+        """Rows already made CSV lines (the compiled loop's events)."""
+        self._handle.write(lines.decode("utf-8"))
 
     def close(self) -> None:
         self._handle.close()

@@ -42,6 +42,14 @@ def available() -> bool:
     return _fastcore is not None and os.environ.get("KVSCHED_CORE", "") != "python"
 
 
+def format_csv(columns: list[tuple], n: int) -> bytes | None:
+    """`n` CSV lines of typed columns (see `_fastcore.format_csv`), None if a text needs the
+    csv module."""
+    assert _fastcore is not None
+    out: bytes | None = _fastcore.format_csv(columns, n)
+    return out
+
+
 def carries(requests: Any, config: EngineConfig, policy: Policy, clock: TimeModel,
             admission: SloAdmission | None, record_batches: bool) -> bool:
     """Whether the compiled loop runs these rules (it may still give up on the way)."""
@@ -73,11 +81,12 @@ def carries(requests: Any, config: EngineConfig, policy: Policy, clock: TimeMode
 
 def run(requests: RequestColumns, config: EngineConfig, clock: TimeModel,
         records: RecordTable, log: StepLog, events: list[tuple], drain: Any,
-        drain_at: int, progress: Any, stretches: bool, itl: bool
+        drain_at: int, progress: Any, stretches: bool, itl: bool, event_text: Any = None
         ) -> tuple[int, GapHistogram | None] | None:
     """Run the loop in C: (free blocks at the end, the inter-token gap histogram or None
     without `itl`), with `records`, `log` and `events` filled as the Python loop fills them;
-    None if it gave up. A first pass only finds that out (it makes no rows or events, a
+    None if it gave up. `event_text`, if given, takes the events as CSV lines (bytes)
+    instead of `events`. A first pass only finds that out (it makes no rows or events, a
     tenth of the work), so that nothing reaches a streaming `log` or `drain` of a run the
     Python loop then makes again."""
     step = constant_duration(clock)
@@ -118,7 +127,8 @@ def run(requests: RequestColumns, config: EngineConfig, clock: TimeModel,
                 (cfg.max_num_batched_tokens, cfg.max_num_seqs, cfg.block_size,
                  cfg.usable_blocks, cfg.watermark_blocks, cfg.chunked_prefill, chunk_cap, step,
                  clock.whole_steps, cfg.max_steps, stretches, itl, dry),
-                arrivals, columns, (take_block, events, drain, drain_at, progress), span)
+                arrivals, columns, (take_block, events, drain, drain_at, progress,
+                                    event_text), span)
             if out is None:
                 return None
     finally:

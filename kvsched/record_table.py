@@ -167,6 +167,41 @@ class RecordTable(Sequence[RequestRecord]):
         for lo in range(start, stop, _ROWS):
             yield from self._tuples(np.arange(lo, min(lo + _ROWS, stop)))
 
+    def csv_text(self, start: int, stop: int) -> bytes | None:
+        """Rows start..stop as the CSV lines `rows()` gives the csv module (None when the
+        compiled formatter is not built, or a text needs the csv module)."""
+        from kvsched import fastcore
+
+        if not fastcore.available():
+            return None
+        index = np.arange(start, stop)
+        c = self.columns(index)
+        work = self.workload
+        if isinstance(work, RequestColumns):
+            numbers = index if work.id_numbers is None else work.id_numbers[index]
+            ids: tuple = ("r", np.ascontiguousarray(numbers, dtype=np.int64))
+        else:
+            ids = ("s", self.request_ids(index.tolist()))
+        reasons = self.reasons
+        why = [reasons.get(i) for i in index.tolist()] if reasons else [None] * len(index)
+
+        def ints(kind: str, values: np.ndarray) -> tuple:
+            return kind, np.ascontiguousarray(values, dtype=np.int64)
+
+        def floats(kind: str, values: np.ndarray) -> tuple:
+            return kind, np.ascontiguousarray(values, dtype=np.float64)
+
+        return fastcore.format_csv([
+            ids, floats("F", c.arrival_time), ints("i", c.prompt_len), ints("i", c.output_len),
+            ints("i", c.priority), (*ints("k", c.class_codes), tuple(c.class_names)),
+            (*ints("k", c.status), STATUSES), floats("f", c.first_scheduled_time),
+            floats("f", c.first_token_time), floats("f", c.finish_time), floats("f", c.ttft),
+            ints("I", c.ttft_steps), floats("f", c.e2e_latency), floats("f", c.queue_time),
+            ints("i", c.num_preemptions), ints("i", c.num_recomputed_tokens),
+            ints("i", c.num_swapped_blocks), floats("f", c.max_token_gap),
+            ints("i", c.generated_tokens), ("s", why), floats("f", c.tpot),
+            ints("I", c.prefix_hit_tokens), ints("i", c.cached_tokens)], len(index))
+
     def take(self, indices: Iterable[int] | np.ndarray) -> list[RequestRecord]:
         """The records of rows `indices`, in that order."""
         index = np.fromiter(indices, dtype=np.int64) if not isinstance(indices, np.ndarray) \
@@ -293,11 +328,32 @@ def reasons_of(records: Sequence[RequestRecord], indices: Iterable[int]) -> list
     return [records[i].reason for i in indices]
 
 
-def rows_of(records: Sequence[RequestRecord]) -> Iterator[tuple]:
-    """REQUEST_COLUMNS rows of records, without making records from a table."""
+def rows_of(records: Sequence[RequestRecord]) -> Iterable[tuple]:
+    """REQUEST_COLUMNS rows of records, without making records from a table (a table's can
+    also be had as CSV text: `TableRows.csv_text`)."""
     if isinstance(records, RecordTable):
-        return records.rows()
+        return TableRows(records)
     return (r.as_row() for r in records)
+
+
+class TableRows:
+    """A table's rows: tuples when iterated; `csv_text` gives them as CSV lines, a chunk
+    at a time, for `kvsched.csvout.write_rows`."""
+
+    __slots__ = ("table",)
+
+    def __init__(self, table: RecordTable) -> None:
+        self.table = table
+
+    def __iter__(self) -> Iterator[tuple]:
+        return self.table.rows()
+
+    def csv_text(self) -> Iterator[tuple[bytes | None, int, int]]:
+        """(CSV lines or None, start, stop) for each chunk of rows."""
+        n = len(self.table)
+        for lo in range(0, n, _ROWS):
+            hi = min(lo + _ROWS, n)
+            yield self.table.csv_text(lo, hi), lo, hi
 
 
 def _list_columns(work: Sequence[Request]) -> tuple:

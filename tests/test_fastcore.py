@@ -148,3 +148,40 @@ def test_the_command_writes_the_same_bytes(tmp_path):
     for records in ("full", "compact"):
         assert out["c", records] == out["python", records]
         assert len(out["c", records]) >= 4  # requests, steps, events, summary
+
+
+texts = st.one_of(st.none(), st.text(st.sampled_from("ab ,\"\n\r;é-"), max_size=6))
+
+
+@settings(max_examples=200, **SETTINGS)
+@given(st.data())
+def test_format_csv_writes_what_the_csv_module_writes(data):
+    """Every kind of column, quoting included; a carriage return is left to the csv module."""
+    import csv
+    import io
+
+    n = data.draw(st.integers(0, 8))
+    ints = st.lists(st.integers(-5, 2**40), min_size=n, max_size=n)
+    floats = st.lists(st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from(
+        [0.0, -0.0, 0.0039, 1234567890.5, 1e-5, 3600.25]), min_size=n, max_size=n)
+    names = tuple(data.draw(st.lists(st.text(st.sampled_from("ab,\" "), min_size=1,
+                                             max_size=4), min_size=1, max_size=3)))
+    codes = data.draw(st.lists(st.integers(-1, len(names) - 1), min_size=n, max_size=n))
+    i, big_i, f, big_f, r = (data.draw(ints), data.draw(ints), data.draw(floats),
+                             data.draw(floats), data.draw(ints))
+    s = data.draw(st.lists(texts, min_size=n, max_size=n))
+    columns = [("i", np.array(i, dtype=np.int64)), ("I", np.array(big_i, dtype=np.int64)),
+               ("f", np.array(f, dtype=np.float64)), ("F", np.array(big_f, dtype=np.float64)),
+               ("r", np.array(r, dtype=np.int64)), ("k", np.array(codes, dtype=np.int64), names),
+               ("s", s)]
+    rows = zip(i, [v if v >= 0 else None for v in big_i],
+               [None if v != v else "%.10g" % v for v in f], ["%.10g" % v for v in big_f],
+               [f"r{v}" for v in r], [names[k] if k >= 0 else None for k in codes], s,
+               strict=True)
+    expected = io.StringIO()
+    csv.writer(expected, lineterminator="\n").writerows(rows)
+    made = fastcore.format_csv(columns, n)
+    if any(t is not None and "\r" in t for t in s):
+        assert made is None
+    else:
+        assert made is not None and made.decode() == expected.getvalue()
