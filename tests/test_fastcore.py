@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from kvsched import ConstantStep, EngineConfig, StepClock, fastcore, make_policy, simulate
 from kvsched.cli import app
+from kvsched.floatfmt import FORMAT
 from kvsched.record_table import RecordTable
 from kvsched.request_columns import RequestColumns
 from kvsched.steplog import StepLog
@@ -175,7 +176,7 @@ def test_format_csv_writes_what_the_csv_module_writes(data):
                ("r", np.array(r, dtype=np.int64)), ("k", np.array(codes, dtype=np.int64), names),
                ("s", s)]
     rows = zip(i, [v if v >= 0 else None for v in big_i],
-               [None if v != v else "%.10g" % v for v in f], ["%.10g" % v for v in big_f],
+               [None if v != v else FORMAT % v for v in f], [FORMAT % v for v in big_f],
                [f"r{v}" for v in r], [names[k] if k >= 0 else None for k in codes], s,
                strict=True)
     expected = io.StringIO()
