@@ -84,16 +84,66 @@ static int text_put(Text *t, const char *s, Py_ssize_t len) {
 
 static int text_int(Text *t, long long x) {
     if (text_reserve(t, 24) < 0) return -1;
-    t->n += snprintf(t->v + t->n, 24, "%lld", x);
+    char digits[24];
+    int n = 0;
+    unsigned long long v = x < 0 ? 0ULL - (unsigned long long)x : (unsigned long long)x;
+    do { digits[n++] = (char)('0' + v % 10); v /= 10; } while (v);
+    char *o = t->v + t->n;
+    if (x < 0) *o++ = '-';
+    while (n) *o++ = digits[--n];
+    t->n = o - t->v;
     return 0;
 }
 
-/* glibc's %.10g is correctly rounded, as Python's: the same text, but for NaN's sign */
+/* Python's "%.10g" % x. Most values take the fast path of kvsched/floatfmt.py (its
+ * docstring says why it is exact): |x| in [1e-4, 1e10), times 10**(9 - X) for its decimal
+ * exponent X, is within 1e-6 of the exact product, so rounding gives the ten digits unless
+ * the fraction is within 1e-5 of one half; those, zeros, non-finite values and the
+ * exponent notation go through Python's own formatter. */
+static const double DECADE[14] = {1e-4, 1e-3, 1e-2, 1e-1, 1e0, 1e1, 1e2, 1e3, 1e4, 1e5,
+                                  1e6, 1e7, 1e8, 1e9};
+static const double POW10[14] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10,
+                                 1e11, 1e12, 1e13};
+
 static int text_float(Text *t, double x) {
-    if (isnan(x)) return text_put(t, "nan", 3);
     if (text_reserve(t, 32) < 0) return -1;
-    t->n += snprintf(t->v + t->n, 32, "%.10g", x);
-    return 0;
+    double a = fabs(x);
+    if (a >= 1e-4 && a < 1e10) {
+        int e = 9;  /* the decimal exponent, a guess the digits' count checks below */
+        while (e > -4 && a < DECADE[e + 4]) e--;
+        {
+            double scaled = a * POW10[9 - e];
+            double m = rint(scaled);
+            if (fabs(scaled - floor(scaled) - 0.5) > 1e-5 && m > 1e9 && m < 1e10) {
+                char digits[10];
+                long long v = (long long)m;
+                for (int i = 9; i >= 0; i--) { digits[i] = (char)('0' + v % 10); v /= 10; }
+                int last = 9;  /* the last digit kept: trailing zeros go */
+                while (last > 0 && digits[last] == '0') last--;
+                char *o = t->v + t->n;
+                if (x < 0) *o++ = '-';
+                if (e >= 0) {
+                    for (int i = 0; i <= e; i++) *o++ = digits[i];
+                    if (last > e) {
+                        *o++ = '.';
+                        for (int i = e + 1; i <= last; i++) *o++ = digits[i];
+                    }
+                } else {
+                    *o++ = '0';
+                    *o++ = '.';
+                    for (int i = 0; i < -e - 1; i++) *o++ = '0';
+                    for (int i = 0; i <= last; i++) *o++ = digits[i];
+                }
+                t->n = o - t->v;
+                return 0;
+            }
+        }
+    }
+    char *text = PyOS_double_to_string(x, 'g', 10, 0, NULL);
+    if (!text) return -1;
+    int r = text_put(t, text, (Py_ssize_t)strlen(text));
+    PyMem_Free(text);
+    return r;
 }
 
 /* A text cell: quoted (quotes doubled) when it holds a comma, a quote or a newline, as
