@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml kvsched/_fastcore.c
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m compileall -q kvsched > /dev/null  # what a regular install does
 	touch $(STAMP)
 
 # pytest exits 5 when it collects no tests: say so instead of failing the build.

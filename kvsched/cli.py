@@ -19,7 +19,7 @@ import typer
 from kvsched import __version__
 from kvsched.errors import KvschedError, excerpt, one_line
 from kvsched.paths import name_problem, out_problem
-from kvsched.steplog import RecordMode
+from kvsched.record_mode import RecordMode
 
 if TYPE_CHECKING:  # the commands import what they use: `kvsched --help` stays fast
     from kvsched.runner import ScenarioRun

@@ -12,13 +12,13 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from enum import StrEnum
 from itertools import chain, repeat
 from operator import attrgetter, mul
 from typing import cast
 
 import numpy as np
 
+from kvsched.record_mode import RecordMode as RecordMode  # (importable from here too)
 from kvsched.records import STEP_COLUMNS
 from kvsched.scheduler import Stretch
 
@@ -36,14 +36,6 @@ decode stretch. A stretch row holds its first step and start `time`; `duration`,
 counts and `num_finished` are sums over the stretch; `blocks_used` and `blocks_free` are as
 its last batch ran (blocks only grow within a stretch: the last is the peak); `mfu` and
 `mbu` are means over its steps weighted by their durations."""
-
-
-class RecordMode(StrEnum):
-    """How much of the per-step record a run writes."""
-
-    FULL = "full"  # steps.csv: one row per step
-    COMPACT = "compact"  # steps.csv: one row per step or per decode stretch
-    SUMMARY = "summary"  # no steps.csv: requests, events and the summary only
 
 
 class Timeline:
