@@ -101,7 +101,6 @@ class StepCsv:
     def __init__(self, path: Path, mode: RecordMode, num_blocks: int,
                  replica: int | None = None, header: bool = True) -> None:
         import pyarrow as pa
-        import pyarrow.csv as pacsv
 
         self._pa = pa
         self.mode = mode
@@ -114,9 +113,24 @@ class StepCsv:
             fields.append(pa.field("replica", pa.int64()))
         self._schema = pa.schema(fields)
         self._handle: IO[bytes] = path.open("wb")
-        options = pacsv.WriteOptions(include_header=header, quoting_style="none",
-                                     quoting_header="none")
-        self._writer = pacsv.CSVWriter(self._handle, self._schema, write_options=options)
+        self._header = header  # still to write
+        self._writer: Any = None  # Arrow's, made at its first table
+
+    def _arrow(self) -> Any:
+        if self._writer is None:
+            import pyarrow.csv as pacsv
+
+            options = pacsv.WriteOptions(include_header=self._header, quoting_style="none",
+                                         quoting_header="none")
+            self._writer = pacsv.CSVWriter(self._handle, self._schema, write_options=options)
+            self._header = False
+        return self._writer
+
+    def _write_header(self) -> None:
+        """The header line as Arrow writes it (names unquoted), for text written here."""
+        if self._header:
+            self._handle.write((",".join(self._schema.names) + "\n").encode())
+            self._header = False
 
     def __call__(self, chunk: list[Segment]) -> None:
         if self.mode is not RecordMode.FULL:
@@ -135,8 +149,32 @@ class StepCsv:
 
     def block(self, block: SegmentBlock) -> None:
         """Segments as columns (the compiled loop's): the same bytes as their rows and
-        stretches through `__call__`, made a column at a time."""
-        self._write(self._block_columns(block))
+        stretches through `__call__`, made a column at a time (in C: `format_csv`)."""
+        columns = self._block_columns(block)
+        text = self._text(columns) if self._writer is None else None
+        if text is None:
+            self._write(columns)
+            return
+        self._write_header()
+        self._handle.write(text)
+
+    def _text(self, columns: list[Any]) -> bytes | None:
+        from kvsched import fastcore
+
+        if not fastcore.available():
+            return None
+        n = len(columns[0])
+        specs: list[tuple] = []
+        for name, values in zip(self.columns, columns, strict=True):
+            if type(values) is list:  # mfu, mbu: [None, ...]
+                specs.append(("s", values))
+            elif name in _STEP_FLOATS:
+                specs.append(("F", np.ascontiguousarray(values, dtype=np.float64)))
+            else:
+                specs.append(("i", np.ascontiguousarray(values, dtype=np.int64)))
+        if self.replica is not None:
+            specs.append(("i", np.full(n, self.replica, dtype=np.int64)))
+        return fastcore.format_csv(specs, n)
 
     def _block_columns(self, block: SegmentBlock) -> list[Any]:
         n = len(block)
@@ -186,10 +224,13 @@ class StepCsv:
                 arrays.append(format_floats(values))
         if self.replica is not None:
             arrays.append(pa.repeat(self.replica, len(arrays[0])).cast(pa.int64()))
-        self._writer.write_table(pa.Table.from_arrays(arrays, schema=self._schema))
+        self._arrow().write_table(pa.Table.from_arrays(arrays, schema=self._schema))
 
     def close(self) -> None:
-        self._writer.close()
+        if self._writer is not None:
+            self._writer.close()
+        else:
+            self._write_header()  # a run without steps: the header alone, as Arrow's
         self._handle.close()
 
     def _full_columns(self, chunk: list[Segment]) -> list[Any]:
