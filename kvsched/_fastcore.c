@@ -244,11 +244,8 @@ static int hist_grow(Hist *h) {
     return 0;
 }
 
-/* GapHistogram.add(value, count): count and total as Python sums them, then the count. */
-static int hist_add(Hist *h, double value, int64_t count) {
-    if (!h->on || !count) return 0;
-    h->count += count;
-    h->total += value * (double)count;
+/* `count` more gaps of `value` in the counts only (not in `count` and `total`). */
+static int hist_count(Hist *h, double value, int64_t count) {
     if (value == 0.0) value = 0.0;  /* -0.0 and 0.0 are one dict key */
     uint64_t key;
     memcpy(&key, &value, sizeof key);
@@ -263,6 +260,14 @@ static int hist_add(Hist *h, double value, int64_t count) {
     else if (was && !s->count) h->distinct--;
     if (h->distinct > MAX_EXACT) h->bucketed = 1;
     return 0;
+}
+
+/* GapHistogram.add(value, count): count and total as Python sums them, then the count. */
+static int hist_add(Hist *h, double value, int64_t count) {
+    if (!h->on || !count) return 0;
+    h->count += count;
+    h->total += value * (double)count;
+    return hist_count(h, value, count);
 }
 
 /* -- the engine ------------------------------------------------------------------------ */
@@ -324,18 +329,20 @@ static int event(Core *c, int64_t step, double time, Seq *s, int kind, long long
     if (c->dry) return 0;
     if (c->event_text != Py_None) {
         Text *t = &c->etext;
-        char line[96];
-        if (text_int(t, step) < 0 || text_put(t, ",", 1) < 0 || text_float(t, time) < 0)
+#define PUT(lit) text_put(t, lit, (Py_ssize_t)sizeof(lit) - 1)
+        if (text_int(t, step) < 0 || PUT(",") < 0 || text_float(t, time) < 0 || PUT(",r") < 0
+                || text_int(t, s->id_number) < 0)
             return -1;
-        int len = snprintf(line, sizeof line, ",r%lld,", s->id_number);
-        if (kind == EV_ARRIVE) len += snprintf(line + len, sizeof line - len, "arrive,\n");
+        int r;
+        if (kind == EV_ARRIVE) r = PUT(",arrive,\n");
         else if (kind == EV_FINISH)
-            len += snprintf(line + len, sizeof line - len, "finish,%lld tokens\n", a);
+            r = (PUT(",finish,") < 0 || text_int(t, a) < 0) ? -1 : PUT(" tokens\n");
         else if (b < a)
-            len += snprintf(line + len, sizeof line - len,
-                            "admit,\"prefill %lld tokens, first chunk %lld\"\n", a, b);
-        else len += snprintf(line + len, sizeof line - len, "admit,prefill %lld tokens\n", a);
-        if (text_put(t, line, len) < 0) return -1;
+            r = (PUT(",admit,\"prefill ") < 0 || text_int(t, a) < 0
+                 || PUT(" tokens, first chunk ") < 0 || text_int(t, b) < 0) ? -1 : PUT("\"\n");
+        else r = (PUT(",admit,prefill ") < 0 || text_int(t, a) < 0) ? -1 : PUT(" tokens\n");
+#undef PUT
+        if (r < 0) return -1;
         return t->n >= (1 << 20) ? flush_events(c) : 0;
     }
     PyObject *detail;
@@ -824,11 +831,23 @@ static int64_t stretch_once(Core *c, int64_t step, double now, double next_arriv
     double g1 = ends[1] - c->last_end, top = -INFINITY;
     c->last_end = ends[k];
     if (hist_add(&c->itl, g1, n) < 0) goto fail;
+    /* the later passes' gaps: the total step by step, the counts a run of equal gaps at a
+     * time (counts are sums of whole numbers: any grouping gives them) */
+    Hist *h = &c->itl;
+    double run_value = 0.0;
+    int64_t run_length = 0;
     for (int64_t j = 1; j < k; j++) {
         double g = ends[j + 1] - ends[j];
         if (g > top) top = g;
-        if (hist_add(&c->itl, g, n) < 0) goto fail;
+        if (!h->on) continue;
+        h->count += n;
+        h->total += g * (double)n;
+        if (run_length && g == run_value && !(g == 0.0)) { run_length++; continue; }
+        if (run_length && hist_count(h, run_value, n * run_length) < 0) goto fail;
+        run_value = g;
+        run_length = 1;
     }
+    if (run_length && hist_count(h, run_value, n * run_length) < 0) goto fail;
     for (int64_t i = 0; i < n; i++) {
         Seq *s = &c->seqs[c->running.v[i]];
         if (s->run_tick == first) {
