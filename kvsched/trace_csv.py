@@ -47,8 +47,7 @@ def read_clean_columns(path: Path, needed: dict[str, str], absent: list[str],
             return None
         if kind == "datetime":
             kind_ok = pa.types.is_timestamp(column.type) and column.type.tz is None
-            seconds = arrival_seconds(_int64s(column.cast(pa.timestamp("ns"))
-                                              .cast(pa.int64()))) if kind_ok else None
+            seconds = arrival_seconds(_nanoseconds(pa, column)) if kind_ok else None
             if seconds is None:
                 return None
             out[name] = seconds
@@ -69,6 +68,15 @@ def _int64s(column: Any) -> np.ndarray:
     parts = [np.frombuffer(chunk.buffers()[1], dtype=np.int64, count=len(chunk),
                            offset=chunk.offset * 8) for chunk in column.chunks]
     return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+
+def _nanoseconds(pa: Any, column: Any) -> np.ndarray:
+    """A null-free timestamp column as int64 nanoseconds: its buffers as they are when
+    they hold nanoseconds (the reader's unit for ISO stamps), else Arrow's cast (which
+    loads pyarrow.compute, a tenth of a second)."""
+    if column.type.unit != "ns":
+        column = column.cast(pa.timestamp("ns"))
+    return _int64s(column)
 
 
 def arrival_seconds(stamps_ns: np.ndarray) -> np.ndarray | None:
