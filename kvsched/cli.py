@@ -173,10 +173,17 @@ def _unit_warnings(scenario: Scenario, names: list[str]) -> None:
             typer.echo(one_line(f"{scenario.name}/{variant.name}: {pool}"), err=True)
 
 
+_RICH_TERMINAL = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
+"""Variables that make rich treat a stream as a terminal when it is not a tty."""
+
+
 @contextmanager
 def run_progress(name: str) -> Iterator[Callable[[str, int, int, float], None] | None]:
     """A long run is not silent on a terminal: a bar per variant on stderr (requests
     arrived, simulated time, time spent); nothing when stderr is not a terminal."""
+    if not sys.stderr.isatty() and not any(os.environ.get(name) for name in _RICH_TERMINAL):
+        yield None  # what rich would say, without its import (a few hundredths of a second)
+        return
     from rich.console import Console
 
     console = Console(stderr=True)
