@@ -185,3 +185,17 @@ def test_format_csv_writes_what_the_csv_module_writes(data):
         assert made is None
     else:
         assert made is not None and made.decode() == expected.getvalue()
+
+
+def test_a_queue_of_thousands_at_once():
+    """Six thousand requests at time 0: the waiting queue's storage is compacted as its
+    head moves on (past 4,096 taken), and the run is still the Python loop's."""
+    n = 6000
+    requests = RequestColumns(np.zeros(n), np.full(n, 8) + np.arange(n) % 5,
+                              np.full(n, 3) + np.arange(n) % 4)
+    config = EngineConfig(max_num_batched_tokens=2048, max_num_seqs=64, block_size=16,
+                          num_blocks=4000, watermark=0.0, chunked_prefill=True)
+    clock = ConstantStep(0.01)
+    assert fastcore.run(requests, config, clock, RecordTable(requests), StepLog(4000), [],
+                        None, 1 << 15, None, True, True) is not None
+    assert_same(*both(requests, config, clock))
