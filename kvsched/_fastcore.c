@@ -275,7 +275,8 @@ typedef struct {
     /* configuration */
     int64_t budget, max_num_seqs, block_size, num_blocks, watermark, chunk_cap, max_steps;
     int chunked, whole_steps, stretches, dry;
-    double step_time;
+    double t_base, t_prefill, t_decode, t_kv;  /* kvsched.timing.LinearStep (constant: base) */
+    double last_duration;
     /* the requests, in arrival order */
     const double *arrival; const int64_t *prompt, *output, *order, *id_numbers;
     Py_ssize_t n;
@@ -288,6 +289,9 @@ typedef struct {
     int64_t free, tick, kv_tokens, admissions, pushes, committed;
     double last_end;  /* end of the latest decode pass */
     int steady;
+    Py_ssize_t hol_slot, hol_behind;  /* the head blocking the request behind it, or -1 */
+    int64_t hol_k;
+    int hol_kind;
     Hist itl;
     /* outputs */
     double *rec_first_sched, *rec_first_token, *rec_finish, *rec_max_gap, *rec_arrival;
@@ -297,7 +301,7 @@ typedef struct {
     PyObject *log_block, *events, *drain, *progress, *event_text;
     Text etext;  /* events as CSV lines, for a sink that writes text (event_text) */
     /* the step records of the chunk under way, as columns (see SEG_* and flush_block) */
-    Vec seg, step_used; DVec seg_sum, step_start;
+    Vec seg, step_used; DVec seg_sum, step_start, step_duration;
     /* StepStats' sums and the Timeline's buckets (kvsched.steplog), over every step */
     int64_t stat_steps, stat_prefill, stat_decode, stat_used_sum, stat_peak;
     double stat_end, stat_busy;
@@ -305,14 +309,22 @@ typedef struct {
     Py_ssize_t tl_size;
     double *tl_busy; int64_t *tl_waiting, *tl_count;
     Py_ssize_t drain_at;
-    PyObject *s_arrive, *s_admit, *s_finish, *s_empty, *zero_f, *zero_i;
+    PyObject *s_arrive, *s_admit, *s_finish, *s_hol_block, *s_hol_release, *s_empty;
+    PyObject *kept;  /* with event_text: where the events the diagnosis reads go too */
 } Core;
 
 static Py_ssize_t num_waiting(Core *c) { return c->waiting.n - c->waiting_head; }
 
 static int64_t blocks_for(int64_t tokens, int64_t bs) { return (tokens + bs - 1) / bs; }
 
-enum { EV_ARRIVE, EV_ADMIT, EV_FINISH };
+/* LinearStep.duration (a constant step is its base), its additions in its order; a swapped
+ * block never happens here (its price times 0 adds 0.0). */
+static double duration_of(Core *c, int64_t prefill, int64_t decodes, int64_t kv_read) {
+    return c->t_base + c->t_prefill * (double)prefill + c->t_decode * (double)decodes
+        + c->t_kv * (double)kv_read;
+}
+
+enum { EV_ARRIVE, EV_ADMIT, EV_FINISH, EV_HOL_BLOCK, EV_HOL_RELEASE };
 
 static int flush_events(Core *c) {
     if (!c->etext.n) return 0;
@@ -321,6 +333,45 @@ static int flush_events(Core *c) {
     if (!out) return -1;
     Py_DECREF(out);
     return 0;
+}
+
+/* An event as the Python loop's tuple, appended to `list`. */
+static int append_event(Core *c, PyObject *list, int64_t step, double time, Seq *s, int kind,
+                        long long a, long long b) {
+    PyObject *detail, *name;
+    if (kind == EV_ARRIVE || kind == EV_HOL_RELEASE) detail = Py_NewRef(c->s_empty);
+    else if (kind == EV_FINISH) detail = PyUnicode_FromFormat("%lld tokens", a);
+    else if (kind == EV_HOL_BLOCK)
+        detail = PyUnicode_FromFormat(
+            "needs %lld %s, %lld tokens and %lld blocks left; r%lld behind it would fit", a,
+            c->hol_kind == 1 ? "tokens" : "blocks", b, (long long)c->free,
+            c->seqs[c->hol_behind].id_number);
+    else if (b < a)
+        detail = PyUnicode_FromFormat("prefill %lld tokens, first chunk %lld", a, b);
+    else detail = PyUnicode_FromFormat("prefill %lld tokens", a);
+    if (!detail) return -1;
+    switch (kind) {
+    case EV_ARRIVE: name = c->s_arrive; break;
+    case EV_ADMIT: name = c->s_admit; break;
+    case EV_FINISH: name = c->s_finish; break;
+    case EV_HOL_BLOCK: name = c->s_hol_block; break;
+    default: name = c->s_hol_release; break;
+    }
+    if (!s->id) {
+        s->id = PyUnicode_FromFormat("r%lld", s->id_number);
+        if (!s->id) { Py_DECREF(detail); return -1; }
+    }
+    PyObject *e = Py_BuildValue("(LdOON)", (long long)step, time, s->id, name, detail);
+    if (!e) return -1;
+    int r = PyList_Append(list, e);
+    Py_DECREF(e);
+    return r;
+}
+
+/* The diagnosis reads head-of-line events: kept as tuples beside the CSV lines. */
+static int kept_event(Core *c, int64_t step, double time, Seq *s, int kind, long long a,
+                      long long b) {
+    return append_event(c, c->kept, step, time, s, kind, a, b);
 }
 
 /* An event (step, time, request_id, event, detail): a tuple in `events`, or a CSV line. */
@@ -337,31 +388,26 @@ static int event(Core *c, int64_t step, double time, Seq *s, int kind, long long
         if (kind == EV_ARRIVE) r = PUT(",arrive,\n");
         else if (kind == EV_FINISH)
             r = (PUT(",finish,") < 0 || text_int(t, a) < 0) ? -1 : PUT(" tokens\n");
+        else if (kind == EV_HOL_RELEASE) r = PUT(",hol_release,\n");
+        else if (kind == EV_HOL_BLOCK)
+            r = (PUT(",hol_block,\"needs ") < 0 || text_int(t, a) < 0
+                 || (c->hol_kind == 1 ? PUT(" tokens, ") : PUT(" blocks, ")) < 0
+                 || text_int(t, b) < 0 || PUT(" tokens and ") < 0 || text_int(t, c->free) < 0
+                 || PUT(" blocks left; r") < 0
+                 || text_int(t, c->seqs[c->hol_behind].id_number) < 0)
+                ? -1 : PUT(" behind it would fit\"\n");
         else if (b < a)
             r = (PUT(",admit,\"prefill ") < 0 || text_int(t, a) < 0
                  || PUT(" tokens, first chunk ") < 0 || text_int(t, b) < 0) ? -1 : PUT("\"\n");
         else r = (PUT(",admit,prefill ") < 0 || text_int(t, a) < 0) ? -1 : PUT(" tokens\n");
 #undef PUT
         if (r < 0) return -1;
+        if ((kind == EV_HOL_BLOCK || kind == EV_HOL_RELEASE) && kept_event(c, step, time, s, kind,
+                                                                       a, b) < 0)
+            return -1;
         return t->n >= (1 << 20) ? flush_events(c) : 0;
     }
-    PyObject *detail;
-    if (kind == EV_ARRIVE) detail = Py_NewRef(c->s_empty);
-    else if (kind == EV_FINISH) detail = PyUnicode_FromFormat("%lld tokens", a);
-    else if (b < a)
-        detail = PyUnicode_FromFormat("prefill %lld tokens, first chunk %lld", a, b);
-    else detail = PyUnicode_FromFormat("prefill %lld tokens", a);
-    if (!detail) return -1;
-    PyObject *name = kind == EV_ARRIVE ? c->s_arrive : kind == EV_ADMIT ? c->s_admit : c->s_finish;
-    if (!s->id) {
-        s->id = PyUnicode_FromFormat("r%lld", s->id_number);
-        if (!s->id) { Py_DECREF(detail); return -1; }
-    }
-    PyObject *e = Py_BuildValue("(LdOON)", (long long)step, time, s->id, name, detail);
-    if (!e) return -1;
-    int r = PyList_Append(c->events, e);
-    Py_DECREF(e);
-    return r;
+    return append_event(c, c->events, step, time, s, kind, a, b);
 }
 
 static Py_ssize_t new_slot(Core *c) {
@@ -397,9 +443,10 @@ static int arrive(Core *c, int64_t step) {
 typedef struct {
     int64_t tick, num_decodes, num_prefills, prefill_tokens, num_admitted, num_finished;
     double end, gap;  /* the step's end; its decode pass's gap from the pass before */
+    int64_t kv_read;  /* KV tokens the decodes read */
     Vec produced;  /* slots whose prefill completed this step */
-    int stopped;   /* admissions stopped at a head: (stop_budget) */
-    int64_t stop_budget;
+    int stopped;   /* admissions stopped at the head: 1 on tokens, 2 on blocks */
+    int64_t stop_budget, stop_need;  /* the budget left then; the tokens or blocks it needs */
 } Plan;
 
 static int insert_running(Core *c, Py_ssize_t slot) {
@@ -441,6 +488,38 @@ static int fits(Core *c, Seq *s, int64_t budget) {
     return tokens <= budget && c->free - need >= c->watermark;
 }
 
+/* Scheduler._track_head_of_line: a head that stops admissions while the request behind it
+ * would fit blocks it; only the changes are events (hol_block, hol_release). */
+static int track_head_of_line(Core *c, Plan *p, int64_t step, double now) {
+    Py_ssize_t head = -1, behind = -1;
+    if (p->stopped && num_waiting(c) >= 2) {
+        Py_ssize_t second = c->waiting.v[c->waiting_head + 1];
+        if (fits(c, &c->seqs[second], p->stop_budget)) {
+            head = c->waiting.v[c->waiting_head];
+            behind = second;
+        }
+    }
+    if (head >= 0 && head == c->hol_slot && c->seqs[head].k == c->hol_k) return 0;
+    if (c->hol_slot >= 0) {
+        if (event(c, step, now, &c->seqs[c->hol_slot], EV_HOL_RELEASE, 0, 0) < 0) return -1;
+        c->hol_slot = -1;
+    }
+    if (head < 0) return 0;
+    c->hol_slot = head;
+    c->hol_k = c->seqs[head].k;
+    c->hol_behind = behind;
+    c->hol_kind = p->stopped;
+    return event(c, step, now, &c->seqs[head], EV_HOL_BLOCK, p->stop_need, p->stop_budget);
+}
+
+/* Scheduler.hol_floor: while a head blocks, what the request behind it needs must stay
+ * free (with the watermark) for the state not to change. */
+static int64_t hol_floor(Core *c) {
+    if (c->hol_slot < 0 || num_waiting(c) < 2) return 0;
+    Seq *behind = &c->seqs[c->waiting.v[c->waiting_head + 1]];
+    return blocks_for(behind->prompt, c->block_size) + c->watermark;
+}
+
 /* Scheduler._decode_first without preemption: 1 = done, 0 = give up, -1 = error. */
 static int schedule(Core *c, Plan *p, int64_t step, double now) {
     int64_t budget = c->budget;
@@ -462,19 +541,8 @@ static int schedule(Core *c, Plan *p, int64_t step, double now) {
         }
         if (n > budget || growing > c->free) return 0;  /* the exact pass: not carried */
         c->free -= growing;
-        /* each request's gaps: its run's first (from its first token), then the passes' */
-        double end = p->end, gap = p->gap = end - c->last_end;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            Seq *s = &c->seqs[c->running.v[i]];
-            if (s->run_tick == tick) {
-                s->run_first_gap = gap;
-                s->first_gap = s->max_gap = end - s->last_time;
-                s->has_max_gap = 1;
-            } else if (gap > s->max_gap) {
-                s->max_gap = gap;
-            }
-        }
         p->num_decodes = n;
+        p->kv_read = c->kv_tokens + n;
         c->kv_tokens += n;
         budget -= n;
     }
@@ -505,13 +573,13 @@ static int schedule(Core *c, Plan *p, int64_t step, double now) {
             if (budget < chunk) chunk = budget;
             if (c->chunk_cap < chunk) chunk = c->chunk_cap;
         } else if (tokens > budget) {
-            p->stopped = 1; p->stop_budget = budget;
+            p->stopped = 1; p->stop_budget = budget; p->stop_need = tokens;
             break;
         } else {
             chunk = tokens;
         }
         if (!(c->free - need >= c->watermark)) {
-            p->stopped = 1; p->stop_budget = budget;
+            p->stopped = 2; p->stop_budget = budget; p->stop_need = need;
             break;
         }
         c->waiting_head++;
@@ -533,11 +601,7 @@ static int schedule(Core *c, Plan *p, int64_t step, double now) {
         c->waiting.n = left;
         c->waiting_head = 0;
     }
-    /* _track_head_of_line: a head that blocks one behind it that fits is not carried */
-    if (p->stopped && num_waiting(c) >= 2
-            && fits(c, &c->seqs[c->waiting.v[c->waiting_head + 1]], p->stop_budget))
-        return 0;
-    return 1;
+    return track_head_of_line(c, p, step, now) < 0 ? -1 : 1;
 }
 
 
@@ -589,7 +653,8 @@ static int add_segment(Core *c, const int64_t *fields, const double *starts,
         c->stat_busy += durations[j];
         c->stat_used_sum += used[j];
         if (used[j] > c->stat_peak) c->stat_peak = used[j];
-        if (dvec_push(&c->step_start, starts[j]) < 0 || vec_push(&c->step_used, used[j]) < 0)
+        if (dvec_push(&c->step_start, starts[j]) < 0 || vec_push(&c->step_used, used[j]) < 0
+                || dvec_push(&c->step_duration, durations[j]) < 0)
             return -1;
     }
     c->stat_steps += k;
@@ -605,16 +670,17 @@ static int add_segment(Core *c, const int64_t *fields, const double *starts,
 }
 
 /* Hand the chunk to the step log: log_block(segment ints, segment duration sums, starts,
- * blocks used), each as bytes (int64 or float64, native order); every step of the
- * compiled loop lasts the one step time. */
+ * durations, blocks used), each as bytes (int64 or float64, native order). */
 static int flush_block(Core *c) {
     if (!c->seg_sum.n) return 0;
     PyObject *out = PyObject_CallFunction(
-        c->log_block, "y#y#y#y#", (const char *)c->seg.v, c->seg.n * (Py_ssize_t)sizeof(int64_t),
+        c->log_block, "y#y#y#y#y#", (const char *)c->seg.v,
+        c->seg.n * (Py_ssize_t)sizeof(int64_t),
         (const char *)c->seg_sum.v, c->seg_sum.n * (Py_ssize_t)sizeof(double),
         (const char *)c->step_start.v, c->step_start.n * (Py_ssize_t)sizeof(double),
+        (const char *)c->step_duration.v, c->step_duration.n * (Py_ssize_t)sizeof(double),
         (const char *)c->step_used.v, c->step_used.n * (Py_ssize_t)sizeof(int64_t));
-    c->seg.n = c->seg_sum.n = c->step_start.n = c->step_used.n = 0;
+    c->seg.n = c->seg_sum.n = c->step_start.n = c->step_used.n = c->step_duration.n = 0;
     if (!out) return -1;
     Py_DECREF(out);
     return 0;
@@ -707,13 +773,31 @@ static int postprocess(Core *c, Plan *p, int64_t step) {
 static int step_once(Core *c, int64_t step, double now) {
     Plan p;
     memset(&p, 0, sizeof p);
-    p.end = now + c->step_time;
     int r = schedule(c, &p, step, now);
     if (r <= 0) { PyMem_Free(p.produced.v); return r < 0 ? -1 : 2; }
     if (!p.tick && !p.num_prefills) {  /* idle */
         c->steady = 0;
         PyMem_Free(p.produced.v);
         return 0;
+    }
+    double duration = duration_of(c, p.prefill_tokens, p.num_decodes, p.kv_read);
+    c->last_duration = duration;
+    p.end = now + duration;
+    if (p.tick) {
+        /* each request's gaps: its run's first (from its first token), then the passes';
+         * a request whose prefill completed in this step did not decode in it */
+        double end = p.end, gap = p.gap = end - c->last_end;
+        for (Py_ssize_t i = 0; i < c->running.n; i++) {
+            Seq *s = &c->seqs[c->running.v[i]];
+            if (!s->run_tick || s->run_tick > p.tick) continue;  /* (its first token is new) */
+            if (s->run_tick == p.tick) {
+                s->run_first_gap = gap;
+                s->first_gap = s->max_gap = end - s->last_time;
+                s->has_max_gap = 1;
+            } else if (gap > s->max_gap) {
+                s->max_gap = gap;
+            }
+        }
     }
     Py_ssize_t num_running = c->running.n + c->prefilling.n;
     Py_ssize_t waiting = num_waiting(c);
@@ -722,13 +806,12 @@ static int step_once(Core *c, int64_t step, double now) {
     PyMem_Free(p.produced.v);
     if (r < 0) return -1;
     int pure = !p.num_prefills && !p.num_admitted && !p.num_finished && p.num_decodes > 0;
-    int settled = !num_waiting(c) && !c->prefilling.n;
+    int settled = !num_waiting(c) && !c->prefilling.n && c->hol_slot < 0;
     c->steady = c->stretches && ((pure && p.num_decodes == (int64_t)c->running.n) || settled);
     int64_t fields[SEG_FIELDS] = {
         step, 1, 1, (int64_t)num_running, (int64_t)waiting, p.num_prefills, p.prefill_tokens,
         p.num_decodes, p.prefill_tokens + p.num_decodes, p.num_admitted, p.num_finished, 0,
         blocks_free};
-    double duration = c->step_time;
     int64_t used = c->num_blocks - blocks_free;
     if (add_segment(c, fields, &now, &duration, &used, 1) < 0) return -1;
     return 1;
@@ -748,17 +831,20 @@ static int64_t stretch_once(Core *c, int64_t step, double now, double next_arriv
         if (finish_tick - c->tick < limit) limit = finish_tick - c->tick;
     }
     int64_t kv = c->kv_tokens;
-    double step_time = c->step_time;
+    double first_duration = duration_of(c, 0, n, kv + n);
     int arriving = !isinf(next_arrival);
-    if (arriving) {
-        double x = (next_arrival - now) / step_time;
+    if (arriving && first_duration > 0) {  /* steps never get shorter: an arrival bounds them */
+        double x = (next_arrival - now) / first_duration;
         if (x < (double)limit) {
             int64_t v = (int64_t)x + 2;
             if (v < limit) limit = v;
         }
     }
     ends[0] = now;
-    for (int64_t j = 1; j <= limit; j++) ends[j] = ends[j - 1] + step_time;
+    for (int64_t j = 1; j <= limit; j++) {
+        durations[j - 1] = duration_of(c, 0, n, kv + n + (j - 1) * n);
+        ends[j] = ends[j - 1] + durations[j - 1];
+    }
     if (arriving) {  /* bisect_left over [1, limit): the first step that starts at an arrival */
         int64_t lo = 1, hi = limit;
         while (lo < hi) {
@@ -768,7 +854,7 @@ static int64_t stretch_once(Core *c, int64_t step, double now, double next_arriv
         }
         limit = lo;
     }
-    int64_t spare = c->free;
+    int64_t spare = c->free - hol_floor(c);
     if (spare < 0) return 0;
     int64_t tick = c->tick, horizon = tick + limit;
     memset(grown, 0, limit * sizeof(int64_t));
@@ -865,9 +951,8 @@ static int64_t stretch_once(Core *c, int64_t step, double now, double next_arriv
     int64_t fields[SEG_FIELDS] = {
         step, k, 0, n + (int64_t)c->prefilling.n, (int64_t)num_waiting(c), 0, 0, n, n, 0,
         num_finished, kv + n, 0};
-    for (int64_t j = 0; j < k; j++) durations[j] = step_time;
     if (add_segment(c, fields, ends, durations, grown, k) < 0) return -1;
-    if (num_finished) c->steady = !num_waiting(c) && !c->prefilling.n;
+    if (num_finished) c->steady = !num_waiting(c) && !c->prefilling.n && c->hol_slot < 0;
     *end_out = ends[k];
     return k;
 fail:
@@ -934,7 +1019,7 @@ static int run_loop(Core *c) {
             }
             step += 1;
             executed += 1;
-            now = now + c->step_time;
+            now = now + c->last_duration;
         }
         if (executed >= c->max_steps) { result = 0; goto done; }
     }
@@ -953,9 +1038,10 @@ static void core_free(Core *c) {
     PyMem_Free(c->finish_due.v); PyMem_Free(c->block_due.v); PyMem_Free(c->itl.t);
     PyMem_Free(c->etext.v);
     PyMem_Free(c->seg.v); PyMem_Free(c->seg_sum.v); PyMem_Free(c->step_start.v);
-    PyMem_Free(c->step_used.v);
+    PyMem_Free(c->step_used.v); PyMem_Free(c->step_duration.v);
     PyMem_Free(c->tl_busy); PyMem_Free(c->tl_waiting); PyMem_Free(c->tl_count);
     Py_XDECREF(c->s_arrive); Py_XDECREF(c->s_admit); Py_XDECREF(c->s_finish);
+    Py_XDECREF(c->s_hol_block); Py_XDECREF(c->s_hol_release);
     Py_XDECREF(c->s_empty);
 }
 
@@ -970,13 +1056,15 @@ static int want(Py_buffer *b, Py_ssize_t n, Py_ssize_t itemsize, const char *nam
 PyDoc_STRVAR(run_doc,
 "run(config, arrivals, records, callbacks) -> (free blocks, itl) or None\n\n"
 "config: (budget, max_num_seqs, block_size, num_blocks, watermark_blocks, chunked,\n"
-"chunk_cap, step_time, whole_steps, max_steps, stretches, itl, dry);\n"
+"chunk_cap, (base, per_prefill_token, per_decode, per_kv_token), whole_steps, max_steps,\n"
+"stretches, itl, dry);\n"
 "arrivals: (arrival float64, prompt int64, output int64, input index int64, id numbers\n"
 "int64 or None), in arrival order; records: writable RecordTable columns (arrival or\n"
 "None, status u8, first_scheduled, first_token, finish, max_gap f64, ttft_steps i64,\n"
 "generated i32, prefix_hit i32), by input index; callbacks: (log_block, events list,\n"
 "drain or None, drain_at, progress or None, event_text or None: then the events go to\n"
-"it as CSV lines, bytes, instead of the list); timeline: (start, end, num_buckets).\n"
+"it as CSV lines, bytes, instead of the list, and the head-of-line ones also to the list\n"
+"kept); timeline: (start, end, num_buckets).\n"
 "Returns (free blocks, (itl count, total, bucketed, {gap: count}), (steps, end, busy,\n"
 "prefill tokens, decode tokens, blocks used summed, peak), (timeline busy, waiting,\n"
 "count)).\n"
@@ -988,19 +1076,19 @@ static PyObject *core_run(PyObject *self, PyObject *args) {
     memset(&c, 0, sizeof c);
     long long budget, max_num_seqs, block_size, num_blocks, watermark, chunk_cap, max_steps;
     int chunked, whole_steps, stretches, itl;
-    double step_time;
+    double t_base, t_prefill, t_decode, t_kv;
     Py_buffer arrival = {0}, prompt = {0}, output = {0}, order = {0}, ids = {0};
     Py_buffer r_arrival = {0}, r_status = {0}, r_sched = {0}, r_token = {0}, r_finish = {0};
     Py_buffer r_gap = {0}, r_ttft = {0}, r_gen = {0}, r_hit = {0};
     PyObject *ids_obj, *r_arrival_obj;
     Py_ssize_t drain_at;
-    if (!PyArg_ParseTuple(args, "(LLLLLpLdpLppp)(y*y*y*y*O)(Ow*w*w*w*w*w*w*w*)(OOOnOO)(ddn)",
+    if (!PyArg_ParseTuple(args, "(LLLLLpL(dddd)pLppp)(y*y*y*y*O)(Ow*w*w*w*w*w*w*w*)(OOOnOOO)(ddn)",
                           &budget, &max_num_seqs, &block_size, &num_blocks, &watermark,
-                          &chunked, &chunk_cap, &step_time, &whole_steps, &max_steps,
+                          &chunked, &chunk_cap, &t_base, &t_prefill, &t_decode, &t_kv, &whole_steps, &max_steps,
                           &stretches, &itl, &c.dry, &arrival, &prompt, &output, &order, &ids_obj,
                           &r_arrival_obj, &r_status, &r_sched, &r_token, &r_finish, &r_gap,
                           &r_ttft, &r_gen, &r_hit, &c.log_block, &c.events, &c.drain,
-                          &drain_at, &c.progress, &c.event_text, &c.tl_start, &c.tl_end, &c.tl_size))
+                          &drain_at, &c.progress, &c.event_text, &c.kept, &c.tl_start, &c.tl_end, &c.tl_size))
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t n = arrival.len / (Py_ssize_t)sizeof(double);
@@ -1018,7 +1106,8 @@ static PyObject *core_run(PyObject *self, PyObject *args) {
         goto out;
     c.budget = budget; c.max_num_seqs = max_num_seqs; c.block_size = block_size;
     c.num_blocks = num_blocks; c.watermark = watermark; c.chunked = chunked;
-    c.chunk_cap = chunk_cap; c.step_time = step_time; c.whole_steps = whole_steps;
+    c.chunk_cap = chunk_cap; c.t_base = t_base; c.t_prefill = t_prefill;
+    c.t_decode = t_decode; c.t_kv = t_kv; c.whole_steps = whole_steps;
     c.max_steps = max_steps; c.stretches = stretches; c.itl.on = itl;
     c.arrival = arrival.buf; c.prompt = prompt.buf; c.output = output.buf; c.order = order.buf;
     c.id_numbers = ids.buf; c.n = n;
@@ -1026,6 +1115,7 @@ static PyObject *core_run(PyObject *self, PyObject *args) {
     c.rec_first_token = r_token.buf; c.rec_finish = r_finish.buf; c.rec_max_gap = r_gap.buf;
     c.rec_ttft_steps = r_ttft.buf; c.rec_generated = r_gen.buf; c.rec_hit = r_hit.buf;
     c.free = num_blocks;
+    c.hol_slot = c.hol_behind = -1;
     c.drain_at = drain_at;
     if (c.tl_size < 0) c.tl_size = 0;
     /* Timeline: `num_buckets` equal buckets over [start, end], none when end == start */
@@ -1038,8 +1128,12 @@ static PyObject *core_run(PyObject *self, PyObject *args) {
     c.s_arrive = PyUnicode_InternFromString("arrive");
     c.s_admit = PyUnicode_InternFromString("admit");
     c.s_finish = PyUnicode_InternFromString("finish");
+    c.s_hol_block = PyUnicode_InternFromString("hol_block");
+    c.s_hol_release = PyUnicode_InternFromString("hol_release");
     c.s_empty = PyUnicode_FromString("");
-    if (!c.s_arrive || !c.s_admit || !c.s_finish || !c.s_empty) goto out;
+    if (!c.s_arrive || !c.s_admit || !c.s_finish || !c.s_empty || !c.s_hol_block
+            || !c.s_hol_release)
+        goto out;
     int r = run_loop(&c);
     if (r < 0) goto out;
     if (r == 0) { result = Py_NewRef(Py_None); goto out; }

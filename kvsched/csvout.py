@@ -204,7 +204,7 @@ class StepCsv:
         free_steps[last[is_row]] = free[is_row]
         step_zeros = np.zeros(total, dtype=np.int64)
         return [each(block.column("step")) + offsets, block.start,
-                np.full(total, block.step_time), each(block.column("num_running")),
+                block.duration, each(block.column("num_running")),
                 each(block.column("num_waiting")), each(block.column("num_prefills")),
                 each(block.column("prefill_tokens")), each(block.column("num_decodes")),
                 step_zeros, each(block.column("num_tokens")), block.used, free_steps,

@@ -2,7 +2,7 @@
 
 Why: the Python loop costs tens of microseconds per event, and a day of traffic has
 millions of events. The C loop runs the first engine's rules (decode-first steps, FCFS,
-constant step times, no prefix cache, no admission gate, no batches recorded) with the same
+constant or linear step times, no prefix cache, no admission gate, no batches recorded) with the same
 floats in the same order, and hands back the same records, step rows, stretches and events.
 Whatever else a run meets on the way (a preemption, a head-of-line block, `max_steps`) makes
 it give up, and `simulate` runs the Python engine from the start: the Python engine stays the
@@ -29,7 +29,7 @@ from kvsched.record_table import RecordTable
 from kvsched.request_columns import RequestColumns
 from kvsched.reservation import make_reservation
 from kvsched.steplog import SEGMENT_FIELDS, SegmentBlock, StepLog
-from kvsched.timing import TimeModel, constant_duration
+from kvsched.timing import LinearStep, TimeModel, constant_duration
 
 try:
     from kvsched import _fastcore
@@ -57,8 +57,7 @@ def carries(requests: Any, config: EngineConfig, policy: Policy, clock: TimeMode
         return False
     if type(policy) is not Fcfs or admission is not None or record_batches:
         return False
-    step = constant_duration(clock)
-    if step is None or not step > 0:
+    if _prices(clock) is None:
         return False
     cfg = config
     if (cfg.step_order is not StepOrder.DECODE_FIRST or cfg.victim is Victim.QUEUE_TAIL
@@ -79,18 +78,29 @@ def carries(requests: Any, config: EngineConfig, policy: Policy, clock: TimeMode
     return bool(cfg.chunked_prefill or not (prompt > cfg.max_num_batched_tokens).any())
 
 
+def _prices(clock: TimeModel) -> tuple[float, float, float, float] | None:
+    """(base, per prefill token, per decode, per KV token read) of the step times the
+    compiled loop prices: a constant step is its base; None for the other models."""
+    step = constant_duration(clock)
+    if step is not None:
+        return (step, 0.0, 0.0, 0.0) if step > 0 else None
+    if type(clock) is LinearStep:
+        return clock.base, clock.per_prefill_token, clock.per_decode, clock.per_kv_token
+    return None
+
+
 def run(requests: RequestColumns, config: EngineConfig, clock: TimeModel,
         records: RecordTable, log: StepLog, events: list[tuple], drain: Any,
-        drain_at: int, progress: Any, stretches: bool, itl: bool, event_text: Any = None
-        ) -> tuple[int, GapHistogram | None] | None:
+        drain_at: int, progress: Any, stretches: bool, itl: bool, event_text: Any = None,
+        kept: list[tuple] | None = None) -> tuple[int, GapHistogram | None] | None:
     """Run the loop in C: (free blocks at the end, the inter-token gap histogram or None
     without `itl`), with `records`, `log` and `events` filled as the Python loop fills them;
     None if it gave up. `event_text`, if given, takes the events as CSV lines (bytes)
-    instead of `events`. A first pass only finds that out (it makes no rows or events, a
+    instead of `events`, and `kept` the head-of-line ones (what the diagnosis reads). A first pass only finds that out (it makes no rows or events, a
     tenth of the work), so that nothing reaches a streaming `log` or `drain` of a run the
     Python loop then makes again."""
-    step = constant_duration(clock)
-    assert _fastcore is not None and step is not None
+    prices = _prices(clock)
+    assert _fastcore is not None and prices is not None
     order = np.argsort(requests.arrival_time, kind="stable")  # as kvsched.turns orders them
     ids = None if requests.id_numbers is None else np.ascontiguousarray(
         np.asarray(requests.id_numbers, dtype=np.int64)[order])
@@ -105,11 +115,13 @@ def run(requests: RequestColumns, config: EngineConfig, clock: TimeModel,
                records.generated_tokens, records.prefix_hit_tokens)
     fields = len(SEGMENT_FIELDS)
 
-    def take_block(ints: bytes, sums: bytes, starts: bytes, used: bytes) -> None:
+    def take_block(ints: bytes, sums: bytes, starts: bytes, durations: bytes,
+                   used: bytes) -> None:
         log.block(SegmentBlock(np.frombuffer(ints, dtype=np.int64).reshape(-1, fields),
                                np.frombuffer(sums, dtype=np.float64),
                                np.frombuffer(starts, dtype=np.float64),
-                               np.frombuffer(used, dtype=np.int64), step))
+                               np.frombuffer(durations, dtype=np.float64),
+                               np.frombuffer(used, dtype=np.int64)))
 
     timeline = log.stats.timeline
     span = (0.0, 0.0, 0) if timeline is None else (timeline.start, timeline.end,
@@ -125,10 +137,10 @@ def run(requests: RequestColumns, config: EngineConfig, clock: TimeModel,
         for dry in (True, False):
             out = _fastcore.run(
                 (cfg.max_num_batched_tokens, cfg.max_num_seqs, cfg.block_size,
-                 cfg.usable_blocks, cfg.watermark_blocks, cfg.chunked_prefill, chunk_cap, step,
+                 cfg.usable_blocks, cfg.watermark_blocks, cfg.chunked_prefill, chunk_cap, prices,
                  clock.whole_steps, cfg.max_steps, stretches, itl, dry),
                 arrivals, columns, (take_block, events, drain, drain_at, progress,
-                                    event_text), span)
+                                    event_text, [] if kept is None else kept), span)
             if out is None:
                 return None
     finally:

@@ -121,11 +121,13 @@ def _simulate_compiled(requests: RequestColumns, config: EngineConfig, clock: Ti
     log.stats.timeline = Timeline(float(times.min()), float(times.max()))
     events = EventStream([], event_sink)
     drain = events.drain if event_sink is not None else None
-    # A sink that writes CSV lines takes them made: none of the events the diagnosis keeps
-    # (head-of-line, backpressure, rejections, starvation) happens in a compiled run.
+    # A sink that writes CSV lines takes them made; the diagnosis' head-of-line events are
+    # kept beside them (backpressure, rejections and starvation never happen in a compiled
+    # run).
     text = getattr(event_sink, "text", None)
     out = fastcore.run(requests, config, clock, records, log, events.events, drain,
-                       int(min(events._chunk, 2**62)), progress, stretches, itl, text)
+                       int(min(events._chunk, 2**62)), progress, stretches, itl, text,
+                       events.kept)
     if out is None:
         return None
     free, gaps = out

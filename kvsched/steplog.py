@@ -259,16 +259,16 @@ def compact_row(stretch: Stretch, num_blocks: int) -> tuple:
 class SegmentBlock:
     """Consecutive segments as columns, as the compiled loop (`kvsched.fastcore`) makes them:
     `ints` holds a row per segment (SEGMENT_FIELDS), `duration_sum` each one's summed
-    durations (from 0, in step order), `start` and `used` each step's start time and blocks
-    in use; every step lasts `step_time`, and nothing a segment holds is a recompute, a swap,
-    a preemption, a prefix-cache figure or a thrash signal. An exact step's row is a
+    durations (from 0, in step order), `start`, `duration` and `used` each step's start
+    time, length and blocks in use; nothing a segment holds is a recompute, a swap, a
+    preemption, a prefix-cache figure or a thrash signal. An exact step's row is a
     segment of one step (`is_row` 1), with its own `row_free`."""
 
     ints: np.ndarray
     duration_sum: np.ndarray
     start: np.ndarray
+    duration: np.ndarray
     used: np.ndarray
-    step_time: float
 
     def column(self, name: str) -> np.ndarray:
         return self.ints[:, SEGMENT_FIELDS.index(name)]
@@ -280,18 +280,18 @@ class SegmentBlock:
         """The rows and stretches the Python loop makes (for a log that keeps them, or a
         sink that takes only those)."""
         out: list[Segment] = []
-        starts, used = self.start.tolist(), self.used.tolist()
-        step_time = self.step_time
+        starts, durations = self.start.tolist(), self.duration.tolist()
+        used = self.used.tolist()
         offset = 0
         for (step, k, is_row, running, waiting, prefills, prefill_tokens, decodes, tokens,
              admitted, finished, kv_first, row_free) in self.ints.tolist():
             if is_row:
-                out.append((step, starts[offset], step_time, running, waiting, prefills,
+                out.append((step, starts[offset], durations[offset], running, waiting, prefills,
                             prefill_tokens, decodes, 0, tokens, used[offset], row_free, 0,
                             admitted, finished, 0, 0, 0.0, 0, None, None, 0, 0))
             else:
                 out.append(Stretch(step, k, decodes, running, waiting,
-                                   starts[offset:offset + k], [step_time] * k,
+                                   starts[offset:offset + k], durations[offset:offset + k],
                                    used[offset:offset + k], kv_first, finished))
             offset += k
         return out

@@ -14,7 +14,15 @@ from hypothesis import strategies as st
 from test_invariants import SETTINGS, configs
 from typer.testing import CliRunner
 
-from kvsched import ConstantStep, EngineConfig, StepClock, fastcore, make_policy, simulate
+from kvsched import (
+    ConstantStep,
+    EngineConfig,
+    LinearStep,
+    StepClock,
+    fastcore,
+    make_policy,
+    simulate,
+)
 from kvsched.cli import app
 from kvsched.floatfmt import FORMAT
 from kvsched.record_table import RecordTable
@@ -52,7 +60,12 @@ def column_workloads(draw, max_requests: int = 30):
     return RequestColumns(np.array(arrival), np.array(prompt), np.array(output))
 
 
-clocks = st.one_of(st.just(StepClock()), st.sampled_from([0.0039, 0.02, 0.25]).map(ConstantStep))
+clocks = st.one_of(
+    st.just(StepClock()), st.sampled_from([0.0039, 0.02, 0.25]).map(ConstantStep),
+    st.builds(LinearStep, base=st.sampled_from([0.001, 0.01]),
+              per_prefill_token=st.sampled_from([0.0, 1e-4, 3.3e-5]),
+              per_decode=st.sampled_from([0.0, 1e-4]),
+              per_kv_token=st.sampled_from([0.0, 1e-6, 7.7e-7])))
 
 
 def both(requests, config, clock, **kwargs):
@@ -199,3 +212,36 @@ def test_a_queue_of_thousands_at_once():
     assert fastcore.run(requests, config, clock, RecordTable(requests), StepLog(4000), [],
                         None, 1 << 15, None, True, True) is not None
     assert_same(*both(requests, config, clock))
+
+
+def test_head_of_line_blocks_are_carried_and_kept_for_the_diagnosis(tmp_path):
+    """Without chunking, a head that needs more tokens than the step has left blocks a
+    short prompt behind it: the compiled loop makes the hol_block and hol_release events
+    (as tuples for the diagnosis even when the events are streamed as text)."""
+    from kvsched.csvout import RowCsv
+    from kvsched.records import EVENT_COLUMNS
+
+    requests = RequestColumns(np.array([0.0, 0.0, 0.0, 0.5, 0.5]), np.array([60, 50, 3, 62, 2]),
+                              np.array([5, 4, 6, 3, 2]))
+    config = EngineConfig(max_num_batched_tokens=64, max_num_seqs=8, block_size=4,
+                          num_blocks=400, watermark=0.0, chunked_prefill=False)
+    clock = LinearStep(0.01, 1e-4, 1e-4, 1e-6)
+    assert fastcore.run(requests, config, clock, RecordTable(requests), StepLog(400), [], None,
+                        1 << 15, None, True, True) is not None
+    reference, compiled = both(requests, config, clock)
+    assert_same(reference, compiled)
+    kinds = [event[3] for event in compiled.events]
+    assert "hol_block" in kinds and "hol_release" in kinds
+    files = {}
+    for mode in ("python", "c"):
+        sink = RowCsv(tmp_path / f"{mode}.csv", EVENT_COLUMNS)
+        if mode == "python":
+            with python_loop():
+                run = simulate(requests, config, make_policy("fcfs"), clock, event_sink=sink)
+        else:
+            run = simulate(requests, config, make_policy("fcfs"), clock, event_sink=sink)
+        sink.close()
+        files[mode] = (tmp_path / f"{mode}.csv").read_bytes()
+        assert [e for e in run.events if e[3].startswith("hol")] == [
+            e for e in reference.events if e[3].startswith("hol")]
+    assert files["c"] == files["python"]
