@@ -3,10 +3,10 @@
  * Why: the Python loop costs 50-100 us per event; a day of traffic has millions. This file
  * runs the same rules as kvsched.simulator.run_loop with kvsched.engine.Engine and
  * kvsched.scheduler.Scheduler under one configuration family: decode-first steps, FCFS,
- * every request's prompt blocks taken at admission (chunked or not), constant step times,
- * no prefix cache, no admission gate. Anything those rules would meet that this file does
- * not carry (a preemption, a head-of-line block, max_steps) makes it give up: it returns
- * None and the caller runs the Python engine from the start. kvsched/fastcore.py decides
+ * every request's prompt blocks taken at admission (chunked or not), constant or linear
+ * step times, no prefix cache, no admission gate. Anything those rules would meet that this
+ * file does not carry (a preemption, a running batch larger than the budget, max_steps)
+ * makes it give up: it returns None and the caller runs the Python engine from the start. kvsched/fastcore.py decides
  * which runs come here, and tests/test_fastcore.py compares both engines' records.
  *
  * The Python code is the reference: every float is computed with the same operations in

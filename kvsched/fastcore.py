@@ -2,10 +2,10 @@
 
 Why: the Python loop costs tens of microseconds per event, and a day of traffic has
 millions of events. The C loop runs the first engine's rules (decode-first steps, FCFS,
-constant or linear step times, no prefix cache, no admission gate, no batches recorded) with the same
-floats in the same order, and hands back the same records, step rows, stretches and events.
-Whatever else a run meets on the way (a preemption, a head-of-line block, `max_steps`) makes
-it give up, and `simulate` runs the Python engine from the start: the Python engine stays the
+constant or linear step times, no prefix cache, no admission gate, no batches recorded)
+with the same floats in the same order, and hands back the same records, step rows,
+stretches and events (head-of-line blocks included). Whatever else a run meets on the way
+(a preemption, a budget smaller than the running batch, `max_steps`) makes it give up, and `simulate` runs the Python engine from the start: the Python engine stays the
 reference, and tests/test_fastcore.py compares the two over random workloads.
 
 `KVSCHED_CORE=python` in the environment turns the C loop off (to compare, or to profile).
@@ -96,9 +96,10 @@ def run(requests: RequestColumns, config: EngineConfig, clock: TimeModel,
     """Run the loop in C: (free blocks at the end, the inter-token gap histogram or None
     without `itl`), with `records`, `log` and `events` filled as the Python loop fills them;
     None if it gave up. `event_text`, if given, takes the events as CSV lines (bytes)
-    instead of `events`, and `kept` the head-of-line ones (what the diagnosis reads). A first pass only finds that out (it makes no rows or events, a
-    tenth of the work), so that nothing reaches a streaming `log` or `drain` of a run the
-    Python loop then makes again."""
+    instead of `events`, and `kept` the head-of-line ones (what the diagnosis reads). A
+    first pass only finds out whether it gives up (it makes no rows or events, a tenth of
+    the work), so that nothing reaches a streaming `log` or `drain` of a run the Python
+    loop then makes again."""
     prices = _prices(clock)
     assert _fastcore is not None and prices is not None
     order = np.argsort(requests.arrival_time, kind="stable")  # as kvsched.turns orders them
