@@ -78,8 +78,10 @@ def _stats(values: np.ndarray, prefix: str, quantiles: Sequence[int],
     out: dict[str, float | None] = {}
     if mean:
         out[f"{prefix}_mean"] = float(data.mean()) if data.size else None
-    for q in quantiles:
-        out[f"{prefix}_p{q}"] = float(np.percentile(data, q)) if data.size else None
+    # One call for every quantile: one partition of the data, the same interpolation.
+    values_at = np.percentile(data, quantiles).tolist() if data.size else [None] * len(quantiles)
+    for q, value in zip(quantiles, values_at, strict=True):
+        out[f"{prefix}_p{q}"] = value
     return out
 
 
