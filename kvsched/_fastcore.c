@@ -976,6 +976,7 @@ static int run_loop(Core *c) {
             Py_DECREF(out);
         }
         turns++;
+        if (!(turns & 4095) && PyErr_CheckSignals() < 0) goto done;  /* Ctrl-C, SIGTERM */
         if (!c->dry && c->progress != Py_None && !(turns & 4095)) {
             PyObject *out = PyObject_CallFunction(c->progress, "nd", c->next, now);
             if (!out) goto done;
