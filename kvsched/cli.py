@@ -21,6 +21,10 @@ from kvsched.errors import KvschedError, excerpt, one_line
 from kvsched.paths import name_problem, out_problem
 from kvsched.record_mode import RecordMode
 
+# kvsched does no linear algebra: numpy's BLAS thread pool (made when numpy is imported, by
+# the commands below) would only cost start-up time. A value already set is kept.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 if TYPE_CHECKING:  # the commands import what they use: `kvsched --help` stays fast
     from kvsched.runner import ScenarioRun
     from kvsched.scenario import Scenario
