@@ -30,7 +30,7 @@ from kvsched.backpressure import Backpressure
 from kvsched.config import EngineConfig
 from kvsched.engine import Engine
 from kvsched.histogram import GapHistogram
-from kvsched.metrics import summarize
+from kvsched.metrics import CLUSTER_SUMMARY_KEYS, summarize
 from kvsched.policies.base import Policy
 from kvsched.record_table import RecordTable
 from kvsched.records import RequestRecord, RunResult
@@ -50,17 +50,7 @@ REPLICA_KEYS = ("num_requests", "num_finished", "num_rejected", "ttft_p50", "ttf
                 "num_steps", "duration")
 """What each entry of the summary's `replicas` list holds (with `replica` and `num_blocks`)."""
 
-CLUSTER_KEYS = (
-    "num_replicas", "replica_requests_min", "replica_requests_max", "replica_load_imbalance",
-    "replica_ttft_p99_min", "replica_ttft_p99_max", "replica_ttft_p99_ratio",
-    "replica_busy_fraction_min", "replica_busy_fraction_max", "max_queue_while_idle",
-    "incident_imbalance",
-)
-"""Summary keys a cluster run adds (after SUMMARY_KEYS, before `replicas`).
-`replica_load_imbalance` = the most requests routed to one replica / the mean per replica
-(1 = perfectly even); `replica_ttft_p99_ratio` = highest / lowest replica p99 TTFT;
-`max_queue_while_idle` = the longest queue one replica had at an arrival while another
-replica had nothing queued or running; `incident_imbalance` is the diagnosis flag."""
+CLUSTER_KEYS = CLUSTER_SUMMARY_KEYS  # (defined beside the other summary keys)
 
 
 @dataclass(frozen=True, slots=True)

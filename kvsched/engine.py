@@ -12,7 +12,6 @@ from kvsched.backpressure import Action, Backpressure, ThrashMonitor
 from kvsched.config import EngineConfig, StepOrder
 from kvsched.histogram import NoGaps
 from kvsched.policies.base import Policy
-from kvsched.roofline import BatchShape
 from kvsched.scheduler import Scheduler, StepPlan, Stretch
 from kvsched.sequence import Seq
 from kvsched.timing import TimeModel
@@ -88,6 +87,8 @@ class Engine:
         if self._duration_shape is None:
             duration = self.clock.duration(computed, num_decodes, plan.kv_read_tokens, swapped)
         else:
+            from kvsched.roofline import BatchShape  # (hardware models only: their module)
+
             shape = BatchShape(tuple(plan.prefill_chunks), num_decodes, plan.kv_read_tokens,
                                swapped)
             duration = self._duration_shape(shape)

@@ -5,8 +5,9 @@ millions of events. The C loop runs the first engine's rules (decode-first steps
 constant or linear step times, no prefix cache, no admission gate, no batches recorded)
 with the same floats in the same order, and hands back the same records, step rows,
 stretches and events (head-of-line blocks included). Whatever else a run meets on the way
-(a preemption, a budget smaller than the running batch, `max_steps`) makes it give up, and `simulate` runs the Python engine from the start: the Python engine stays the
-reference, and tests/test_fastcore.py compares the two over random workloads.
+(a preemption, a budget smaller than the running batch, `max_steps`) makes it give up, and
+`simulate` runs the Python engine from the start: the Python engine stays the reference,
+and tests/test_fastcore.py compares the two over random workloads.
 
 `KVSCHED_CORE=python` in the environment turns the C loop off (to compare, or to profile).
 """

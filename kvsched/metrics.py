@@ -64,6 +64,18 @@ SUMMARY_KEYS = (
 
 CLASS_KEYS = ("num_requests", "num_starved", "ttft_mean", "ttft_p50", "ttft_p99")
 
+CLUSTER_SUMMARY_KEYS = (
+    "num_replicas", "replica_requests_min", "replica_requests_max", "replica_load_imbalance",
+    "replica_ttft_p99_min", "replica_ttft_p99_max", "replica_ttft_p99_ratio",
+    "replica_busy_fraction_min", "replica_busy_fraction_max", "max_queue_while_idle",
+    "incident_imbalance",
+)
+"""Summary keys a cluster run adds (after SUMMARY_KEYS, before `replicas`).
+`replica_load_imbalance` = the most requests routed to one replica / the mean per replica
+(1 = perfectly even); `replica_ttft_p99_ratio` = highest / lowest replica p99 TTFT;
+`max_queue_while_idle` = the longest queue one replica had at an arrival while another
+replica had nothing queued or running; `incident_imbalance` is the diagnosis flag."""
+
 _FINISHED = STATUS_CODE["finished"]
 
 

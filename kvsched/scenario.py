@@ -19,10 +19,10 @@ from typing import Annotated, Any, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from kvsched.cluster import CLUSTER_KEYS
 from kvsched.diagnosis import INCIDENT_KEYS
 from kvsched.errors import ScenarioError, excerpt
 from kvsched.metrics import CLASS_KEYS, SUMMARY_KEYS
+from kvsched.metrics import CLUSTER_SUMMARY_KEYS as CLUSTER_KEYS
 from kvsched.schema import (
     OVERRIDABLE,
     Expectation,
