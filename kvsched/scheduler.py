@@ -167,14 +167,26 @@ class GapTracker:
         end = ends[1]
         gap = end - self.last_end
         self.last_end = ends[k]
-        self._push(first, gap)
-        itl = self.itl
-        itl.add(gap, num_decodes)
+        ticks, gaps = self._ticks, self._gaps  # (_push, inlined: once per stretch)
+        while gaps and gaps[-1] <= gap:
+            gaps.pop()
+            ticks.pop()
+        ticks.append(first)
+        gaps.append(gap)
         if k > 1:
             later = list(map(sub, ends[2:k + 1], ends[1:k]))
             top = max(later)
-            self._push(first + k - 1, top)
-            itl.add_gaps(later, num_decodes, top)
+            while gaps and gaps[-1] <= top:
+                gaps.pop()
+                ticks.pop()
+            ticks.append(first + k - 1)
+            gaps.append(top)
+            # Every gap in one call, the first first: the same counts and the same
+            # sequential sum as adding it alone, then the others.
+            later.insert(0, gap)
+            self.itl.add_gaps(later, num_decodes, top if top > gap else gap)
+        else:
+            self.itl.add(gap, num_decodes)
         waiting = self._wanted.pop(first, None)
         if waiting:
             for seq in waiting:
@@ -506,7 +518,7 @@ class Scheduler:
         """vLLM V1 (conformance/RULES.md R3-R8): the running requests in admission order,
         decodes and unfinished chunks alike, then admissions unless the step preempted."""
         threshold = self.config.long_prefill_token_threshold
-        if len(self.running) + len(self.prefilling) + len(self.waiting) <= 1:
+        if len(self.running) + len(self.prefilling) + self.waiting.size <= 1:
             threshold = 0  # R5: a request alone gets the whole budget
         if self.prefilling:
             budget = self._loop_exact(plan, self._budget, threshold)
@@ -615,7 +627,7 @@ class Scheduler:
         n = len(running)
         if not n or n > self._budget or self.record_batches:
             return None
-        if len(self.waiting) and self._waiting_may_admit():
+        if self.waiting.size and self._waiting_may_admit():
             return None
         prefix = self.prefix
         reservation = self.reservation
@@ -637,9 +649,19 @@ class Scheduler:
                 durations = stretch_durations(clock, n, kv + n, limit)
         ends = list(accumulate(durations, initial=now))  # sequential sums, as step by step
         if next_arrival != math.inf:
-            # The first step with an arrival by its start ends the stretch before it.
-            limit = bisect_left(ends, True, 1, limit,
-                                key=lambda t: next_arrival <= t + 1e-9 * (1.0 + t))
+            # The first step with an arrival by its start ends the stretch before it (the
+            # test only turns true as the steps go on).
+            if step_time is not None:
+                # The limit above is at most two steps past the arrival, or before it: look
+                # down from it (what the bisection below finds, without a call per probe).
+                while limit > 1:
+                    t = ends[limit - 1]
+                    if next_arrival > t + 1e-9 * (1.0 + t):
+                        break
+                    limit -= 1
+            else:
+                limit = bisect_left(ends, True, 1, limit,
+                                    key=lambda t: next_arrival <= t + 1e-9 * (1.0 + t))
         pool = self.pool
         spare = pool.free - self._append_floor  # blocks it may take
         if self._hol_head is not None:
@@ -722,7 +744,7 @@ class Scheduler:
         self.gaps.complete_many(first, ends, k, n)
         if reservation is not None:
             reservation.after_passes(k)
-        stretch = Stretch(step, k, n, n + len(self.prefilling), len(self.waiting), starts,
+        stretch = Stretch(step, k, n, n + len(self.prefilling), self.waiting.size, starts,
                           durations, used, kv + n)
         if prefix is not None:  # evictions and filled blocks change the cache
             stretch.evicted_blocks = evicted_list = [0] * k
@@ -757,8 +779,14 @@ class Scheduler:
         block_due, block_size = self._block_due, self._block_size
         horizon = tick + limit
         grown = [0] * limit  # blocks taken at each pass
-        for t in [t for t in block_due if t <= horizon]:
-            growing = [entry for entry in block_due.pop(t) if entry[0].epoch == entry[1]]
+        # (No comprehension per stretch or bucket: each is a function call in Python 3.11,
+        # and a bucket nearly always holds one request, still live.)
+        for t in list(filter(horizon.__ge__, block_due)):
+            growing = bucket = block_due.pop(t)
+            for seq, epoch in bucket:
+                if seq.epoch != epoch:
+                    growing = [entry for entry in bucket if entry[0].epoch == entry[1]]
+                    break
             if not growing:
                 continue
             assert t > tick, "a block boundary left behind"
@@ -774,9 +802,8 @@ class Scheduler:
                 block_due[after] = growing
             else:
                 later.extend(growing)
-        used = list(accumulate(grown, initial=blocks_used))
-        del used[0]
-        return used
+        grown[0] += blocks_used
+        return list(accumulate(grown))
 
     def generated(self, seq: Seq) -> int:
         """Tokens `seq` has produced so far."""
@@ -1117,7 +1144,7 @@ class Scheduler:
 
     def _admit(self, plan: StepPlan, budget: int, allow_prefill: bool, allow_swap: bool) -> int:
         """Admit from the head of the waiting queue; stop at the first head that does not fit."""
-        if self.reservation is None and not len(self.waiting):  # (most steps: nothing waits)
+        if self.reservation is None and not self.waiting.size:  # (most steps: nothing waits)
             self._stopped_at = None
             return budget
         cfg = self.config
