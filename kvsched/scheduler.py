@@ -385,19 +385,22 @@ class Scheduler:
         if self.partial is not None:
             self.partial.begin(self.prefilling.values(), self.waiting)
         walked: tuple[list[Seq], list[Seq], list[Seq]] | None = None
-        self._swapped_in.clear()
+        if self._swapped_in:
+            self._swapped_in.clear()
         if self._victim is Victim.QUEUE_TAIL and self.prefilling:
             budget, walked = self._v0_queue_loop(plan, self._budget)
         else:
             budget = self._decode(plan, self._budget)
             if self.reservation is not None and plan.tick:
                 self._reservation_after_decode(plan, bool(plan.preempted))
-            budget = self._continue_prefills(plan, budget)
+            if self.prefilling:
+                budget = self._continue_prefills(plan, budget)
         admitted = len(plan.prefills)
         if not plan.preempted or self.config.admit_after_preempt:
             allow_swap = not plan.preempted or self.config.swap_in_after_preempt
-            self._admit(plan, budget, allow_prefill=True, allow_swap=allow_swap)
-            self._track_head_of_line(plan)
+            self._admit(plan, budget, True, allow_swap)
+            if self._stopped_at is not None or self._hol_head is not None:
+                self._track_head_of_line(plan)  # (else no head-of-line state to change)
         if walked is not None:
             self._v0_requeue(plan, *walked, admitted)
 
@@ -671,26 +674,25 @@ class Scheduler:
         block_due = self._block_due
         block_size = self._block_size
         tick, num_blocks = self.tick, pool.num_blocks
-        used: list[int] = []
+        blocks_used = num_blocks - pool.free
+        horizon = tick + limit
         evicted_at: dict[int, int] = {}  # pass -> cached blocks its growth evicted
         cached_at: dict[int, int] = {}  # pass -> cached blocks after it, where it changed
-        cached_start = prefix.num_cached if prefix is not None else 0
-        # vLLM hashes a block as a decode fills it: the pass before the request's next one
-        # crosses into a new block (`filled`: a bucket is also visited for that).
-        filled = 1 if prefix is not None and prefix.eager else 0
-        blocks_used = num_blocks - pool.free
-        # Only passes at which someone crosses a block boundary need work: visit those in
-        # order (a boundary crossed moves that request's next one a block later).
-        horizon = last = tick + limit
         if prefix is None and spare >= n * ((limit - 1) // block_size + 1):
             # No shortage can end it: every boundary due is crossed, bucket by bucket in
             # any order (only prefix caching reads the order of a bucket's requests).
             used = self._cross_all(tick, limit, blocks_used)
             blocks_used = used[-1]
-            due_ticks = []
+            due_ticks, filled, last = [], 0, horizon
         else:
+            used, last = [], tick
+            # Only passes at which someone crosses a block boundary need work: visit those
+            # in order (a boundary crossed moves that request's next one a block later).
+            # vLLM hashes a block as a decode fills it: the pass before the request's next
+            # one crosses into a new block (`filled`: a bucket is also visited for that).
+            filled = 1 if prefix is not None and prefix.eager else 0
             due_ticks = sorted([t for t in block_due if t <= horizon + filled])
-            last = tick
+        cached_start = prefix.num_cached if prefix is not None else 0
         while due_ticks:
             t = heapq.heappop(due_ticks)
             due = block_due[t]
@@ -825,7 +827,7 @@ class Scheduler:
         self.tick += 1
         tick = plan.tick = self.tick
         due = self._block_due.pop(tick, None)
-        growing = [seq for seq, epoch in due if seq.epoch == epoch] if due else []
+        growing = [seq for seq, epoch in due if seq.epoch == epoch] if due else ()
         if n > budget or len(growing) > self.pool.free - self._append_floor:
             return self._decode_exact(plan, budget, tick)
         if growing:
