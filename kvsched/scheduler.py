@@ -50,8 +50,13 @@ MAX_STRETCH = 1 << 14  # steps one stretch may cover (bounds its lists; the next
 
 Event = tuple[int, float, str, str, str]  # step, time, request_id, event, detail
 
+# (Module constants: an enum member read through its class costs a lookup in Python 3.11.)
 RUNNING = SeqState.RUNNING
 PREFILLING = SeqState.PREFILLING
+WAITING = SeqState.WAITING
+SWAPPED = SeqState.SWAPPED
+PREEMPTED = SeqState.PREEMPTED
+FINISHED = SeqState.FINISHED
 
 
 @dataclass(slots=True)
@@ -253,6 +258,7 @@ class Scheduler:
             victim = (Victim.LOWEST_PRIORITY if isinstance(policy, PriorityFirst)
                       else Victim.LAST_ADMITTED)
         self._victim = victim
+        self._queue_tail = victim is Victim.QUEUE_TAIL
         requeue = config.requeue
         if requeue is Requeue.BY_POLICY:
             requeue = Requeue.FRONT if isinstance(policy, Fcfs) else Requeue.BY_POLICY
@@ -341,7 +347,7 @@ class Scheduler:
         if seq.unschedulable and self.config.on_unschedulable is Unschedulable.REJECT:
             self.reject(seq, step, seq.unschedulable)
             return
-        seq.state = SeqState.WAITING
+        seq.state = WAITING
         self.waiting.push(seq, request.arrival_time)
         self.events.append((step, request.arrival_time, request.request_id, "arrive",
                             f"unschedulable: {seq.unschedulable}" if seq.unschedulable else ""))
@@ -387,7 +393,7 @@ class Scheduler:
         walked: tuple[list[Seq], list[Seq], list[Seq]] | None = None
         if self._swapped_in:
             self._swapped_in.clear()
-        if self._victim is Victim.QUEUE_TAIL and self.prefilling:
+        if self._queue_tail and self.prefilling:
             budget, walked = self._v0_queue_loop(plan, self._budget)
         else:
             budget = self._decode(plan, self._budget)
@@ -1188,7 +1194,7 @@ class Scheduler:
                     if waiting.peek() is not seq:
                         continue  # a victim re-queued ahead of it: set it aside first
             request = seq.request
-            if seq.state is SeqState.SWAPPED:
+            if seq.state is SWAPPED:
                 cached = seq.prompt_len + seq.generated  # its KV plus the token it decodes now
                 need = blocks_for(cached, block_size)
                 rest = seq.prefill_left  # swapped out mid-prefill: the rest, unchunked
@@ -1342,7 +1348,7 @@ class Scheduler:
         if seq.prefix_hit_tokens is None:
             seq.prefix_hit_tokens = hit
         seq.cached_tokens += hit
-        kind = "recompute" if seq.state is SeqState.PREEMPTED else "prefill"
+        kind = "recompute" if seq.state is PREEMPTED else "prefill"
         detail = f"{kind} {tokens} tokens"
         if hit:
             detail += f", {hit} cached"
@@ -1445,7 +1451,7 @@ class Scheduler:
         self.prefilling.pop(seq.index, None)
         seq.state = RUNNING
         running = self.running
-        if self._victim is Victim.QUEUE_TAIL:  # it joins the running queue's tail now
+        if self._queue_tail:  # it joins the running queue's tail now
             self._admissions += 1
             seq.admit_seq = self._admissions
         late = bool(running) and next(reversed(running.values())).admit_seq > seq.admit_seq
@@ -1458,7 +1464,7 @@ class Scheduler:
     # -- bookkeeping ------------------------------------------------------------------
 
     def _finish(self, seq: Seq, step: int, end_time: float) -> None:
-        seq.state = SeqState.FINISHED
+        seq.state = FINISHED
         seq.generated = seq.output_len
         seq.finish_time = end_time
         if self.prefix is not None:  # its answer's full blocks join the cache, at step end

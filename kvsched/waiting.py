@@ -13,9 +13,12 @@ from kvsched.policies.base import DynamicPolicy, Policy, StaticPolicy, is_dynami
 from kvsched.sequence import Seq, SeqState
 
 
+_SWAPPED = SeqState.SWAPPED  # (an enum member read through its class costs a lookup)
+
+
 def admission_tokens(seq: Seq) -> int:
     """Budget tokens its admission takes: its (re)prefill, or 1 to swap in and decode."""
-    return 1 if seq.state is SeqState.SWAPPED else seq.prompt_len + seq.generated
+    return 1 if seq.state is _SWAPPED else seq.prompt_len + seq.generated
 
 
 class WaitingQueue:
