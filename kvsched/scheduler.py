@@ -787,9 +787,9 @@ class Scheduler:
         block_due, block_size = self._block_due, self._block_size
         horizon = tick + limit
         grown = [0] * limit  # blocks taken at each pass
-        # (No comprehension per stretch or bucket: each is a function call in Python 3.11,
-        # and a bucket nearly always holds one request, still live.)
-        for t in list(filter(horizon.__ge__, block_due)):
+        for t in [t for t in block_due if t <= horizon]:
+            # (No comprehension per bucket: each is a function call in Python 3.11, and a
+            # bucket nearly always holds one request, still live.)
             growing = bucket = block_due.pop(t)
             for seq, epoch in bucket:
                 if seq.epoch != epoch:
