@@ -12,7 +12,6 @@ from kvsched.kvcache.base import CacheView
 from kvsched.policies.base import DynamicPolicy, Policy, StaticPolicy, is_dynamic
 from kvsched.sequence import Seq, SeqState
 
-
 _SWAPPED = SeqState.SWAPPED  # (an enum member read through its class costs a lookup)
 
 
