@@ -1519,9 +1519,7 @@ class Scheduler:
         if last_tick < first or seq.last_token_time is None:
             return
         gap = seq.run_first_end - seq.last_token_time
-        itl = self.gaps.itl
-        itl.add(seq.run_first_gap, -1)  # its first pass counted the pass's gap: swap it
-        itl.add(gap)
+        self.gaps.itl.swap(seq.run_first_gap, gap)  # its first pass counted the pass's gap
         if last_tick > first:
             later = self.gaps.max_gap_since(first + 1)
             if later is not None and later > gap:
