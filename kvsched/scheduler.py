@@ -186,12 +186,12 @@ class GapTracker:
                 ticks.pop()
             ticks.append(first + k - 1)
             gaps.append(top)
-            # Every gap in one call, the first first: the same counts and the same
-            # sequential sum as adding it alone, then the others.
-            later.insert(0, gap)
-            self.itl.add_gaps(later, num_decodes, top if top > gap else gap)
-        else:
-            self.itl.add(gap, num_decodes)
+        itl = self.itl
+        itl.add(gap, num_decodes)
+        if k > 1:
+            # (Not in one call with the first: that one often differs from the others,
+            # which then miss add_gaps' one-value and one-bucket paths.)
+            itl.add_gaps(later, num_decodes, top)
         waiting = self._wanted.pop(first, None)
         if waiting:
             for seq in waiting:
