@@ -224,26 +224,6 @@ def run_loop(engine: Engine, seqs: Arrivals, log: StepLog, max_steps: int,
 
     Returns the next step number, the time, and whether `max_steps` (or `abort`) stopped
     the run."""
-    import gc  # (a local import: the module's import lines stay as they are)
-
-    # Everything alive before the loop (modules, the workload, the scenario) is never
-    # garbage the loop makes: frozen, the collector's full passes during the run skip it
-    # (a tenth of the loop's time on the Azure hour). Thawed at the end; left alone if
-    # the caller froze objects itself.
-    freeze = gc.isenabled() and not gc.get_freeze_count()
-    if freeze:
-        gc.freeze()
-    try:
-        return _turns(engine, seqs, log, max_steps, whole_steps, events, progress, abort)
-    finally:
-        if freeze:
-            gc.unfreeze()
-
-
-def _turns(engine: Engine, seqs: Arrivals, log: StepLog, max_steps: int,
-           whole_steps: bool, events: EventStream | None,
-           progress: Progress | None, abort: Abort | None) -> tuple[int, float, bool]:
-    """`run_loop`'s turns (see there)."""
     next_time = seqs.queue.next_time  # (what seqs.next_time asks, without the hop)
     step = 0
     executed = 0  # steps run (step numbers also jump over idle time on the step clock)
