@@ -72,12 +72,14 @@ class Engine:
         sched = self.sched
         monitor = self.monitor
         plan = sched.schedule(step, now)
-        if plan.is_idle and monitor.signal:  # idle: nothing can thrash, stop holding back
+        idle = plan.is_idle
+        if idle and monitor.signal:  # idle: nothing can thrash, stop holding back
             monitor.clear()
             self.events.append((step, now, "", "backpressure", "off: the engine is idle"))
             sched.admitting, sched.reserving = True, False
             plan = sched.schedule(step, now)
-        if plan.is_idle:
+            idle = plan.is_idle
+        if idle:
             self._steady = False
             return None
         num_decodes = plan.num_decodes + len(plan.swap_ins)
@@ -96,7 +98,7 @@ class Engine:
                 mfu, mbu = self._utilisation(shape, duration)
         # Queues and blocks as the batch runs, before postprocess frees the finished.
         num_running = len(sched.running) + len(sched.prefilling)
-        num_waiting = len(sched.waiting)
+        num_waiting = sched.waiting.size
         pool = sched.pool
         blocks_free = pool.free
         end = now + duration
@@ -147,7 +149,7 @@ class Engine:
         """Nothing waits, nothing is half prefilled, no head-of-line state to release: the
         next step can only decode what runs (no need to watch one step first)."""
         sched = self.sched
-        return not sched.waiting and not sched.prefilling and sched.hol_head is None
+        return not sched.waiting.size and not sched.prefilling and sched.hol_head is None
 
     def _backpressure_changed(self, plan: StepPlan, ratio: float) -> None:
         monitor, sched = self.monitor, self.sched

@@ -70,6 +70,14 @@ class GapHistogram:
         self.total += value * count
         self._count_value(value, count)
 
+    def swap(self, old: float, new: float) -> None:
+        """One gap of `old` added before is `new` after all: `add(old, -1)` then `add(new)`,
+        in one call (once per decode run that ends)."""
+        self.total += old * -1
+        self.total += new
+        self._count_value(old, -1)
+        self._count_value(new, 1)
+
     def _count_value(self, value: float, count: int) -> None:
         """`count` more (or fewer) gaps of `value` in the counts (not in `count`, `total`)."""
         exact = self._exact
@@ -265,6 +273,9 @@ class NoGaps(GapHistogram):
     __slots__ = ()
 
     def add(self, value: float, count: int = 1) -> None:
+        pass
+
+    def swap(self, old: float, new: float) -> None:
         pass
 
     def add_gaps(self, gaps: list[float], count: int, high: float | None = None) -> None:

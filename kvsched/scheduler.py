@@ -50,8 +50,13 @@ MAX_STRETCH = 1 << 14  # steps one stretch may cover (bounds its lists; the next
 
 Event = tuple[int, float, str, str, str]  # step, time, request_id, event, detail
 
+# (Module constants: an enum member read through its class costs a lookup in Python 3.11.)
 RUNNING = SeqState.RUNNING
 PREFILLING = SeqState.PREFILLING
+WAITING = SeqState.WAITING
+SWAPPED = SeqState.SWAPPED
+PREEMPTED = SeqState.PREEMPTED
+FINISHED = SeqState.FINISHED
 
 
 @dataclass(slots=True)
@@ -167,13 +172,25 @@ class GapTracker:
         end = ends[1]
         gap = end - self.last_end
         self.last_end = ends[k]
-        self._push(first, gap)
-        itl = self.itl
-        itl.add(gap, num_decodes)
+        ticks, gaps = self._ticks, self._gaps  # (_push, inlined: once per stretch)
+        while gaps and gaps[-1] <= gap:
+            gaps.pop()
+            ticks.pop()
+        ticks.append(first)
+        gaps.append(gap)
         if k > 1:
             later = list(map(sub, ends[2:k + 1], ends[1:k]))
             top = max(later)
-            self._push(first + k - 1, top)
+            while gaps and gaps[-1] <= top:
+                gaps.pop()
+                ticks.pop()
+            ticks.append(first + k - 1)
+            gaps.append(top)
+        itl = self.itl
+        itl.add(gap, num_decodes)
+        if k > 1:
+            # (Not in one call with the first: that one often differs from the others,
+            # which then miss add_gaps' one-value and one-bucket paths.)
             itl.add_gaps(later, num_decodes, top)
         waiting = self._wanted.pop(first, None)
         if waiting:
@@ -241,6 +258,7 @@ class Scheduler:
             victim = (Victim.LOWEST_PRIORITY if isinstance(policy, PriorityFirst)
                       else Victim.LAST_ADMITTED)
         self._victim = victim
+        self._queue_tail = victim is Victim.QUEUE_TAIL
         requeue = config.requeue
         if requeue is Requeue.BY_POLICY:
             requeue = Requeue.FRONT if isinstance(policy, Fcfs) else Requeue.BY_POLICY
@@ -329,7 +347,7 @@ class Scheduler:
         if seq.unschedulable and self.config.on_unschedulable is Unschedulable.REJECT:
             self.reject(seq, step, seq.unschedulable)
             return
-        seq.state = SeqState.WAITING
+        seq.state = WAITING
         self.waiting.push(seq, request.arrival_time)
         self.events.append((step, request.arrival_time, request.request_id, "arrive",
                             f"unschedulable: {seq.unschedulable}" if seq.unschedulable else ""))
@@ -373,19 +391,22 @@ class Scheduler:
         if self.partial is not None:
             self.partial.begin(self.prefilling.values(), self.waiting)
         walked: tuple[list[Seq], list[Seq], list[Seq]] | None = None
-        self._swapped_in.clear()
-        if self._victim is Victim.QUEUE_TAIL and self.prefilling:
+        if self._swapped_in:
+            self._swapped_in.clear()
+        if self._queue_tail and self.prefilling:
             budget, walked = self._v0_queue_loop(plan, self._budget)
         else:
             budget = self._decode(plan, self._budget)
             if self.reservation is not None and plan.tick:
                 self._reservation_after_decode(plan, bool(plan.preempted))
-            budget = self._continue_prefills(plan, budget)
+            if self.prefilling:
+                budget = self._continue_prefills(plan, budget)
         admitted = len(plan.prefills)
         if not plan.preempted or self.config.admit_after_preempt:
             allow_swap = not plan.preempted or self.config.swap_in_after_preempt
-            self._admit(plan, budget, allow_prefill=True, allow_swap=allow_swap)
-            self._track_head_of_line(plan)
+            self._admit(plan, budget, True, allow_swap)
+            if self._stopped_at is not None or self._hol_head is not None:
+                self._track_head_of_line(plan)  # (else no head-of-line state to change)
         if walked is not None:
             self._v0_requeue(plan, *walked, admitted)
 
@@ -506,7 +527,7 @@ class Scheduler:
         """vLLM V1 (conformance/RULES.md R3-R8): the running requests in admission order,
         decodes and unfinished chunks alike, then admissions unless the step preempted."""
         threshold = self.config.long_prefill_token_threshold
-        if len(self.running) + len(self.prefilling) + len(self.waiting) <= 1:
+        if len(self.running) + len(self.prefilling) + self.waiting.size <= 1:
             threshold = 0  # R5: a request alone gets the whole budget
         if self.prefilling:
             budget = self._loop_exact(plan, self._budget, threshold)
@@ -615,7 +636,7 @@ class Scheduler:
         n = len(running)
         if not n or n > self._budget or self.record_batches:
             return None
-        if len(self.waiting) and self._waiting_may_admit():
+        if self.waiting.size and self._waiting_may_admit():
             return None
         prefix = self.prefix
         reservation = self.reservation
@@ -637,9 +658,19 @@ class Scheduler:
                 durations = stretch_durations(clock, n, kv + n, limit)
         ends = list(accumulate(durations, initial=now))  # sequential sums, as step by step
         if next_arrival != math.inf:
-            # The first step with an arrival by its start ends the stretch before it.
-            limit = bisect_left(ends, True, 1, limit,
-                                key=lambda t: next_arrival <= t + 1e-9 * (1.0 + t))
+            # The first step with an arrival by its start ends the stretch before it (the
+            # test only turns true as the steps go on).
+            if step_time is not None:
+                # The limit above is at most two steps past the arrival, or before it: look
+                # down from it (what the bisection below finds, without a call per probe).
+                while limit > 1:
+                    t = ends[limit - 1]
+                    if next_arrival > t + 1e-9 * (1.0 + t):
+                        break
+                    limit -= 1
+            else:
+                limit = bisect_left(ends, True, 1, limit,
+                                    key=lambda t: next_arrival <= t + 1e-9 * (1.0 + t))
         pool = self.pool
         spare = pool.free - self._append_floor  # blocks it may take
         if self._hol_head is not None:
@@ -649,26 +680,25 @@ class Scheduler:
         block_due = self._block_due
         block_size = self._block_size
         tick, num_blocks = self.tick, pool.num_blocks
-        used: list[int] = []
+        blocks_used = num_blocks - pool.free
+        horizon = tick + limit
         evicted_at: dict[int, int] = {}  # pass -> cached blocks its growth evicted
         cached_at: dict[int, int] = {}  # pass -> cached blocks after it, where it changed
-        cached_start = prefix.num_cached if prefix is not None else 0
-        # vLLM hashes a block as a decode fills it: the pass before the request's next one
-        # crosses into a new block (`filled`: a bucket is also visited for that).
-        filled = 1 if prefix is not None and prefix.eager else 0
-        blocks_used = num_blocks - pool.free
-        # Only passes at which someone crosses a block boundary need work: visit those in
-        # order (a boundary crossed moves that request's next one a block later).
-        horizon = last = tick + limit
         if prefix is None and spare >= n * ((limit - 1) // block_size + 1):
             # No shortage can end it: every boundary due is crossed, bucket by bucket in
             # any order (only prefix caching reads the order of a bucket's requests).
             used = self._cross_all(tick, limit, blocks_used)
             blocks_used = used[-1]
-            due_ticks = []
+            due_ticks, filled, last = [], 0, horizon
         else:
+            used, last = [], tick
+            # Only passes at which someone crosses a block boundary need work: visit those
+            # in order (a boundary crossed moves that request's next one a block later).
+            # vLLM hashes a block as a decode fills it: the pass before the request's next
+            # one crosses into a new block (`filled`: a bucket is also visited for that).
+            filled = 1 if prefix is not None and prefix.eager else 0
             due_ticks = sorted([t for t in block_due if t <= horizon + filled])
-            last = tick
+        cached_start = prefix.num_cached if prefix is not None else 0
         while due_ticks:
             t = heapq.heappop(due_ticks)
             due = block_due[t]
@@ -722,7 +752,7 @@ class Scheduler:
         self.gaps.complete_many(first, ends, k, n)
         if reservation is not None:
             reservation.after_passes(k)
-        stretch = Stretch(step, k, n, n + len(self.prefilling), len(self.waiting), starts,
+        stretch = Stretch(step, k, n, n + len(self.prefilling), self.waiting.size, starts,
                           durations, used, kv + n)
         if prefix is not None:  # evictions and filled blocks change the cache
             stretch.evicted_blocks = evicted_list = [0] * k
@@ -758,7 +788,13 @@ class Scheduler:
         horizon = tick + limit
         grown = [0] * limit  # blocks taken at each pass
         for t in [t for t in block_due if t <= horizon]:
-            growing = [entry for entry in block_due.pop(t) if entry[0].epoch == entry[1]]
+            # (No comprehension per bucket: each is a function call in Python 3.11, and a
+            # bucket nearly always holds one request, still live.)
+            growing = bucket = block_due.pop(t)
+            for seq, epoch in bucket:
+                if seq.epoch != epoch:
+                    growing = [entry for entry in bucket if entry[0].epoch == entry[1]]
+                    break
             if not growing:
                 continue
             assert t > tick, "a block boundary left behind"
@@ -774,9 +810,8 @@ class Scheduler:
                 block_due[after] = growing
             else:
                 later.extend(growing)
-        used = list(accumulate(grown, initial=blocks_used))
-        del used[0]
-        return used
+        grown[0] += blocks_used
+        return list(accumulate(grown))
 
     def generated(self, seq: Seq) -> int:
         """Tokens `seq` has produced so far."""
@@ -798,7 +833,7 @@ class Scheduler:
         self.tick += 1
         tick = plan.tick = self.tick
         due = self._block_due.pop(tick, None)
-        growing = [seq for seq, epoch in due if seq.epoch == epoch] if due else []
+        growing = [seq for seq, epoch in due if seq.epoch == epoch] if due else ()
         if n > budget or len(growing) > self.pool.free - self._append_floor:
             return self._decode_exact(plan, budget, tick)
         if growing:
@@ -1117,7 +1152,7 @@ class Scheduler:
 
     def _admit(self, plan: StepPlan, budget: int, allow_prefill: bool, allow_swap: bool) -> int:
         """Admit from the head of the waiting queue; stop at the first head that does not fit."""
-        if self.reservation is None and not len(self.waiting):  # (most steps: nothing waits)
+        if self.reservation is None and not self.waiting.size:  # (most steps: nothing waits)
             self._stopped_at = None
             return budget
         cfg = self.config
@@ -1159,7 +1194,7 @@ class Scheduler:
                     if waiting.peek() is not seq:
                         continue  # a victim re-queued ahead of it: set it aside first
             request = seq.request
-            if seq.state is SeqState.SWAPPED:
+            if seq.state is SWAPPED:
                 cached = seq.prompt_len + seq.generated  # its KV plus the token it decodes now
                 need = blocks_for(cached, block_size)
                 rest = seq.prefill_left  # swapped out mid-prefill: the rest, unchunked
@@ -1313,7 +1348,7 @@ class Scheduler:
         if seq.prefix_hit_tokens is None:
             seq.prefix_hit_tokens = hit
         seq.cached_tokens += hit
-        kind = "recompute" if seq.state is SeqState.PREEMPTED else "prefill"
+        kind = "recompute" if seq.state is PREEMPTED else "prefill"
         detail = f"{kind} {tokens} tokens"
         if hit:
             detail += f", {hit} cached"
@@ -1416,7 +1451,7 @@ class Scheduler:
         self.prefilling.pop(seq.index, None)
         seq.state = RUNNING
         running = self.running
-        if self._victim is Victim.QUEUE_TAIL:  # it joins the running queue's tail now
+        if self._queue_tail:  # it joins the running queue's tail now
             self._admissions += 1
             seq.admit_seq = self._admissions
         late = bool(running) and next(reversed(running.values())).admit_seq > seq.admit_seq
@@ -1429,7 +1464,7 @@ class Scheduler:
     # -- bookkeeping ------------------------------------------------------------------
 
     def _finish(self, seq: Seq, step: int, end_time: float) -> None:
-        seq.state = SeqState.FINISHED
+        seq.state = FINISHED
         seq.generated = seq.output_len
         seq.finish_time = end_time
         if self.prefix is not None:  # its answer's full blocks join the cache, at step end
@@ -1484,9 +1519,7 @@ class Scheduler:
         if last_tick < first or seq.last_token_time is None:
             return
         gap = seq.run_first_end - seq.last_token_time
-        itl = self.gaps.itl
-        itl.add(seq.run_first_gap, -1)  # its first pass counted the pass's gap: swap it
-        itl.add(gap)
+        self.gaps.itl.swap(seq.run_first_gap, gap)  # its first pass counted the pass's gap
         if last_tick > first:
             later = self.gaps.max_gap_since(first + 1)
             if later is not None and later > gap:

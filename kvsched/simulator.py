@@ -261,7 +261,7 @@ def run_loop(engine: Engine, seqs: Arrivals, log: StepLog, max_steps: int,
 
     Returns the next step number, the time, and whether `max_steps` (or `abort`) stopped
     the run."""
-    next_time = seqs.next_time
+    next_time = seqs.queue.next_time  # (what seqs.next_time asks, without the hop)
     step = 0
     executed = 0  # steps run (step numbers also jump over idle time on the step clock)
     now = 0.0

@@ -12,10 +12,12 @@ from kvsched.kvcache.base import CacheView
 from kvsched.policies.base import DynamicPolicy, Policy, StaticPolicy, is_dynamic
 from kvsched.sequence import Seq, SeqState
 
+_SWAPPED = SeqState.SWAPPED  # (an enum member read through its class costs a lookup)
+
 
 def admission_tokens(seq: Seq) -> int:
     """Budget tokens its admission takes: its (re)prefill, or 1 to swap in and decode."""
-    return 1 if seq.state is SeqState.SWAPPED else seq.prompt_len + seq.generated
+    return 1 if seq.state is _SWAPPED else seq.prompt_len + seq.generated
 
 
 class WaitingQueue:
@@ -33,7 +35,7 @@ class WaitingQueue:
     """
 
     __slots__ = ("_policy", "_swapped", "_stack", "_heap", "_fresh", "_entries",
-                 "queued_tokens", "dynamic")
+                 "queued_tokens", "dynamic", "size")
 
     def __init__(self, policy: Policy) -> None:
         self.dynamic = is_dynamic(policy)
@@ -44,14 +46,21 @@ class WaitingQueue:
         self._fresh: deque[Seq] = deque()  # dynamic policies: never started, in policy order
         self._entries = 0
         self.queued_tokens = 0  # budget tokens needed to admit everything queued
+        # Requests queued, kept as they come and go: the hot path reads it every step
+        # (an attribute, not four len() calls through __len__).
+        self.size = 0
 
     def __len__(self) -> int:
-        return len(self._swapped) + len(self._stack) + len(self._heap) + len(self._fresh)
+        return self.size
+
+    def __bool__(self) -> bool:
+        return self.size > 0
 
     def push(self, seq: Seq, enqueue_time: float) -> None:
         """Queue `seq` in policy order, as entering at `enqueue_time`."""
         seq.enqueue_time = enqueue_time
         self.queued_tokens += admission_tokens(seq)
+        self.size += 1
         if self.dynamic:
             self._fresh.append(seq)
             return
@@ -63,11 +72,13 @@ class WaitingQueue:
         """Put a preempted request ahead of everything queued."""
         self._stack.append(seq)
         self.queued_tokens += admission_tokens(seq)
+        self.size += 1
 
     def push_swapped(self, seq: Seq) -> None:
         """Queue a swapped-out request behind the others swapped out, ahead of the rest."""
         self._swapped.append(seq)
         self.queued_tokens += admission_tokens(seq)
+        self.size += 1
 
     def reorder(self, now: float, view: CacheView | None) -> None:
         """Re-rank the never-started requests with the dynamic policy (at the start of a
@@ -127,6 +138,7 @@ class WaitingQueue:
         else:
             seq = self._fresh.popleft()
         self.queued_tokens -= admission_tokens(seq)
+        self.size -= 1
         return seq
 
     def set_aside(self) -> tuple:
@@ -145,6 +157,7 @@ class WaitingQueue:
             seq = self._fresh.popleft()
             token = ("fresh", seq, seq)
         self.queued_tokens -= admission_tokens(seq)
+        self.size -= 1
         return token
 
     def restore(self, tokens: list[tuple]) -> None:
@@ -159,6 +172,7 @@ class WaitingQueue:
             else:
                 heapq.heappush(self._heap, item)
             self.queued_tokens += admission_tokens(seq)
+            self.size += 1
 
     def first_unswapped(self) -> Seq | None:
         """The head of the queue without the swapped-out requests."""

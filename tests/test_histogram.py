@@ -91,3 +91,25 @@ def test_add_gaps_equals_one_by_one(pattern, repeats, count, max_exact, with_hig
         assert bulk.percentile(p) == single.percentile(p)
     # Every count where one by one puts it (percentiles alone may hide a count off by one).
     assert bulk._exact == single._exact and bulk._buckets == single._buckets
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0039, 0.0039 * (1 + 2e-16), 0.02, 1.5]),
+                          st.integers(1, 4)), min_size=1, max_size=12),
+       st.lists(st.tuples(st.integers(0, 11), st.sampled_from([0.0039, 0.007, 0.02, 3.0])),
+                max_size=12),
+       st.sampled_from([0, 2, 4096]))
+def test_swap_equals_taking_back_then_adding(added, swaps, max_exact):
+    """swap(old, new) leaves the count, the float total and every bucket as
+    add(old, -1) then add(new) would."""
+    one, two = GapHistogram(max_exact=max_exact), GapHistogram(max_exact=max_exact)
+    for value, count in added:
+        one.add(value, count)
+        two.add(value, count)
+    for index, new in swaps:
+        old = added[index % len(added)][0]
+        one.swap(old, new)
+        two.add(old, -1)
+        two.add(new)
+    assert one.count == two.count and one.total == two.total
+    assert one._exact == two._exact and one._buckets == two._buckets
