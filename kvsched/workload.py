@@ -77,7 +77,7 @@ def build_requests(spec: WorkloadSpec, seed: int = 0, base_dir: Path = Path(".")
     elif isinstance(spec, SyntheticWorkload):
         requests = _synthetic(spec, np.random.default_rng(seed), base_dir, locate)
     else:
-        requests = _trace(spec, base_dir, locate, np.random.default_rng(seed))
+        requests = _trace(spec, base_dir, locate, seed)
     if not requests:
         raise locate(("workload",), "the workload has no requests")
     return requests
@@ -420,11 +420,13 @@ def _layout(spec: TraceWorkload) -> TraceLayout:
 
 
 def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
-           rng: np.random.Generator) -> Sequence[Request]:
+           seed: int) -> Sequence[Request]:
+    """(`seed` makes a generator only for a trace whose arrivals come from a process:
+    numpy.random's import is a tenth of a trace replay's start.)"""
     where = ("workload", "path")
     path = _resolve(base_dir, spec.path)
     layout = _layout(spec)
-    clean = _clean_trace(path, layout, rng, spec)
+    clean = _clean_trace(path, layout, seed, spec)
     if clean is not None:
         return _replay(spec, *clean)
     import pandas as pd
@@ -445,7 +447,7 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
 
     if layout.arrival_time is None:
         assert spec.arrival is not None
-        arrivals = _process_times(spec.arrival, len(table), rng)
+        arrivals = _process_times(spec.arrival, len(table), np.random.default_rng(seed))
     else:
         arrivals = _arrival_seconds(table[layout.arrival_time], layout.arrival_unit, path,
                                     where, locate)
@@ -516,7 +518,7 @@ def _replayed_rows(spec: TraceWorkload, arrivals: np.ndarray) -> np.ndarray:
     return rows[:spec.limit] if spec.limit is not None else rows
 
 
-def _clean_trace(path: Path, layout: TraceLayout, rng: np.random.Generator,
+def _clean_trace(path: Path, layout: TraceLayout, seed: int,
                  spec: TraceWorkload) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Arrival seconds, prompt and output lengths of a clean CSV trace read without pandas
     (`kvsched.trace_csv`), or None: then pandas reads it and names what is wrong."""
@@ -543,7 +545,7 @@ def _clean_trace(path: Path, layout: TraceLayout, rng: np.random.Generator,
     prompts, outputs = columns[layout.prompt_len], columns[layout.output_len]
     if layout.arrival_time is None:
         assert spec.arrival is not None
-        arrivals = _process_times(spec.arrival, len(prompts), rng)
+        arrivals = _process_times(spec.arrival, len(prompts), np.random.default_rng(seed))
     elif layout.arrival_unit == "datetime":
         arrivals = columns[layout.arrival_time]
     else:
