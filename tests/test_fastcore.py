@@ -245,3 +245,41 @@ def test_head_of_line_blocks_are_carried_and_kept_for_the_diagnosis(tmp_path):
         assert [e for e in run.events if e[3].startswith("hol")] == [
             e for e in reference.events if e[3].startswith("hol")]
     assert files["c"] == files["python"]
+
+
+@pytest.mark.parametrize("limits", ["long", "overflow"])
+def test_a_run_too_long_to_hold_streams_the_same(monkeypatch, tmp_path, limits):
+    """A run over HOLD_REQUESTS (or one that outgrows what it may hold) runs dry first, then
+    streams: the same files as held and as the Python loop, once."""
+    from kvsched.csvout import RowCsv, StepCsv
+    from kvsched.records import EVENT_COLUMNS
+    from kvsched.steplog import RecordMode
+
+    if limits == "long":
+        monkeypatch.setattr(fastcore, "HOLD_REQUESTS", 10)
+    else:
+        monkeypatch.setattr(fastcore, "HOLD_LIMITS", (40, 200, 3000))
+    rng = np.random.default_rng(4)
+    n = 120
+    requests = RequestColumns(np.sort(rng.uniform(0, 30, n)), rng.integers(5, 300, n),
+                              rng.integers(1, 40, n))
+    config = roomy(max_num_batched_tokens=128, chunked_prefill=True, num_blocks=3000)
+    clock = ConstantStep(0.02)
+    files = {}
+    for mode in ("python", "c"):
+        steps = StepCsv(tmp_path / f"steps-{mode}.csv", RecordMode.FULL, config.usable_blocks)
+        events = RowCsv(tmp_path / f"events-{mode}.csv", EVENT_COLUMNS)
+        log = StepLog(config.usable_blocks, keep=False, sink=steps)
+        if mode == "python":
+            with python_loop():
+                simulate(requests, config, make_policy("fcfs"), clock, step_log=log,
+                         event_sink=events)
+        else:
+            simulate(requests, config, make_policy("fcfs"), clock, step_log=log,
+                     event_sink=events)
+        steps.close()
+        events.close()
+        files[mode] = [(tmp_path / f"{kind}-{mode}.csv").read_bytes()
+                       for kind in ("steps", "events")]
+    assert files["c"] == files["python"]
+    assert files["c"][0].count(b"\n") > 200  # long enough to have outgrown the limits
