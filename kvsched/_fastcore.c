@@ -22,7 +22,6 @@
 #define MAX_STRETCH (1 << 14)
 #define MAX_EXACT 4096
 
-
 enum { WAITING = 1, PREFILLING = 2, RUNNING = 3, FINISHED = 4 };
 
 typedef struct {
@@ -276,8 +275,6 @@ typedef struct {
     /* configuration */
     int64_t budget, max_num_seqs, block_size, num_blocks, watermark, chunk_cap, max_steps;
     int chunked, whole_steps, stretches, dry;
-    int hold, overflow;  /* hold: hand nothing over before the end (overflow: it grew too big) */
-    Py_ssize_t hold_segments, hold_steps, hold_text;  /* what a held run may keep */
     double t_base, t_prefill, t_decode, t_kv;  /* kvsched.timing.LinearStep (constant: base) */
     double last_duration;
     /* the requests, in arrival order */
@@ -408,10 +405,6 @@ static int event(Core *c, int64_t step, double time, Seq *s, int kind, long long
         if ((kind == EV_HOL_BLOCK || kind == EV_HOL_RELEASE) && kept_event(c, step, time, s, kind,
                                                                        a, b) < 0)
             return -1;
-        if (c->hold) {
-            if (t->n >= c->hold_text) c->overflow = 1;
-            return 0;
-        }
         return t->n >= (1 << 20) ? flush_events(c) : 0;
     }
     return append_event(c, c->events, step, time, s, kind, a, b);
@@ -619,7 +612,6 @@ enum { SEG_STEP, SEG_NUM_STEPS, SEG_IS_ROW, SEG_RUNNING, SEG_WAITING, SEG_PREFIL
 #define BLOCK_SEGMENTS (1 << 15)
 #define BLOCK_STEPS (1 << 18)
 
-
 /* Timeline.add_row / add_stretch: busy time, queue and count by bucket of start time; a
  * run of steps in one bucket adds its sum (summed from 0, as Python's sum of a list). */
 static int64_t tl_key(Core *c, double t) {
@@ -673,10 +665,6 @@ static int add_segment(Core *c, const int64_t *fields, const double *starts,
     for (int f = 0; f < SEG_FIELDS; f++)
         if (vec_push(&c->seg, fields[f]) < 0) return -1;
     if (dvec_push(&c->seg_sum, sum) < 0) return -1;
-    if (c->hold) {
-        if (c->seg_sum.n >= c->hold_segments || c->step_used.n >= c->hold_steps) c->overflow = 1;
-        return 0;
-    }
     if (c->seg_sum.n >= BLOCK_SEGMENTS || c->step_used.n >= BLOCK_STEPS) return flush_block(c);
     return 0;
 }
@@ -982,9 +970,7 @@ static int run_loop(Core *c) {
     int result = -1;
     if (!ends || !grown || !durations) { PyErr_NoMemory(); goto done; }
     for (;;) {
-        if (c->overflow) { result = 0; goto done; }
-        if (!c->dry && !c->hold && c->drain != Py_None
-                && PyList_GET_SIZE(c->events) >= c->drain_at) {
+        if (!c->dry && c->drain != Py_None && PyList_GET_SIZE(c->events) >= c->drain_at) {
             PyObject *out = PyObject_CallNoArgs(c->drain);
             if (!out) goto done;
             Py_DECREF(out);
@@ -1072,7 +1058,7 @@ PyDoc_STRVAR(run_doc,
 "run(config, arrivals, records, callbacks) -> (free blocks, itl) or None\n\n"
 "config: (budget, max_num_seqs, block_size, num_blocks, watermark_blocks, chunked,\n"
 "chunk_cap, (base, per_prefill_token, per_decode, per_kv_token), whole_steps, max_steps,\n"
-"stretches, itl, dry, hold, (segments, steps, text bytes a held run may keep));\n"
+"stretches, itl, dry);\n"
 "arrivals: (arrival float64, prompt int64, output int64, input index int64, id numbers\n"
 "int64 or None), in arrival order; records: writable RecordTable columns (arrival or\n"
 "None, status u8, first_scheduled, first_token, finish, max_gap f64, ttft_steps i64,\n"
@@ -1084,8 +1070,7 @@ PyDoc_STRVAR(run_doc,
 "prefill tokens, decode tokens, blocks used summed, peak), (timeline busy, waiting,\n"
 "count)).\n"
 "None: the run met what this core does not carry (run the Python engine). `dry`:\n"
-"only find that out: no rows, stretches or events are made. `hold`: hand nothing to\n"
-"log_block, drain or event_text before the end (False: it grew past what it may hold).");
+"only find that out: no rows, stretches or events are made.");
 
 static PyObject *core_run(PyObject *self, PyObject *args) {
     Core c;
@@ -1098,11 +1083,10 @@ static PyObject *core_run(PyObject *self, PyObject *args) {
     Py_buffer r_gap = {0}, r_ttft = {0}, r_gen = {0}, r_hit = {0};
     PyObject *ids_obj, *r_arrival_obj;
     Py_ssize_t drain_at;
-    if (!PyArg_ParseTuple(args, "(LLLLLpL(dddd)pLpppp(nnn))(y*y*y*y*O)(Ow*w*w*w*w*w*w*w*)(OOOnOOO)(ddn)",
+    if (!PyArg_ParseTuple(args, "(LLLLLpL(dddd)pLppp)(y*y*y*y*O)(Ow*w*w*w*w*w*w*w*)(OOOnOOO)(ddn)",
                           &budget, &max_num_seqs, &block_size, &num_blocks, &watermark,
                           &chunked, &chunk_cap, &t_base, &t_prefill, &t_decode, &t_kv, &whole_steps, &max_steps,
-                          &stretches, &itl, &c.dry, &c.hold, &c.hold_segments, &c.hold_steps, &c.hold_text,
-                          &arrival, &prompt, &output, &order, &ids_obj,
+                          &stretches, &itl, &c.dry, &arrival, &prompt, &output, &order, &ids_obj,
                           &r_arrival_obj, &r_status, &r_sched, &r_token, &r_finish, &r_gap,
                           &r_ttft, &r_gen, &r_hit, &c.log_block, &c.events, &c.drain,
                           &drain_at, &c.progress, &c.event_text, &c.kept, &c.tl_start, &c.tl_end, &c.tl_size))
@@ -1153,7 +1137,7 @@ static PyObject *core_run(PyObject *self, PyObject *args) {
         goto out;
     int r = run_loop(&c);
     if (r < 0) goto out;
-    if (r == 0) { result = Py_NewRef(c.overflow ? Py_False : Py_None); goto out; }
+    if (r == 0) { result = Py_NewRef(Py_None); goto out; }
     /* the histogram: count, total, bucketed, and its values with their counts */
     PyObject *values = PyDict_New();
     if (!values) goto out;

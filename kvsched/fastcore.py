@@ -38,17 +38,6 @@ except ImportError:  # not built (no compiler when installed): the Python loop r
     _fastcore = None
 
 
-HOLD_REQUESTS = 1 << 17
-"""Runs of at most this many requests are held in memory to their end (their step records
-and events take tens of megabytes) and handed over only if the loop did not give up; a
-longer one runs twice: dry (no records, a tenth of the work) to find out, then streaming.
-The loop also starts streaming over if a held run grows past what it may hold."""
-
-
-HOLD_LIMITS = (1 << 20, 1 << 22, 1 << 26)
-"""What a held run may keep: segments, steps and bytes of event text (about 200 MB)."""
-
-
 def available() -> bool:
     """Whether the compiled loop is built and not turned off."""
     return _fastcore is not None and os.environ.get("KVSCHED_CORE", "") != "python"
@@ -108,9 +97,10 @@ def run(requests: RequestColumns, config: EngineConfig, clock: TimeModel,
     """Run the loop in C: (free blocks at the end, the inter-token gap histogram or None
     without `itl`), with `records`, `log` and `events` filled as the Python loop fills them;
     None if it gave up. `event_text`, if given, takes the events as CSV lines (bytes)
-    instead of `events`, and `kept` the head-of-line ones (what the diagnosis reads).
-    Nothing reaches a streaming `log`, `drain` or `event_text` of a run that gives up (the
-    Python loop then makes it again): see HOLD_REQUESTS."""
+    instead of `events`, and `kept` the head-of-line ones (what the diagnosis reads). A
+    first pass only finds out whether it gives up (it makes no rows or events, a tenth of
+    the work), so that nothing reaches a streaming `log` or `drain` of a run the Python
+    loop then makes again."""
     prices = _prices(clock)
     assert _fastcore is not None and prices is not None
     order = np.argsort(requests.arrival_time, kind="stable")  # as kvsched.turns orders them
@@ -138,33 +128,23 @@ def run(requests: RequestColumns, config: EngineConfig, clock: TimeModel,
     timeline = log.stats.timeline
     span = (0.0, 0.0, 0) if timeline is None else (timeline.start, timeline.end,
                                                    len(timeline.busy))
-    kept_events: list[tuple] = [] if kept is None else kept
-
-    def once(dry: bool, hold: bool) -> Any:
-        return _fastcore.run(
-            (cfg.max_num_batched_tokens, cfg.max_num_seqs, cfg.block_size, cfg.usable_blocks,
-             cfg.watermark_blocks, cfg.chunked_prefill, chunk_cap, prices, clock.whole_steps,
-             cfg.max_steps, stretches, itl, dry, hold, HOLD_LIMITS),
-            arrivals, columns, (take_block, events, drain, drain_at, progress, event_text,
-                                kept_events), span)
-
-    # Few of the objects the loop makes live long (event tuples without a text sink); the
-    # collector's passes over them would cost a good part of the run. Only the sinks and
-    # the progress callback run meanwhile (no policy or router: the loop's rules are its
-    # own), now and then; whatever cycles they make go at the end.
+    out = None
+    # The loop makes a stretch's lists and a step's row per event, few of which live long:
+    # the collector's passes over them cost a fifth of the run. Only the sinks and the
+    # progress callback run meanwhile (no policy or router: the loop's rules are its own),
+    # once per chunk or per thousands of steps; whatever cycles they make go at the end.
     collecting = gc.isenabled()
     gc.disable()
     try:
-        # A run that fits in memory is held to its end, so that giving up has handed nothing
-        # over; a longer one is first run dry to find out whether it gives up, then streamed.
-        out = once(False, True) if len(requests) <= HOLD_REQUESTS else False
-        if out is False:
-            del events[:], kept_events[:]
-            out = once(True, False)
-            if out is not None:
-                out = once(False, False)
-        if out is None:
-            return None
+        for dry in (True, False):
+            out = _fastcore.run(
+                (cfg.max_num_batched_tokens, cfg.max_num_seqs, cfg.block_size,
+                 cfg.usable_blocks, cfg.watermark_blocks, cfg.chunked_prefill, chunk_cap, prices,
+                 clock.whole_steps, cfg.max_steps, stretches, itl, dry),
+                arrivals, columns, (take_block, events, drain, drain_at, progress,
+                                    event_text, [] if kept is None else kept), span)
+            if out is None:
+                return None
     finally:
         if collecting:
             gc.enable()
