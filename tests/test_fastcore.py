@@ -245,3 +245,29 @@ def test_head_of_line_blocks_are_carried_and_kept_for_the_diagnosis(tmp_path):
         assert [e for e in run.events if e[3].startswith("hol")] == [
             e for e in reference.events if e[3].startswith("hol")]
     assert files["c"] == files["python"]
+
+
+def test_a_histogram_past_its_exact_values_buckets_as_the_python_one():
+    """Steps priced by the KV they read take thousands of distinct lengths: the inter-token
+    gap histogram turns to buckets (past 4,096 distinct values), and its percentiles and
+    mean are the Python loop's."""
+    rng = np.random.default_rng(7)
+    n = 400
+    requests = RequestColumns(np.sort(rng.uniform(0, 60, n)), rng.integers(20, 900, n),
+                              rng.integers(20, 120, n))
+    config = roomy(max_num_batched_tokens=512, max_num_seqs=32, num_blocks=20000)
+    clock = LinearStep(0.005, 1e-5, 1e-4, 3e-7)
+    made = fastcore.run(requests, config, clock, RecordTable(requests),
+                        StepLog(config.usable_blocks), [], None, 1 << 15, None, True, True)
+    assert made is not None and made[1] is not None and not made[1].is_exact
+    reference, compiled = both(requests, config, clock)
+    assert_same(reference, compiled)
+    assert compiled.summary["itl_p99"] is not None
+
+
+def test_without_itl_the_figures_are_none_as_in_python():
+    requests = RequestColumns(np.arange(20) * 0.1, np.full(20, 50), np.full(20, 9))
+    config = roomy(max_num_batched_tokens=128)
+    reference, compiled = both(requests, config, ConstantStep(0.01), itl=False)
+    assert_same(reference, compiled)
+    assert compiled.summary["itl_p50"] is None
