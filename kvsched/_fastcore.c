@@ -34,33 +34,32 @@ typedef struct {
     PyObject *id;
 } Seq;
 
-/* -- a growable array of int64 ------------------------------------------------------ */
-typedef struct { int64_t *v; Py_ssize_t n, cap; } Vec;
-
-static int vec_push(Vec *a, int64_t x) {
-    if (a->n == a->cap) {
-        Py_ssize_t cap = a->cap ? a->cap * 2 : 64;
-        int64_t *v = PyMem_Realloc(a->v, cap * sizeof(int64_t));
-        if (!v) { PyErr_NoMemory(); return -1; }
-        a->v = v; a->cap = cap;
-    }
-    a->v[a->n++] = x;
+/* -- growable arrays ---------------------------------------------------------------- */
+/* Room for one more item in `*v` (`n` used of `*cap`, items of `size` bytes), doubling. */
+static int grow(void **v, Py_ssize_t n, Py_ssize_t *cap, size_t size) {
+    if (n < *cap) return 0;
+    Py_ssize_t more = *cap ? *cap * 2 : 64;
+    void *bigger = PyMem_Realloc(*v, more * size);
+    if (!bigger) { PyErr_NoMemory(); return -1; }
+    *v = bigger;
+    *cap = more;
     return 0;
 }
 
+typedef struct { int64_t *v; Py_ssize_t n, cap; } Vec;
 typedef struct { double *v; Py_ssize_t n, cap; } DVec;
 
-static int dvec_push(DVec *a, double x) {
-    if (a->n == a->cap) {
-        Py_ssize_t cap = a->cap ? a->cap * 2 : 64;
-        double *v = PyMem_Realloc(a->v, cap * sizeof(double));
-        if (!v) { PyErr_NoMemory(); return -1; }
-        a->v = v; a->cap = cap;
-    }
+static int vec_push(Vec *a, int64_t x) {
+    if (grow((void **)&a->v, a->n, &a->cap, sizeof *a->v) < 0) return -1;
     a->v[a->n++] = x;
     return 0;
 }
 
+static int dvec_push(DVec *a, double x) {
+    if (grow((void **)&a->v, a->n, &a->cap, sizeof *a->v) < 0) return -1;
+    a->v[a->n++] = x;
+    return 0;
+}
 
 /* -- CSV text, as the csv module and Python's "%.10g" write it ------------------------- */
 typedef struct { char *v; Py_ssize_t n, cap; } Text;
@@ -180,12 +179,7 @@ static int entry_less(const Entry *a, const Entry *b) {
 }
 
 static int heap_push(Heap *h, Entry e) {
-    if (h->n == h->cap) {
-        Py_ssize_t cap = h->cap ? h->cap * 2 : 64;
-        Entry *v = PyMem_Realloc(h->v, cap * sizeof(Entry));
-        if (!v) { PyErr_NoMemory(); return -1; }
-        h->v = v; h->cap = cap;
-    }
+    if (grow((void **)&h->v, h->n, &h->cap, sizeof *h->v) < 0) return -1;
     Py_ssize_t i = h->n++;
     while (i > 0) {
         Py_ssize_t p = (i - 1) / 2;
@@ -412,12 +406,7 @@ static int event(Core *c, int64_t step, double time, Seq *s, int kind, long long
 
 static Py_ssize_t new_slot(Core *c) {
     if (c->free_slots.n) return (Py_ssize_t)c->free_slots.v[--c->free_slots.n];
-    if (c->nseqs == c->capseqs) {
-        Py_ssize_t cap = c->capseqs ? c->capseqs * 2 : 256;
-        Seq *v = PyMem_Realloc(c->seqs, cap * sizeof(Seq));
-        if (!v) { PyErr_NoMemory(); return -1; }
-        c->seqs = v; c->capseqs = cap;
-    }
+    if (grow((void **)&c->seqs, c->nseqs, &c->capseqs, sizeof *c->seqs) < 0) return -1;
     return c->nseqs++;
 }
 
