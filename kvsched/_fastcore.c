@@ -26,8 +26,8 @@ enum { WAITING = 1, PREFILLING = 2, RUNNING = 3, FINISHED = 4 };
 
 typedef struct {
     int64_t k;            /* arrival index */
-    int64_t prompt, output, lifetime, blocks, prefill_left, admit_seq, base, join_step;
-    int64_t run_tick, epoch;
+    int64_t prompt, output, blocks, prefill_left, admit_seq, base, join_step;
+    int64_t run_tick;
     double first_sched, last_time, run_first_gap, first_gap, max_gap;
     int has_max_gap, state;
     long long id_number;  /* its request_id is r<id_number> */
@@ -170,8 +170,9 @@ static void vec_remove_at(Vec *a, Py_ssize_t i) {
     a->n--;
 }
 
-/* -- a min-heap of (key, order, slot, epoch) ------------------------------------------- */
-typedef struct { int64_t key, order, slot, epoch; } Entry;
+/* -- a min-heap of (key, order, slot, k): k, the request's arrival index, tells an entry
+ * left by a finished request (its slot reused) from its new owner's ------------------ */
+typedef struct { int64_t key, order, slot, k; } Entry;
 typedef struct { Entry *v; Py_ssize_t n, cap; } Heap;
 
 static int entry_less(const Entry *a, const Entry *b) {
@@ -280,7 +281,7 @@ typedef struct {
     Vec waiting; Py_ssize_t waiting_head;  /* FIFO of slots */
     Vec running, prefilling;  /* slots in admission order */
     Heap finish_due, block_due;
-    int64_t free, tick, kv_tokens, admissions, pushes, committed;
+    int64_t free, tick, kv_tokens, admissions, pushes;
     double last_end;  /* end of the latest decode pass */
     int steady;
     Py_ssize_t hol_slot, hol_behind;  /* the head blocking the request behind it, or -1 */
@@ -420,7 +421,6 @@ static int arrive(Core *c, int64_t step) {
     s->k = k;
     s->prompt = c->prompt[k];
     s->output = c->output[k];
-    s->lifetime = blocks_for(s->prompt + s->output - 1, c->block_size);
     s->join_step = step;
     s->state = WAITING;
     s->id_number = c->id_numbers ? (long long)c->id_numbers[k] : (long long)c->order[k];
@@ -520,7 +520,7 @@ static int schedule(Core *c, Plan *p, int64_t step, double now) {
         while (c->block_due.n && c->block_due.v[0].key <= tick) {
             Entry e = heap_pop(&c->block_due);
             Seq *s = &c->seqs[e.slot];
-            if (s->k != e.epoch || s->state != RUNNING) continue;
+            if (s->k != e.k || s->state != RUNNING) continue;
             if (e.key < tick) return 0;  /* (never: a boundary left behind) */
             growing++;
             s->blocks++;
@@ -575,7 +575,6 @@ static int schedule(Core *c, Plan *p, int64_t step, double now) {
         c->free -= need;
         s->blocks = need;
         s->admit_seq = ++c->admissions;
-        c->committed += s->lifetime;
         p->num_admitted++;
         s->prefill_left = tokens;
         s->first_sched = now;
@@ -692,11 +691,9 @@ static int finish(Core *c, Py_ssize_t slot, int64_t step, double end) {
     Seq *s = &c->seqs[slot];
     s->state = FINISHED;
     c->free += s->blocks;
-    c->committed -= s->lifetime;
     c->kv_tokens -= s->prompt + s->output - 1;
     for (Py_ssize_t i = 0; i < c->running.n; i++)
         if (c->running.v[i] == slot) { vec_remove_at(&c->running, i); break; }
-    s->epoch++;
     int r = event(c, step, end, s, EV_FINISH, s->output, 0);
     if (r < 0) return -1;
     record(c, s, end);
@@ -724,7 +721,7 @@ static int finish_due(Core *c, int64_t tick, int64_t step, double end, int64_t *
     while (c->finish_due.n && c->finish_due.v[0].key == tick) {
         Entry e = heap_pop(&c->finish_due);
         Seq *s = &c->seqs[e.slot];
-        if (s->k != e.epoch || s->state != RUNNING) continue;
+        if (s->k != e.k || s->state != RUNNING) continue;
         if (close_run(c, s) < 0 || finish(c, e.slot, step, end) < 0) return -1;
         (*count)++;
     }
@@ -857,7 +854,7 @@ static int64_t stretch_once(Core *c, int64_t step, double now, double next_arriv
         while (c->block_due.n && c->block_due.v[0].key == t) {
             Entry e = heap_pop(&c->block_due);
             Seq *s = &c->seqs[e.slot];
-            if (s->k != e.epoch || s->state != RUNNING) continue;
+            if (s->k != e.k || s->state != RUNNING) continue;
             if (ntaken < 64) taken[ntaken++] = e;
             else if (vec_push(&extra, e.slot) < 0 || vec_push(&extra, e.order) < 0) return -1;
             count++;
@@ -881,7 +878,7 @@ static int64_t stretch_once(Core *c, int64_t step, double now, double next_arriv
             if (i < ntaken) e = taken[i];
             else {
                 Py_ssize_t j = 2 * (i - ntaken);
-                e.slot = extra.v[j]; e.order = extra.v[j + 1]; e.epoch = c->seqs[e.slot].k;
+                e.slot = extra.v[j]; e.order = extra.v[j + 1]; e.k = c->seqs[e.slot].k;
             }
             c->seqs[e.slot].blocks++;
             e.key = t + c->block_size;
