@@ -856,17 +856,20 @@ static int64_t stretch_once(Core *c, int64_t step, double now, double next_arriv
             Seq *s = &c->seqs[e.slot];
             if (s->k != e.k || s->state != RUNNING) continue;
             if (ntaken < 64) taken[ntaken++] = e;
-            else if (vec_push(&extra, e.slot) < 0 || vec_push(&extra, e.order) < 0) return -1;
+            else if (vec_push(&extra, e.slot) < 0 || vec_push(&extra, e.order) < 0) {
+                PyMem_Free(extra.v);
+                return -1;
+            }
             count++;
         }
         (void)mark;
         if (count > spare) {  /* put them back: the next step meets the shortage */
             horizon = t - 1;
             for (Py_ssize_t i = 0; i < ntaken; i++)
-                if (heap_push(&c->block_due, taken[i]) < 0) return -1;
+                if (heap_push(&c->block_due, taken[i]) < 0) { PyMem_Free(extra.v); return -1; }
             for (Py_ssize_t i = 0; i < extra.n; i += 2) {
                 Entry e = {t, extra.v[i + 1], extra.v[i], c->seqs[extra.v[i]].k};
-                if (heap_push(&c->block_due, e) < 0) return -1;
+                if (heap_push(&c->block_due, e) < 0) { PyMem_Free(extra.v); return -1; }
             }
             PyMem_Free(extra.v);
             break;
@@ -883,7 +886,7 @@ static int64_t stretch_once(Core *c, int64_t step, double now, double next_arriv
             c->seqs[e.slot].blocks++;
             e.key = t + c->block_size;
             e.order = c->pushes++;
-            if (heap_push(&c->block_due, e) < 0) return -1;
+            if (heap_push(&c->block_due, e) < 0) { PyMem_Free(extra.v); return -1; }
         }
         PyMem_Free(extra.v);
     }
@@ -1088,9 +1091,12 @@ static PyObject *core_run(PyObject *self, PyObject *args) {
             || want(&r_status, n, 1, "status") || want(&r_sched, n, 8, "first_scheduled")
             || want(&r_token, n, 8, "first_token") || want(&r_finish, n, 8, "finish")
             || want(&r_gap, n, 8, "max_gap") || want(&r_ttft, n, 8, "ttft_steps")
-            || want(&r_gen, n, 4, "generated") || want(&r_hit, n, 4, "prefix_hit")
-            || !PyList_Check(c.events))
+            || want(&r_gen, n, 4, "generated") || want(&r_hit, n, 4, "prefix_hit"))
         goto out;
+    if (!PyList_Check(c.events) || !PyList_Check(c.kept)) {
+        PyErr_SetString(PyExc_TypeError, "events and kept must be lists");
+        goto out;
+    }
     c.budget = budget; c.max_num_seqs = max_num_seqs; c.block_size = block_size;
     c.num_blocks = num_blocks; c.watermark = watermark; c.chunked = chunked;
     c.chunk_cap = chunk_cap; c.t_base = t_base; c.t_prefill = t_prefill;
@@ -1146,9 +1152,16 @@ static PyObject *core_run(PyObject *self, PyObject *args) {
         goto out;
     }
     for (Py_ssize_t i = 0; i < c.tl_size; i++) {
-        PyList_SET_ITEM(busy, i, PyFloat_FromDouble(c.tl_busy[i]));
-        PyList_SET_ITEM(queued, i, PyLong_FromLongLong(c.tl_waiting[i]));
-        PyList_SET_ITEM(counted, i, PyLong_FromLongLong(c.tl_count[i]));
+        PyObject *b = PyFloat_FromDouble(c.tl_busy[i]), *q = PyLong_FromLongLong(c.tl_waiting[i]);
+        PyObject *k = PyLong_FromLongLong(c.tl_count[i]);
+        if (!b || !q || !k) {
+            Py_XDECREF(b); Py_XDECREF(q); Py_XDECREF(k);
+            Py_DECREF(busy); Py_DECREF(queued); Py_DECREF(counted); Py_DECREF(values);
+            goto out;
+        }
+        PyList_SET_ITEM(busy, i, b);
+        PyList_SET_ITEM(queued, i, q);
+        PyList_SET_ITEM(counted, i, k);
     }
     result = Py_BuildValue("(L(LdiN)(LddLLLL)(NNN))", (long long)c.free,
                            (long long)c.itl.count, c.itl.total, c.itl.bucketed, values,
@@ -1199,6 +1212,10 @@ static PyObject *format_csv(PyObject *self, PyObject *args) {
         PyObject *values, *names = NULL;
         if (!PyArg_ParseTuple(spec, "sO|O", &kind, &values, &names)) goto out;
         kinds[j] = kind[0];
+        if (!kind[0] || kind[1] || !strchr("iIfFrks", kind[0])) {
+            PyErr_Format(PyExc_ValueError, "unknown column kind '%s'", kind);
+            goto out;
+        }
         if (kind[0] == 's' || kind[0] == 'k') lists[j] = kind[0] == 's' ? values : names;
         if (kind[0] == 's') {
             if (!PyList_Check(values) || PyList_GET_SIZE(values) != n) {
@@ -1211,9 +1228,15 @@ static PyObject *format_csv(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "a 'k' column needs a tuple of names");
             goto out;
         }
-        if (PyObject_GetBuffer(values, &views[j], PyBUF_SIMPLE) < 0) goto out;
-        if (views[j].len != n * 8) {
-            PyErr_SetString(PyExc_ValueError, "a column needs n 8-byte values");
+        if (PyObject_GetBuffer(values, &views[j], PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+            goto out;
+        const char *format = views[j].format ? views[j].format : "B";
+        int is_float = (kind[0] == 'f' || kind[0] == 'F');
+        int wrong = is_float ? strcmp(format, "d") != 0
+                             : strcmp(format, "q") != 0 && strcmp(format, "l") != 0;
+        if (views[j].len != n * 8 || views[j].itemsize != 8 || wrong) {
+            PyErr_SetString(PyExc_ValueError,
+                            "a column needs n float64 ('f', 'F') or int64 values");
             goto out;
         }
     }

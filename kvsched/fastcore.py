@@ -15,7 +15,9 @@ and tests/test_fastcore.py compares the two over random workloads.
 from __future__ import annotations
 
 import gc
+import math
 import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -51,16 +53,26 @@ def format_csv(columns: list[tuple], n: int) -> bytes | None:
     return out
 
 
+_LARGE = 2 ** 62
+"""Settings and lengths from here on stay with the Python loop (its integers do not
+overflow)."""
+
+
 def carries(requests: Any, config: EngineConfig, policy: Policy, clock: TimeModel,
             admission: SloAdmission | None, record_batches: bool) -> bool:
     """Whether the compiled loop runs these rules (it may still give up on the way)."""
     if not available() or type(requests) is not RequestColumns or not len(requests):
+        return False
+    if sys.version_info >= (3, 12):  # sum() of floats is compensated there: not C's sums
         return False
     if type(policy) is not Fcfs or admission is not None or record_batches:
         return False
     if _prices(clock) is None:
         return False
     cfg = config
+    if max(cfg.max_num_batched_tokens, cfg.max_num_seqs, cfg.num_blocks, cfg.block_size,
+           cfg.max_steps, cfg.long_prefill_token_threshold) >= _LARGE:
+        return False  # beyond the loop's 64-bit counters (a "no limit" max_steps, say)
     if (cfg.step_order is not StepOrder.DECODE_FIRST or cfg.victim is Victim.QUEUE_TAIL
             or cfg.enable_prefix_caching or cfg.delay_factor or cfg.max_model_len is not None
             or cfg.max_queued_requests is not None or cfg.append_free_block
@@ -68,11 +80,13 @@ def carries(requests: Any, config: EngineConfig, policy: Policy, clock: TimeMode
             or make_reservation(cfg) is not None or make_partial_prefills(cfg) is not None):
         return False
     arrival = requests.arrival_time
-    if not np.isfinite(arrival).all():
-        return False
+    if not (np.isfinite(arrival).all() and arrival.max() < 2.0 ** 53):
+        return False  # (the step clock counts steps to an arrival in 64 bits)
     # A request that can never run is named at the end: the Python loop does that.
     prompt = np.asarray(requests.prompt_len, dtype=np.int64)
     output = np.asarray(requests.output_len, dtype=np.int64)
+    if int(prompt.max()) + int(output.max()) >= _LARGE:
+        return False
     lifetime = -(-(prompt + output - 1) // cfg.block_size)
     if (lifetime > cfg.usable_blocks - cfg.watermark_blocks).any():
         return False
@@ -84,8 +98,10 @@ def _prices(clock: TimeModel) -> tuple[float, float, float, float] | None:
     compiled loop prices: a constant step is its base; None for the other models."""
     step = constant_duration(clock)
     if step is not None:
-        return (step, 0.0, 0.0, 0.0) if step > 0 else None
-    if type(clock) is LinearStep:
+        return (step, 0.0, 0.0, 0.0) if 0 < step < math.inf else None
+    if type(clock) is LinearStep and all(math.isfinite(price) for price in (
+            clock.base, clock.per_prefill_token, clock.per_decode, clock.per_kv_token,
+            clock.per_swapped_block)):  # (an infinite swap price makes NaN steps in Python)
         return clock.base, clock.per_prefill_token, clock.per_decode, clock.per_kv_token
     return None
 

@@ -4,6 +4,7 @@ what comes out, and nothing of the abandoned run reaches a streaming sink."""
 
 from __future__ import annotations
 
+import math
 import os
 from contextlib import contextmanager
 
@@ -271,3 +272,23 @@ def test_without_itl_the_figures_are_none_as_in_python():
     reference, compiled = both(requests, config, ConstantStep(0.01), itl=False)
     assert_same(reference, compiled)
     assert compiled.summary["itl_p50"] is None
+
+
+def test_what_the_loop_cannot_hold_stays_with_python():
+    """Found by review: values past the loop's 64-bit counters or an infinite price are not
+    carried, and the Python loop's run (or its error) is what comes out."""
+    requests = RequestColumns(np.array([0.0, 1e19]), np.array([4, 4]), np.array([2, 2]))
+    config = roomy()
+    policy = make_policy("fcfs")
+    assert not fastcore.carries(requests, config, policy, StepClock(), None, False)
+    run = simulate(requests, config, policy, StepClock())
+    assert [r.finish_time for r in run.requests] == [2.0, 1e19]
+    small = RequestColumns(np.zeros(2), np.array([4, 4]), np.array([2, 2]))
+    assert not fastcore.carries(small, roomy(max_steps=2**63), policy, StepClock(), None, False)
+    simulate(small, roomy(max_steps=2**63), policy, StepClock())  # runs in Python
+    assert not fastcore.carries(small, config, policy, LinearStep(per_swapped_block=math.inf),
+                                None, False)
+    with pytest.raises(ValueError, match="unknown column kind"):
+        fastcore.format_csv([("x", np.zeros(2, dtype=np.int64))], 2)
+    with pytest.raises(ValueError, match="float64"):
+        fastcore.format_csv([("i", np.zeros(4, dtype=np.int32))], 2)
