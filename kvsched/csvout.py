@@ -159,6 +159,7 @@ class StepCsv:
         self._handle.write(text)
 
     def _text(self, columns: list[Any]) -> bytes | None:
+        """The columns as CSV lines in C, or None when the compiled formatter is off."""
         from kvsched import fastcore
 
         if not fastcore.available():
@@ -177,6 +178,8 @@ class StepCsv:
         return fastcore.format_csv(specs, n)
 
     def _block_columns(self, block: SegmentBlock) -> list[Any]:
+        """`block` as this writer's columns: what `_compact_columns` or `_full_columns`
+        make of the same segments (a row per segment, or per step)."""
         n = len(block)
         k = block.column("num_steps")
         is_row = block.column("is_row").astype(bool)
