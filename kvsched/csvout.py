@@ -100,26 +100,28 @@ class StepCsv:
 
     def __init__(self, path: Path, mode: RecordMode, num_blocks: int,
                  replica: int | None = None, header: bool = True) -> None:
-        import pyarrow as pa
-
-        self._pa = pa
         self.mode = mode
         self.num_blocks = num_blocks
         self.replica = replica
         self.columns = STEP_COLUMNS if mode is RecordMode.FULL else COMPACT_COLUMNS
-        fields = [pa.field(name, pa.string() if name in _STEP_FLOATS else pa.int64())
-                  for name in self.columns]
-        if replica is not None:
-            fields.append(pa.field("replica", pa.int64()))
-        self._schema = pa.schema(fields)
+        self._names = (*self.columns, "replica") if replica is not None else self.columns
         self._handle: IO[bytes] = path.open("wb")
         self._header = header  # still to write
-        self._writer: Any = None  # Arrow's, made at its first table
+        # Arrow's writer, made at its first table (a compiled run's text never needs it,
+        # nor pyarrow's import)
+        self._pa: Any = None
+        self._schema: Any = None
+        self._writer: Any = None
 
     def _arrow(self) -> Any:
         if self._writer is None:
+            import pyarrow as pa
             import pyarrow.csv as pacsv
 
+            self._pa = pa
+            self._schema = pa.schema([
+                pa.field(name, pa.string() if name in _STEP_FLOATS else pa.int64())
+                for name in self._names])
             options = pacsv.WriteOptions(include_header=self._header, quoting_style="none",
                                          quoting_header="none")
             self._writer = pacsv.CSVWriter(self._handle, self._schema, write_options=options)
@@ -129,7 +131,7 @@ class StepCsv:
     def _write_header(self) -> None:
         """The header line as Arrow writes it (names unquoted), for text written here."""
         if self._header:
-            self._handle.write((",".join(self._schema.names) + "\n").encode())
+            self._handle.write((",".join(self._names) + "\n").encode())
             self._header = False
 
     def __call__(self, chunk: list[Segment]) -> None:
@@ -216,6 +218,7 @@ class StepCsv:
                 step_zeros, step_zeros]
 
     def _write(self, columns: list[Any]) -> None:
+        writer = self._arrow()
         pa = self._pa
         arrays = []
         for name, values in zip(self.columns, columns, strict=True):
@@ -227,7 +230,7 @@ class StepCsv:
                 arrays.append(format_floats(values))
         if self.replica is not None:
             arrays.append(pa.repeat(self.replica, len(arrays[0])).cast(pa.int64()))
-        self._arrow().write_table(pa.Table.from_arrays(arrays, schema=self._schema))
+        writer.write_table(pa.Table.from_arrays(arrays, schema=self._schema))
 
     def close(self) -> None:
         if self._writer is not None:
