@@ -101,9 +101,8 @@ def check_targets(targets: Sequence[SloTarget], scenario: Scenario) -> None:
     """Refuse an SLO on a key no summary has (before anything runs)."""
     if not targets:
         raise ScenarioError("--slo", "give at least one --slo METRIC=LIMIT (e.g. ttft_p99=2)")
-    from kvsched.cluster import CLUSTER_KEYS
     from kvsched.diagnosis import INCIDENT_KEYS
-    from kvsched.metrics import SUMMARY_KEYS
+    from kvsched.metrics import CLUSTER_KEYS, SUMMARY_KEYS
 
     classes = known_classes(scenario)
     diagnosis = {*INCIDENT_KEYS, "incident_imbalance"}  # not in a run's summary: no SLO

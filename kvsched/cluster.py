@@ -30,7 +30,7 @@ from kvsched.backpressure import Backpressure
 from kvsched.config import EngineConfig
 from kvsched.engine import Engine
 from kvsched.histogram import GapHistogram
-from kvsched.metrics import CLUSTER_SUMMARY_KEYS, summarize
+from kvsched.metrics import summarize
 from kvsched.policies.base import Policy
 from kvsched.record_table import RecordTable
 from kvsched.records import RequestRecord, RunResult
@@ -49,8 +49,6 @@ REPLICA_KEYS = ("num_requests", "num_finished", "num_rejected", "ttft_p50", "ttf
                 "e2e_p99", "num_preemptions", "busy_fraction", "peak_blocks_used",
                 "num_steps", "duration")
 """What each entry of the summary's `replicas` list holds (with `replica` and `num_blocks`)."""
-
-CLUSTER_KEYS = CLUSTER_SUMMARY_KEYS  # (defined beside the other summary keys)
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,13 +62,12 @@ def write_rows(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]])
         if chunks is None:
             writer.writerows([fmt % v if type(v) is float else v for v in row] for row in rows)
             return
-        table = rows.table  # type: ignore[attr-defined]
-        for text, start, stop in chunks():
-            if text is not None:  # the same bytes as the csv module's, in C
-                handle.write(text.decode("utf-8"))
+        for part in chunks():
+            if isinstance(part, bytes):  # the same bytes as the csv module's, in C
+                handle.write(part.decode("utf-8"))
             else:
                 writer.writerows([fmt % v if type(v) is float else v for v in row]
-                                 for row in table.rows(start, stop))
+                                 for row in part)
 
 
 class RowCsv:

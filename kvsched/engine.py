@@ -33,6 +33,11 @@ class Engine:
         # Time models that price a step from its real batch (each prefill chunk with its
         # cached context) take a BatchShape; the others keep the four-integer `duration`.
         self._duration_shape = getattr(clock, "duration_shape", None)
+        self._shape: type | None = None
+        if self._duration_shape is not None:  # (hardware models only: their module)
+            from kvsched.roofline import BatchShape
+
+            self._shape = BatchShape
         # Hardware models also give each step's MFU and memory-bandwidth utilisation.
         # `utilisation=False` skips them (a third of a roofline run's cost) for a caller that
         # reads no mfu or mbu: a capacity probe.
@@ -89,10 +94,9 @@ class Engine:
         if self._duration_shape is None:
             duration = self.clock.duration(computed, num_decodes, plan.kv_read_tokens, swapped)
         else:
-            from kvsched.roofline import BatchShape  # (hardware models only: their module)
-
-            shape = BatchShape(tuple(plan.prefill_chunks), num_decodes, plan.kv_read_tokens,
-                               swapped)
+            assert self._shape is not None
+            shape = self._shape(tuple(plan.prefill_chunks), num_decodes, plan.kv_read_tokens,
+                                swapped)
             duration = self._duration_shape(shape)
             if self._utilisation is not None:
                 mfu, mbu = self._utilisation(shape, duration)

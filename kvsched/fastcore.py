@@ -172,17 +172,7 @@ def run(requests: RequestColumns, config: EngineConfig, clock: TimeModel,
         timeline.busy, timeline.waiting, timeline.count = busy, queued, counted
     if not itl:
         return free, None
-    histogram = GapHistogram()
-    histogram.count = count
-    histogram.total = total
-    if bucketed:  # as many distinct gaps were held at once as make the Python one bucket
-        histogram._exact = None
-        buckets = histogram._buckets
-        for value, n in values.items():
-            key = histogram._bucket(value)
-            buckets[key] = buckets.get(key, 0) + n
-    else:
-        histogram._exact = values
+    histogram = GapHistogram.from_counts(count, total, values, bool(bucketed))
     return free, histogram
 
 

@@ -57,6 +57,23 @@ class GapHistogram:
         # gaps (a constant step's, give or take the last bits) skip the logarithm.
         self._span_low, self._span_high, self._span_key = math.inf, -math.inf, 0
 
+    @classmethod
+    def from_counts(cls, count: int, total: float, values: dict[float, int],
+                    bucketed: bool) -> GapHistogram:
+        """The histogram that adding gaps one call at a time made, from its end state: the
+        count, the float total as summed, each value's count, and whether it ever held more
+        than `max_exact` values at once (the compiled loop's, `kvsched.fastcore`)."""
+        out = cls()
+        out.count, out.total = count, total
+        if bucketed:
+            out._exact = None
+            for value, n in values.items():
+                key = out._bucket(value)
+                out._buckets[key] = out._buckets.get(key, 0) + n
+        else:
+            out._exact = dict(values)
+        return out
+
     @property
     def is_exact(self) -> bool:
         """Whether percentiles are still exact (no bucketing yet)."""

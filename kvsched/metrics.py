@@ -64,7 +64,7 @@ SUMMARY_KEYS = (
 
 CLASS_KEYS = ("num_requests", "num_starved", "ttft_mean", "ttft_p50", "ttft_p99")
 
-CLUSTER_SUMMARY_KEYS = (
+CLUSTER_KEYS = (
     "num_replicas", "replica_requests_min", "replica_requests_max", "replica_load_imbalance",
     "replica_ttft_p99_min", "replica_ttft_p99_max", "replica_ttft_p99_ratio",
     "replica_busy_fraction_min", "replica_busy_fraction_max", "max_queue_while_idle",

@@ -174,7 +174,12 @@ class RecordTable(Sequence[RequestRecord]):
 
         if not fastcore.available():
             return None
-        index = np.arange(start, stop)
+        return fastcore.format_csv(self._cells(np.arange(start, stop)), stop - start)
+
+    def _cells(self, index: np.ndarray) -> list[tuple]:
+        """REQUEST_COLUMNS of rows `index` as typed columns, (kind, values[, names]), the
+        kinds of `kvsched.fastcore.format_csv`: what both the CSV text and the rows'
+        Python values are made from."""
         c = self.columns(index)
         work = self.workload
         if isinstance(work, RequestColumns):
@@ -191,7 +196,7 @@ class RecordTable(Sequence[RequestRecord]):
         def floats(kind: str, values: np.ndarray) -> tuple:
             return kind, np.ascontiguousarray(values, dtype=np.float64)
 
-        return fastcore.format_csv([
+        return [
             ids, floats("F", c.arrival_time), ints("i", c.prompt_len), ints("i", c.output_len),
             ints("i", c.priority), (*ints("k", c.class_codes), tuple(c.class_names)),
             (*ints("k", c.status), STATUSES), floats("f", c.first_scheduled_time),
@@ -200,7 +205,7 @@ class RecordTable(Sequence[RequestRecord]):
             ints("i", c.num_preemptions), ints("i", c.num_recomputed_tokens),
             ints("i", c.num_swapped_blocks), floats("f", c.max_token_gap),
             ints("i", c.generated_tokens), ("s", why), floats("f", c.tpot),
-            ints("I", c.prefix_hit_tokens), ints("i", c.cached_tokens)], len(index))
+            ints("I", c.prefix_hit_tokens), ints("i", c.cached_tokens)]
 
     def take(self, indices: Iterable[int] | np.ndarray) -> list[RequestRecord]:
         """The records of rows `indices`, in that order."""
@@ -218,22 +223,7 @@ class RecordTable(Sequence[RequestRecord]):
         return [work[i].request_id for i in indices]
 
     def _tuples(self, index: np.ndarray) -> Iterator[tuple]:
-        c = self.columns(index)
-        rows = index.tolist()
-        names = c.class_names
-        classes = [names[k] if k >= 0 else None for k in c.class_codes.tolist()]
-        reasons = self.reasons
-        return zip(
-            self.request_ids(rows), c.arrival_time.tolist(), c.prompt_len.tolist(),
-            c.output_len.tolist(), c.priority.tolist(), classes,
-            [STATUSES[k] for k in c.status.tolist()],
-            _floats(c.first_scheduled_time), _floats(c.first_token_time),
-            _floats(c.finish_time), _floats(c.ttft), _ints(c.ttft_steps),
-            _floats(c.e2e_latency), _floats(c.queue_time), c.num_preemptions.tolist(),
-            c.num_recomputed_tokens.tolist(), c.num_swapped_blocks.tolist(),
-            _floats(c.max_token_gap), c.generated_tokens.tolist(),
-            [reasons.get(i) for i in rows], _floats(c.tpot),
-            _ints(c.prefix_hit_tokens), c.cached_tokens.tolist(), strict=True)
+        return zip(*map(_python, self._cells(index)), strict=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,12 +338,14 @@ class TableRows:
     def __iter__(self) -> Iterator[tuple]:
         return self.table.rows()
 
-    def csv_text(self) -> Iterator[tuple[bytes | None, int, int]]:
-        """(CSV lines or None, start, stop) for each chunk of rows."""
-        n = len(self.table)
+    def csv_text(self) -> Iterator[bytes | Iterator[tuple]]:
+        """Each chunk of rows as CSV lines, or as tuples where those need the csv module."""
+        table = self.table
+        n = len(table)
         for lo in range(0, n, _ROWS):
             hi = min(lo + _ROWS, n)
-            yield self.table.csv_text(lo, hi), lo, hi
+            text = table.csv_text(lo, hi)
+            yield text if text is not None else table.rows(lo, hi)
 
 
 def _list_columns(work: Sequence[Request]) -> tuple:
@@ -370,6 +362,23 @@ def _list_columns(work: Sequence[Request]) -> tuple:
 
 def _nan(value: Any) -> float:
     return np.nan if value is None else value
+
+
+def _python(cell: tuple) -> list:
+    """A typed column of `RecordTable._cells` as the Python values of RequestRecord."""
+    kind, values = cell[0], cell[1]
+    if kind == "s":
+        return values
+    if kind == "r":
+        return [f"r{v}" for v in values.tolist()]
+    if kind == "k":
+        names = cell[2]
+        return [names[k] if k >= 0 else None for k in values.tolist()]
+    if kind == "f":
+        return _floats(values)
+    if kind == "I":
+        return _ints(values)
+    return values.tolist()  # "i", "F"
 
 
 def _floats(column: np.ndarray) -> list[float | None]:

@@ -21,8 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from kvsched.diagnosis import INCIDENT_KEYS
 from kvsched.errors import ScenarioError, excerpt
-from kvsched.metrics import CLASS_KEYS, SUMMARY_KEYS
-from kvsched.metrics import CLUSTER_SUMMARY_KEYS as CLUSTER_KEYS
+from kvsched.metrics import CLASS_KEYS, CLUSTER_KEYS, SUMMARY_KEYS
 from kvsched.schema import (
     OVERRIDABLE,
     Expectation,
