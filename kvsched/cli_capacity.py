@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvsched.backends import Backend
 from kvsched.cli import Out, Range, Seed, Variants, app, friendly, lesson_scenario_path
 from kvsched.errors import KvschedError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # (kvsched.backends loads multiprocessing: only `capacity` needs it)
+    from kvsched.backends import Backend
     from kvsched.scenario import Scenario
 
 BackendOpt = Annotated[str, typer.Option(
