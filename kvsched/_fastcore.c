@@ -81,16 +81,33 @@ static int text_put(Text *t, const char *s, Py_ssize_t len) {
     return 0;
 }
 
+/* The digits of x at o (24 bytes reserved), and the end of them. */
+static const char PAIRS[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+static char *emit_int(char *o, long long x) {
+    unsigned long long v = x < 0 ? 0ULL - (unsigned long long)x : (unsigned long long)x;
+    if (x < 0) *o++ = '-';
+    if (v < 10) { *o++ = (char)('0' + v); return o; }
+    char digits[24];
+    int n = 24;
+    while (v >= 100) {
+        unsigned r = (unsigned)(v % 100);
+        v /= 100;
+        digits[--n] = PAIRS[2 * r + 1];
+        digits[--n] = PAIRS[2 * r];
+    }
+    if (v >= 10) { digits[--n] = PAIRS[2 * v + 1]; digits[--n] = PAIRS[2 * v]; }
+    else digits[--n] = (char)('0' + v);
+    memcpy(o, digits + n, 24 - n);
+    return o + (24 - n);
+}
+
 static int text_int(Text *t, long long x) {
     if (text_reserve(t, 24) < 0) return -1;
-    char digits[24];
-    int n = 0;
-    unsigned long long v = x < 0 ? 0ULL - (unsigned long long)x : (unsigned long long)x;
-    do { digits[n++] = (char)('0' + v % 10); v /= 10; } while (v);
-    char *o = t->v + t->n;
-    if (x < 0) *o++ = '-';
-    while (n) *o++ = digits[--n];
-    t->n = o - t->v;
+    t->n = emit_int(t->v + t->n, x) - t->v;
     return 0;
 }
 
@@ -104,45 +121,53 @@ static const double DECADE[14] = {1e-4, 1e-3, 1e-2, 1e-1, 1e0, 1e1, 1e2, 1e3, 1e
 static const double POW10[14] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10,
                                  1e11, 1e12, 1e13};
 
-static int text_float(Text *t, double x) {
-    if (text_reserve(t, 32) < 0) return -1;
+/* "%.10g" of x at o (32 bytes reserved), and the end of it; NULL if out of memory. */
+static char *emit_float(char *o, double x) {
     double a = fabs(x);
     if (a >= 1e-4 && a < 1e10) {
         int e = 9;  /* the decimal exponent, a guess the digits' count checks below */
         while (e > -4 && a < DECADE[e + 4]) e--;
-        {
-            double scaled = a * POW10[9 - e];
-            double m = rint(scaled);
-            if (fabs(scaled - floor(scaled) - 0.5) > 1e-5 && m > 1e9 && m < 1e10) {
-                char digits[10];
-                long long v = (long long)m;
-                for (int i = 9; i >= 0; i--) { digits[i] = (char)('0' + v % 10); v /= 10; }
-                int last = 9;  /* the last digit kept: trailing zeros go */
-                while (last > 0 && digits[last] == '0') last--;
-                char *o = t->v + t->n;
-                if (x < 0) *o++ = '-';
-                if (e >= 0) {
-                    for (int i = 0; i <= e; i++) *o++ = digits[i];
-                    if (last > e) {
-                        *o++ = '.';
-                        for (int i = e + 1; i <= last; i++) *o++ = digits[i];
-                    }
-                } else {
-                    *o++ = '0';
+        double scaled = a * POW10[9 - e];
+        double m = rint(scaled);
+        if (fabs(scaled - floor(scaled) - 0.5) > 1e-5 && m > 1e9 && m < 1e10) {
+            char digits[10];
+            long long v = (long long)m;
+            for (int i = 9; i >= 0; i--) { digits[i] = (char)('0' + v % 10); v /= 10; }
+            int last = 9;  /* the last digit kept: trailing zeros go */
+            while (last > 0 && digits[last] == '0') last--;
+            if (x < 0) *o++ = '-';
+            if (e >= 0) {
+                memcpy(o, digits, e + 1);
+                o += e + 1;
+                if (last > e) {
                     *o++ = '.';
-                    for (int i = 0; i < -e - 1; i++) *o++ = '0';
-                    for (int i = 0; i <= last; i++) *o++ = digits[i];
+                    memcpy(o, digits + e + 1, last - e);
+                    o += last - e;
                 }
-                t->n = o - t->v;
-                return 0;
+            } else {
+                *o++ = '0';
+                *o++ = '.';
+                for (int i = 0; i < -e - 1; i++) *o++ = '0';
+                memcpy(o, digits, last + 1);
+                o += last + 1;
             }
+            return o;
         }
     }
     char *text = PyOS_double_to_string(x, 'g', 10, 0, NULL);
-    if (!text) return -1;
-    int r = text_put(t, text, (Py_ssize_t)strlen(text));
+    if (!text) return NULL;
+    size_t len = strlen(text);  /* at most 17: "-1.234567891e+308" */
+    memcpy(o, text, len);
     PyMem_Free(text);
-    return r;
+    return o + len;
+}
+
+static int text_float(Text *t, double x) {
+    if (text_reserve(t, 32) < 0) return -1;
+    char *o = emit_float(t->v + t->n, x);
+    if (!o) return -1;
+    t->n = o - t->v;
+    return 0;
 }
 
 /* A text cell: quoted (quotes doubled) when it holds a comma, a quote or a newline, as
@@ -1240,14 +1265,18 @@ static PyObject *format_csv(PyObject *self, PyObject *args) {
             goto out;
         }
     }
+    /* Each row reserves room for its numbers (32 bytes a cell), then writes them unchecked;
+     * a text cell reserves its own. */
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (text_reserve(&t, 32 * m + 1) < 0) goto out;
+        char *o = t.v + t.n;
         for (Py_ssize_t j = 0; j < m; j++) {
-            if (j && text_put(&t, ",", 1) < 0) goto out;
+            if (j) *o++ = ',';
             char kind = kinds[j];
             if (kind == 'f' || kind == 'F') {
                 double x = ((const double *)views[j].buf)[i];
                 if (isnan(x) && kind == 'f') continue;
-                if (text_float(&t, x) < 0) goto out;
+                if (!(o = emit_float(o, x))) goto out;
                 continue;
             }
             PyObject *text = NULL;
@@ -1256,12 +1285,9 @@ static PyObject *format_csv(PyObject *self, PyObject *args) {
                 if (text == Py_None) continue;
             } else {
                 long long x = ((const int64_t *)views[j].buf)[i];
-                if (kind == 'i') { if (text_int(&t, x) < 0) goto out; continue; }
-                if (kind == 'I') { if (x >= 0 && text_int(&t, x) < 0) goto out; continue; }
-                if (kind == 'r') {
-                    if (text_put(&t, "r", 1) < 0 || text_int(&t, x) < 0) goto out;
-                    continue;
-                }
+                if (kind == 'i') { o = emit_int(o, x); continue; }
+                if (kind == 'I') { if (x >= 0) o = emit_int(o, x); continue; }
+                if (kind == 'r') { *o++ = 'r'; o = emit_int(o, x); continue; }
                 if (x < 0) continue;  /* 'k' */
                 if (x >= PyTuple_GET_SIZE(lists[j])) {
                     PyErr_SetString(PyExc_IndexError, "a code beyond its names");
@@ -1272,11 +1298,15 @@ static PyObject *format_csv(PyObject *self, PyObject *args) {
             Py_ssize_t len;
             const char *utf8 = PyUnicode_AsUTF8AndSize(text, &len);
             if (!utf8) goto out;
+            t.n = o - t.v;
             int r = text_cell(&t, utf8, len);
             if (r < 0) goto out;
             if (r == 1) { result = Py_NewRef(Py_None); goto out; }
+            if (text_reserve(&t, 32 * (m - j) + 1) < 0) goto out;
+            o = t.v + t.n;
         }
-        if (text_put(&t, "\n", 1) < 0) goto out;
+        *o++ = '\n';
+        t.n = o - t.v;
     }
     result = PyBytes_FromStringAndSize(t.v ? t.v : "", t.n);
 out:
