@@ -1316,9 +1316,170 @@ out:
     return result;
 }
 
+/* -- a plainly clean CSV trace, as pyarrow reads it ---------------------------------------
+ * A strict subset of what pyarrow.csv reads, so that whatever this accepts pyarrow reads to
+ * the same numbers: printable ASCII without quotes, lines ending in \n or \r\n, no empty
+ * line but a final one, every row as many fields as the header. A wanted number column
+ * holds plain integers ("-"? and at most 18 digits, no leading zero), which pyarrow
+ * infers as int64; a wanted time column holds "YYYY-MM-DD HH:MM:SS[.fraction]" (or a T),
+ * a valid date from 1900 to 2199 and at most 9 fraction digits, which it infers as a
+ * zone-less timestamp: here its nanoseconds since 1970. Anything else is None, and
+ * kvsched.trace_csv asks pyarrow. */
+
+static int64_t days_from_civil(int64_t y, int64_t m, int64_t d) {
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;
+    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+static int digits_at(const char *s, int n, int64_t *out) {
+    int64_t v = 0;
+    for (int i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') return 0;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return 1;
+}
+
+/* The cell [s, e) as an integer (1) or not (0). */
+static int cell_int(const char *s, const char *e, int64_t *out) {
+    int negative = s < e && *s == '-';
+    if (negative) s++;
+    Py_ssize_t n = e - s;
+    if (n < 1 || n > 18 || (n > 1 && *s == '0') || (negative && n == 1 && *s == '0')) return 0;
+    int64_t v;
+    if (!digits_at(s, (int)n, &v)) return 0;
+    *out = negative ? -v : v;
+    return 1;
+}
+
+/* The cell [s, e) as a time stamp in nanoseconds since 1970 (1) or not (0). */
+static int cell_stamp(const char *s, const char *e, int64_t *out) {
+    Py_ssize_t n = e - s;
+    if (n < 19 || s[4] != '-' || s[7] != '-' || (s[10] != ' ' && s[10] != 'T')
+            || s[13] != ':' || s[16] != ':')
+        return 0;
+    int64_t y, mo, d, h, mi, sec, fraction = 0;
+    if (!digits_at(s, 4, &y) || !digits_at(s + 5, 2, &mo) || !digits_at(s + 8, 2, &d)
+            || !digits_at(s + 11, 2, &h) || !digits_at(s + 14, 2, &mi)
+            || !digits_at(s + 17, 2, &sec))
+        return 0;
+    static const int DAYS[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    if (y < 1900 || y > 2199 || mo < 1 || mo > 12 || d < 1
+            || d > DAYS[mo - 1] + (mo == 2 && leap) || h > 23 || mi > 59 || sec > 59)
+        return 0;
+    if (n > 19) {
+        int places = (int)(n - 20);
+        if (s[19] != '.' || places < 1 || places > 9 || !digits_at(s + 20, places, &fraction))
+            return 0;
+        for (int i = places; i < 9; i++) fraction *= 10;
+    }
+    *out = ((days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec) * 1000000000LL
+            + fraction);
+    return 1;
+}
+
+PyDoc_STRVAR(read_csv_doc,
+"read_csv(data, wanted, kinds) -> tuple of int64 buffers (bytes), or None\n\n"
+"The columns named in `wanted` of the CSV text `data` when it is plainly clean, each as\n"
+"int64 values: integers for kind 'n', nanoseconds since 1970 for kind 't'.");
+
+static PyObject *read_csv(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer data;
+    PyObject *wanted;
+    const char *kinds;
+    if (!PyArg_ParseTuple(args, "y*O!s", &data, &PyTuple_Type, &wanted, &kinds)) return NULL;
+    Py_ssize_t w = PyTuple_GET_SIZE(wanted), fields = 0, rows = 0;
+    PyObject *result = NULL;
+    Py_ssize_t *where = PyMem_Calloc(w ? w : 1, sizeof(Py_ssize_t));
+    Py_ssize_t *of_field = NULL;
+    Vec *values = PyMem_Calloc(w ? w : 1, sizeof(Vec));
+    if (!where || !values) { PyErr_NoMemory(); goto out; }
+    if ((Py_ssize_t)strlen(kinds) != w) {
+        PyErr_SetString(PyExc_ValueError, "one kind per wanted column");
+        goto out;
+    }
+    const char *p = data.buf, *end = p + data.len;
+    for (const char *c = p; c < end; c++)  /* printable ASCII, no quote, \r only in \r\n */
+        if (*c == '"' || (*c != '\n' && (*c < 0x20 || *c > 0x7e)
+                          && !(*c == '\r' && c + 1 < end && c[1] == '\n')))
+            goto clean_no;
+    /* The header: each wanted name exactly once, no empty name. */
+    for (Py_ssize_t k = 0; k < w; k++) where[k] = -1;
+    const char *line_end = memchr(p, '\n', end - p);
+    if (!line_end) goto clean_no;
+    const char *stop = line_end > p && line_end[-1] == '\r' ? line_end - 1 : line_end;
+    for (const char *f = p;; fields++) {
+        const char *comma = memchr(f, ',', stop - f);
+        const char *fe = comma ? comma : stop;
+        if (fe == f) goto clean_no;
+        for (Py_ssize_t k = 0; k < w; k++) {
+            Py_ssize_t len;
+            const char *name = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(wanted, k), &len);
+            if (!name) goto out;
+            if (len == fe - f && !memcmp(name, f, len)) {
+                if (where[k] >= 0) goto clean_no;
+                where[k] = fields;
+            }
+        }
+        if (!comma) { fields++; break; }
+        f = comma + 1;
+    }
+    for (Py_ssize_t k = 0; k < w; k++) if (where[k] < 0) goto clean_no;
+    of_field = PyMem_Malloc(fields * sizeof(Py_ssize_t));
+    if (!of_field) { PyErr_NoMemory(); goto out; }
+    for (Py_ssize_t j = 0; j < fields; j++) of_field[j] = -1;
+    for (Py_ssize_t k = 0; k < w; k++) of_field[where[k]] = k;
+    /* The rows. */
+    for (p = line_end + 1; p < end; p = line_end + 1, rows++) {
+        line_end = memchr(p, '\n', end - p);
+        if (!line_end) line_end = end;
+        stop = line_end > p && line_end[-1] == '\r' ? line_end - 1 : line_end;
+        if (stop == p) goto clean_no;  /* an empty line */
+        const char *f = p;
+        for (Py_ssize_t j = 0; j < fields; j++) {
+            const char *comma = memchr(f, ',', stop - f);
+            if ((j + 1 < fields) != (comma != NULL)) goto clean_no;  /* too few or many */
+            const char *fe = comma ? comma : stop;
+            if (of_field[j] >= 0) {
+                Py_ssize_t k = of_field[j];
+                int64_t v;
+                if (!(kinds[k] == 't' ? cell_stamp(f, fe, &v) : cell_int(f, fe, &v)))
+                    goto clean_no;
+                if (vec_push(&values[k], v) < 0) goto out;
+            }
+            f = fe + 1;
+        }
+    }
+    if (!rows) goto clean_no;
+    result = PyTuple_New(w);
+    if (!result) goto out;
+    for (Py_ssize_t k = 0; k < w; k++) {
+        PyObject *column = PyBytes_FromStringAndSize((const char *)values[k].v,
+                                                     values[k].n * (Py_ssize_t)sizeof(int64_t));
+        if (!column) { Py_CLEAR(result); goto out; }
+        PyTuple_SET_ITEM(result, k, column);
+    }
+    goto out;
+clean_no:
+    result = Py_NewRef(Py_None);
+out:
+    for (Py_ssize_t k = 0; values && k < w; k++) PyMem_Free(values[k].v);
+    PyMem_Free(values); PyMem_Free(where); PyMem_Free(of_field);
+    PyBuffer_Release(&data);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"run", core_run, METH_VARARGS, run_doc},
     {"format_csv", format_csv, METH_VARARGS, format_csv_doc},
+    {"read_csv", read_csv, METH_VARARGS, read_csv_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -53,6 +53,15 @@ def format_csv(columns: list[tuple], n: int) -> bytes | None:
     return out
 
 
+def read_csv(data: bytes, wanted: tuple[str, ...], kinds: str) -> tuple[bytes, ...] | None:
+    """The `wanted` columns of CSV text as int64 buffers (kind 'n': integers, 't': time
+    stamps in nanoseconds), None unless the text is plainly clean (see `_fastcore.read_csv`
+    for the subset of CSV it takes)."""
+    assert _fastcore is not None
+    out: tuple[bytes, ...] | None = _fastcore.read_csv(data, wanted, kinds)
+    return out
+
+
 _LARGE = 2 ** 62
 """Settings and lengths from here on stay with the Python loop (its integers do not
 overflow)."""

@@ -109,3 +109,133 @@ def test_a_trace_run_with_compact_records_never_imports_pandas(tmp_path):
                           cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "out" / "s" / "base" / "steps.csv").stat().st_size
+
+
+# -- the C reader (kvsched/_fastcore.c read_csv) against pyarrow's -----------------------
+
+from kvsched import fastcore  # noqa: E402
+from kvsched.trace_csv import _arrow_read, _compiled_read  # noqa: E402
+
+needs_c = pytest.mark.skipif(not fastcore.available(), reason="the C extension is not built")
+AZURE_NEEDED = {"TIMESTAMP": "datetime", "ContextTokens": "number", "GeneratedTokens": "number"}
+
+# Cells near the edges of the C reader's subset: some in it, some pyarrow reads otherwise
+# (floats, dates without times, zones, spaces, leading zeros), some nobody reads.
+STAMPS = st.one_of(
+    st.datetimes(min_value=__import__("datetime").datetime(1900, 1, 1),
+                 max_value=__import__("datetime").datetime(2199, 12, 31)).map(
+        lambda d: d.isoformat(sep=" ")),
+    st.builds(lambda d, sep, frac: d.strftime(f"%Y-%m-%d{sep}%H:%M:%S") + frac,
+              st.datetimes(), st.sampled_from([" ", "T"]),
+              st.sampled_from(["", ".5", ".6805900", ".123456789", ".1234567891", "Z",
+                               "+01:00", "."])),
+    st.sampled_from(["2023-02-29 00:00:00", "2024-02-29 23:59:59", "2023-13-01 00:00:00",
+                     "2023-11-16", "2023-11-16 18:15", "2023-11-16 24:00:00",
+                     "2023-11-16 18:15:60", " 2023-11-16 18:15:46", "1899-12-31 23:59:59",
+                     "", "x"]))
+INTS = st.one_of(st.integers(-10 ** 19, 10 ** 19).map(str),
+                 st.sampled_from(["007", "0", "-0", "+5", "5.0", "1e3", " 5", "", "NA", "x"]))
+OTHER = st.sampled_from(["abc", "", "1", "2.5", "a b", "é", "x\"y", "true"])
+
+
+CLEAN_STAMPS = st.builds(
+    lambda d, sep, digits: d.strftime(f"%Y-%m-%d{sep}%H:%M:%S")
+    + (f".{d.microsecond:06d}{digits}"[:1 + len(digits)] if digits else ""),
+    st.datetimes(min_value=__import__("datetime").datetime(1900, 1, 1),
+                 max_value=__import__("datetime").datetime(2199, 12, 31)),
+    st.sampled_from([" ", "T"]), st.sampled_from(["", "5", "680590", "6805900", "123456789"]))
+
+
+@st.composite
+def trace_texts(draw):
+    """A CSV text shaped like an Azure trace: clean (in the C reader's subset), or with
+    some of its parts bent."""
+    clean = draw(st.booleans())
+    names = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"] + draw(st.sampled_from(
+        [[], ["note"]] if clean else [[], ["note"], ["ContextTokens"], [""]]))
+    names = [names[i] for i in draw(st.permutations(range(len(names))))]
+    stamp = CLEAN_STAMPS if clean else st.one_of(CLEAN_STAMPS, STAMPS)
+    number = st.integers(-10 ** 17, 10 ** 17).map(str) if clean else INTS
+    other = st.sampled_from(["abc", "", "1", "2.5", "a b"]) if clean else OTHER
+    rows = []
+    for _ in range(draw(st.integers(1 if clean else 0, 6))):
+        cells = {"TIMESTAMP": draw(stamp), "ContextTokens": draw(number),
+                 "GeneratedTokens": draw(number), "note": draw(other), "": draw(other)}
+        row = [cells[name] for name in names]
+        if not clean and draw(st.integers(0, 10)) == 0:
+            row = row[:-1] if draw(st.booleans()) else row + ["1"]
+        rows.append(",".join(row))
+    newline = draw(st.sampled_from(["\n", "\r\n"]))
+    text = newline.join([",".join(names)] + rows)
+    if draw(st.booleans()):
+        text += newline
+    if not clean and draw(st.integers(0, 10)) == 0:
+        text += newline  # a blank line at the end
+    return text
+
+
+@needs_c
+@given(trace_texts())
+@settings(max_examples=600, deadline=None)
+def test_the_c_reader_reads_only_what_pyarrow_reads_to_the_same_integers(tmp_path_factory, text):
+    path = tmp_path_factory.mktemp("t") / "t.csv"
+    path.write_bytes(text.encode())
+    quick = _compiled_read(path, AZURE_NEEDED)
+    if quick is None:
+        return
+    arrow = _arrow_read(path, AZURE_NEEDED)
+    assert arrow is not None, text
+    assert quick[0] == arrow[0]
+    for name in AZURE_NEEDED:
+        assert quick[1][name].tobytes() == arrow[1][name].tobytes(), (name, text)
+
+
+@needs_c
+def test_the_c_reader_takes_the_shipped_trace_and_plain_variants(tmp_path):
+    quick, arrow = _compiled_read(AZURE_CONV, AZURE_NEEDED), _arrow_read(AZURE_CONV, AZURE_NEEDED)
+    assert quick is not None and arrow is not None and len(quick[1]["TIMESTAMP"]) > 19_000
+    assert all(quick[1][n].tobytes() == arrow[1][n].tobytes() for n in AZURE_NEEDED)
+    path = tmp_path / "t.csv"
+    for text in ("GeneratedTokens,TIMESTAMP,note,ContextTokens\r\n"
+                 "3,2024-02-29T23:59:59.5,hello world,-12\r\n"
+                 "0,1900-01-01 00:00:00,,7",  # no final newline
+                 "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,5,6\n"):
+        path.write_text(text, newline="")
+        quick, arrow = _compiled_read(path, AZURE_NEEDED), _arrow_read(path, AZURE_NEEDED)
+        assert quick is not None and arrow is not None, text
+        assert all(quick[1][n].tobytes() == arrow[1][n].tobytes() for n in AZURE_NEEDED)
+
+
+@needs_c
+@pytest.mark.parametrize("text", [
+    "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,\"5\",6\n",  # a quote
+    "TIMESTAMP,ContextTokens,GeneratedTokens\n\n2023-11-16 18:15:46,5,6\n",  # a blank line
+    "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,5,6,7\n",  # a field more
+    "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,05,6\n",  # a leading zero
+    "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-02-29 18:15:46,5,6\n",  # no such day
+    "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46,5\n",  # a column missing
+    "TIMESTAMP,ContextTokens,GeneratedTokens\n",  # no row
+])
+def test_the_c_reader_leaves_the_rest_to_pyarrow(tmp_path, text):
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    assert _compiled_read(path, AZURE_NEEDED) is None
+
+
+@needs_c
+def test_an_azure_trace_run_imports_neither_pyarrow_nor_pandas(tmp_path):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(  # a pool this roomy never preempts: the compiled loop carries it
+        "name: s\nengine: {max_num_batched_tokens: 2048, max_num_seqs: 256, num_blocks: 26312,"
+        " watermark: 0, chunked_prefill: true}\ntime: {kind: constant, step_time: 0.01}\n"
+        f"workload: {{kind: trace, format: azure, path: {AZURE_CONV}, limit: 300}}\n")
+    code = ("import sys; from kvsched.cli import main\n"
+            f"sys.argv = ['kvsched', 'run', {str(scenario)!r}, '--out', "
+            f"{str(tmp_path / 'out')!r}, '--records', 'compact']\n"
+            "try:\n    main()\nexcept SystemExit as exit:\n    assert not exit.code\n"
+            "loaded = [m for m in ('pyarrow', 'pandas') if m in sys.modules]\n"
+            "assert not loaded, loaded\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out" / "s" / "base" / "requests.csv").stat().st_size
