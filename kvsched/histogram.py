@@ -27,6 +27,8 @@ from operator import mul, sub
 
 import numpy as np
 
+from kvsched.quantile import lerp
+
 MAX_EXACT = 4096  # distinct values kept exactly before switching to buckets
 ACCURACY = 0.005  # relative error of a bucketed percentile
 SHORT = 64  # stretches of at most this many steps are counted without numpy
@@ -213,11 +215,7 @@ class GapHistogram:
         fraction = position - below
         low = values[bisect_right(cumulative, below)]
         high = values[bisect_right(cumulative, min(below + 1, self.count - 1))]
-        if fraction >= 0.5:  # numpy's lerp: the same rounding on either side
-            value = high - (high - low) * (1 - fraction)
-        else:
-            value = low + (high - low) * fraction
-        return value
+        return lerp(low, high, fraction)
 
     @classmethod
     def merged(cls, parts: list[GapHistogram]) -> GapHistogram:

@@ -29,6 +29,7 @@ import numpy as np
 
 from kvsched.admission import Slo
 from kvsched.histogram import GapHistogram
+from kvsched.quantile import percentiles
 from kvsched.record_table import STATUS_CODE, STATUSES, Columns, columns_of
 from kvsched.records import RequestRecord
 from kvsched.steplog import StepStats
@@ -90,8 +91,7 @@ def _stats(values: np.ndarray, prefix: str, quantiles: Sequence[int],
     out: dict[str, float | None] = {}
     if mean:
         out[f"{prefix}_mean"] = float(data.mean()) if data.size else None
-    # One call for every quantile: one partition of the data, the same interpolation.
-    values_at = np.percentile(data, quantiles).tolist() if data.size else [None] * len(quantiles)
+    values_at = percentiles(data, quantiles) if data.size else [None] * len(quantiles)
     for q, value in zip(quantiles, values_at, strict=True):
         out[f"{prefix}_p{q}"] = value
     return out
