@@ -7,7 +7,16 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvsched.cli import Out, Range, Seed, Variants, app, friendly, lesson_scenario_path
+from kvsched.cli import (
+    Out,
+    Range,
+    Seed,
+    Variants,
+    app,
+    friendly,
+    lesson_scenario_path,
+    work_begins,
+)
 from kvsched.errors import KvschedError
 
 if TYPE_CHECKING:  # (kvsched.backends loads multiprocessing: only `capacity` needs it)
@@ -98,6 +107,7 @@ def capacity(
     searches = len(variant or loaded.variants)
     for axis in axes:
         searches *= len(axis.values)
+    work_begins()
     console = Console(stderr=True)
     with Progress(TextColumn("capacity"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True, disable=not console.is_terminal) as progress:

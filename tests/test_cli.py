@@ -450,3 +450,31 @@ def test_a_baseline_left_out_by_variant_is_named(lab, tmp_path):
     result = run_ok("run", lab, "--variant", second, "--out", tmp_path / "out", "--no-check")
     first = names[0]["name"]
     assert f"comparisons with the baseline '{first}' skipped" in result.output
+
+
+def test_the_collector_is_off_for_start_up_and_on_for_the_run(tmp_path):
+    """`main` turns the collector off while kvsched starts and back on before the engines
+    run (a user's policy in the Python loop may make cycles); gc stays on for library use."""
+    code = (
+        "import gc, sys\n"
+        "import kvsched.cli as cli, kvsched.runner as runner\n"
+        "assert gc.isenabled()  # importing the library leaves it alone\n"
+        "seen = []\n"
+        "real = runner.run_scenario\n"
+        "def spy(*args, **kwargs):\n"
+        "    seen.append(gc.isenabled())\n"
+        "    return real(*args, **kwargs)\n"
+        "cli.run_scenario = runner.run_scenario = spy\n"
+        "started = []\n"
+        "real_load = __import__('kvsched.scenario').scenario.load_scenario\n"
+        "def load(*args, **kwargs):\n"
+        "    started.append(gc.isenabled())\n"
+        "    return real_load(*args, **kwargs)\n"
+        "__import__('kvsched.scenario').scenario.load_scenario = load\n"
+        f"sys.argv = ['kvsched', 'run', {str(REPO / 'scenarios' / 'pool60.yaml')!r}, "
+        f"'--out', {str(tmp_path)!r}, '--records', 'summary']\n"
+        "try:\n    cli.main()\nexcept SystemExit as exit:\n    assert not exit.code, exit.code\n"
+        "assert started == [False] and seen == [True], (started, seen)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=REPO, env={**os.environ, "KVSCHED_CORE": "python"})
+    assert done.returncode == 0, done.stderr
