@@ -40,6 +40,7 @@ import numpy as np
 
 from kvsched.admission import Slo
 from kvsched.metrics import slo_met
+from kvsched.quantile import median
 from kvsched.record_table import (
     STATUS_CODE,
     STATUSES,
@@ -181,7 +182,7 @@ def _overtaken(result: RunResult,
     e2e = c.e2e_latency[~np.isnan(c.e2e_latency)]
     if np.count_nonzero(~np.isnan(waits)) < 2 or not e2e.size:
         return []
-    limit = thresholds.overtaken_factor * float(np.median(e2e))
+    limit = thresholds.overtaken_factor * median(e2e)
     del e2e
     # The longest waits over the limit, longest first (ties in input order).
     over = np.flatnonzero(waits > limit)
@@ -207,7 +208,7 @@ def head_of_line(result: RunResult, thresholds: Thresholds) -> Incident | None:
                and i[3] is None]
     head, detail, start, released, stop = max(intervals, key=lambda i: i[4] - i[2])
     e2e = c.e2e_latency[~np.isnan(c.e2e_latency)]
-    typical = float(np.median(e2e)) if e2e.size else None
+    typical = median(e2e) if e2e.size else None
     blocked = stop - start
     if not forever and (typical is None or blocked <= thresholds.hol_factor * typical):
         return None
@@ -370,7 +371,7 @@ def overload(result: RunResult, thresholds: Thresholds) -> Incident | None:
         return None
     unit = _unit(result)
     ttfts = c.ttft[~np.isnan(c.ttft)]
-    p50 = f"; TTFT p50 {float(np.median(ttfts)):.4g} {unit}" if ttfts.size else ""
+    p50 = f"; TTFT p50 {median(ttfts):.4g} {unit}" if ttfts.size else ""
     factor = arrival_rate / served_rate if served_rate else None
     times = f"{factor:.3g}x" if factor else "while none finished,"
     return Incident("overload", (
@@ -427,11 +428,11 @@ def imbalance(result: Any) -> Incident | None:
             if r.summary["ttft_p99"] is not None]
     if len(p99s) >= 2:
         worst, p99 = max(p99s, key=lambda item: (item[1], -item[0]))
-        typical = float(np.median([v for i, v in p99s if i != worst]))
+        typical = median([v for i, v in p99s if i != worst])
         ratio = result.imbalance_ttft_ratio
         e2e = _columns(result).e2e_latency
         e2e = e2e[~np.isnan(e2e)]
-        service = float(np.median(e2e)) if e2e.size else 0.0
+        service = median(e2e) if e2e.size else 0.0
         # Far above: by the ratio, and by more than a typical request's whole service time
         # (a few unlucky requests on a lightly loaded replica are not an imbalance).
         if typical > 0 and p99 > ratio * typical and p99 - typical > service:

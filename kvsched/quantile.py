@@ -33,3 +33,19 @@ def percentiles(values: np.ndarray, quantiles: Sequence[float]) -> list[float]:
     ordered = np.partition(values, points)
     return [lerp(float(ordered[below]), float(ordered[above]), position - below)
             for below, above, position in around]
+
+
+def median(values: Sequence[float] | np.ndarray) -> float:
+    """`float(np.median(values))` for a non-empty sequence of floats (np.median's NaN check
+    imports numpy.ma): the middle value, or the mean of the two middle ones, from numpy's
+    partition points; NaN if any value is NaN."""
+    data = np.asarray(values, dtype=float)
+    half = len(data) // 2
+    even = len(data) % 2 == 0
+    ordered = np.partition(data, [half - 1, half, -1] if even else [half, -1])
+    if np.isnan(ordered[-1]):
+        return math.nan
+    # np.mean of the middle: a sum from 0.0 (so -0.0 comes out 0.0) over the count
+    if even:
+        return (0.0 + float(ordered[half - 1]) + float(ordered[half])) / 2
+    return 0.0 + float(ordered[half])

@@ -5,12 +5,15 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvsched.quantile import percentiles
+from kvsched.quantile import median, percentiles
+
+REPO = Path(__file__).resolve().parent.parent
 
 FLOATS = st.one_of(st.floats(-1e12, 1e12, allow_nan=False),
                    st.integers(0, 10 ** 6).map(float),  # many ties, as step counts have
@@ -51,4 +54,24 @@ def test_a_summary_does_not_import_numpy_ma():
             "assert summary['ttft_p99'] is not None\n"
             "assert 'numpy.ma' not in sys.modules\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+@given(st.lists(FLOATS, min_size=1, max_size=300))
+@settings(max_examples=500, deadline=None)
+def test_median_is_numpys(values):
+    assert same(median(values), float(np.median(np.array(values))))
+
+
+def test_median_of_values_with_a_nan_is_nan():
+    assert math.isnan(median([1.0, math.nan, 3.0])) and math.isnan(np.median([1.0, math.nan]))
+
+
+def test_a_whole_run_with_its_diagnosis_does_not_import_numpy_ma(tmp_path):
+    code = ("import sys\nfrom kvsched.cli import main\n"
+            f"sys.argv = ['kvsched', 'run', 'scenarios/pool60.yaml', '--out', {str(tmp_path)!r}]\n"
+            "try:\n    main()\nexcept SystemExit as exit:\n    assert not exit.code\n"
+            "assert 'numpy.ma' not in sys.modules, 'numpy.ma was imported'\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=REPO)
     assert done.returncode == 0, done.stderr
