@@ -115,6 +115,15 @@ def _prices(clock: TimeModel) -> tuple[float, float, float, float] | None:
     return None
 
 
+HELD_BYTES = 32 << 20
+"""The most record bytes (step columns, event lines) the first pass holds back: a run whose
+records fit is run once; a longer one is found out (a pass giving up) before it streams."""
+
+
+class _Outgrown(Exception):
+    """The first pass's records outgrew `HELD_BYTES`."""
+
+
 def run(requests: RequestColumns, config: EngineConfig, clock: TimeModel,
         records: RecordTable, log: StepLog, events: list[tuple], drain: Any,
         drain_at: int, progress: Any, stretches: bool, itl: bool, event_text: Any = None,
@@ -122,10 +131,12 @@ def run(requests: RequestColumns, config: EngineConfig, clock: TimeModel,
     """Run the loop in C: (free blocks at the end, the inter-token gap histogram or None
     without `itl`), with `records`, `log` and `events` filled as the Python loop fills them;
     None if it gave up. `event_text`, if given, takes the events as CSV lines (bytes)
-    instead of `events`, and `kept` the head-of-line ones (what the diagnosis reads). A
-    first pass only finds out whether it gives up (it makes no rows or events, a tenth of
-    the work), so that nothing reaches a streaming `log` or `drain` of a run the Python
-    loop then makes again."""
+    instead of `events`, and `kept` the head-of-line ones (what the diagnosis reads).
+
+    Nothing reaches a streaming `log`, `drain` or `event_text` of a run that gives up (the
+    Python loop then makes it again). The first pass holds its records back and hands them
+    on at the end; when they outgrow `HELD_BYTES`, a dry pass (no rows or events, a tenth
+    of the work) finds out whether the run gives up, then a last pass streams them."""
     prices = _prices(clock)
     assert _fastcore is not None and prices is not None
     order = np.argsort(requests.arrival_time, kind="stable")  # as kvsched.turns orders them
@@ -141,6 +152,7 @@ def run(requests: RequestColumns, config: EngineConfig, clock: TimeModel,
                records.finish_time, records.max_token_gap, records.ttft_steps,
                records.generated_tokens, records.prefix_hit_tokens)
     fields = len(SEGMENT_FIELDS)
+    kept = [] if kept is None else kept
 
     def take_block(ints: bytes, sums: bytes, starts: bytes, durations: bytes,
                    used: bytes) -> None:
@@ -150,10 +162,41 @@ def run(requests: RequestColumns, config: EngineConfig, clock: TimeModel,
                                np.frombuffer(durations, dtype=np.float64),
                                np.frombuffer(used, dtype=np.int64)))
 
+    # What the first pass holds back: blocks, event lines, drained chunks of events.
+    held_blocks: list[tuple[bytes, ...]] = []
+    held_text: list[bytes] = []
+    held_events: list[list[tuple]] = []
+    held = [0]
+
+    def hold(size: int) -> None:
+        held[0] += size
+        if held[0] > HELD_BYTES:
+            raise _Outgrown
+
+    def hold_block(*parts: bytes) -> None:
+        held_blocks.append(parts)
+        hold(sum(len(part) for part in parts))
+
+    def hold_text(text: bytes) -> None:
+        held_text.append(text)
+        hold(len(text))
+
+    def hold_events() -> None:
+        held_events.append(events[:])
+        hold(100 * len(events))  # (about what an event's tuple takes)
+        del events[:]
+
     timeline = log.stats.timeline
     span = (0.0, 0.0, 0) if timeline is None else (timeline.start, timeline.end,
                                                    len(timeline.busy))
-    out = None
+
+    def one_pass(dry: bool, block: Any, drained: Any, text: Any, told: Any) -> Any:
+        return _fastcore.run(
+            (cfg.max_num_batched_tokens, cfg.max_num_seqs, cfg.block_size,
+             cfg.usable_blocks, cfg.watermark_blocks, cfg.chunked_prefill, chunk_cap, prices,
+             clock.whole_steps, cfg.max_steps, stretches, itl, dry),
+            arrivals, columns, (block, events, drained, drain_at, told, text, kept), span)
+
     # The loop makes a stretch's lists and a step's row per event, few of which live long:
     # the collector's passes over them cost a fifth of the run. Only the sinks and the
     # progress callback run meanwhile (no policy or router: the loop's rules are its own),
@@ -161,15 +204,27 @@ def run(requests: RequestColumns, config: EngineConfig, clock: TimeModel,
     collecting = gc.isenabled()
     gc.disable()
     try:
-        for dry in (True, False):
-            out = _fastcore.run(
-                (cfg.max_num_batched_tokens, cfg.max_num_seqs, cfg.block_size,
-                 cfg.usable_blocks, cfg.watermark_blocks, cfg.chunked_prefill, chunk_cap, prices,
-                 clock.whole_steps, cfg.max_steps, stretches, itl, dry),
-                arrivals, columns, (take_block, events, drain, drain_at, progress,
-                                    event_text, [] if kept is None else kept), span)
+        try:  # (no progress shown: a pass whose records fit is short)
+            out = one_pass(False, hold_block, hold_events if drain is not None else None,
+                           hold_text if event_text is not None else None, None)
+        except _Outgrown:
+            held_blocks.clear(), held_text.clear(), held_events.clear()
+            del events[:], kept[:]
+            if one_pass(True, take_block, drain, event_text, progress) is None:
+                return None
+            out = one_pass(False, take_block, drain, event_text, progress)
+        else:
             if out is None:
                 return None
+            for parts in held_blocks:
+                take_block(*parts)
+            for text in held_text:
+                event_text(text)
+            left = events[:]  # (fewer than drain_at: the caller drains them at the end)
+            for chunk in held_events:
+                events[:] = chunk
+                drain()
+            events[:] = left
     finally:
         if collecting:
             gc.enable()
@@ -183,5 +238,3 @@ def run(requests: RequestColumns, config: EngineConfig, clock: TimeModel,
         return free, None
     histogram = GapHistogram.from_counts(count, total, values, bool(bucketed))
     return free, histogram
-
-

@@ -138,7 +138,11 @@ def test_it_gives_up_on_a_preemption_and_streams_nothing_twice():
     assert list(run.requests) == list(reference.requests)
 
 
-def test_the_command_writes_the_same_bytes(tmp_path):
+@pytest.mark.parametrize("held", [fastcore.HELD_BYTES, 0])
+def test_the_command_writes_the_same_bytes(tmp_path, monkeypatch, held):
+    """Held back and handed on at the end (records that fit), or streamed by a last pass
+    after a dry one (records that outgrow what the first pass holds)."""
+    monkeypatch.setattr(fastcore, "HELD_BYTES", held)
     scenario = tmp_path / "s.yaml"
     scenario.write_text(
         "name: s\nseed: 3\n"
@@ -292,3 +296,39 @@ def test_what_the_loop_cannot_hold_stays_with_python():
         fastcore.format_csv([("x", np.zeros(2, dtype=np.int64))], 2)
     with pytest.raises(ValueError, match="float64"):
         fastcore.format_csv([("i", np.zeros(4, dtype=np.int32))], 2)
+
+
+def drained_run(requests, config, clock, held, monkeypatch):
+    """fastcore.run with every event drained at once to a list: (result, drained events,
+    kept steps), with the first pass holding at most `held` bytes."""
+    monkeypatch.setattr(fastcore, "HELD_BYTES", held)
+    events: list[tuple] = []
+    drained: list[tuple] = []
+
+    def drain():
+        drained.extend(events)
+        del events[:]
+
+    log = StepLog(config.usable_blocks, keep=True)
+    made = fastcore.run(requests, config, clock, RecordTable(requests), log, events, drain,
+                        1, None, True, True)
+    return made, drained + events, log.kept
+
+
+def test_a_run_that_outgrows_the_first_pass_streams_only_once_it_is_known_to_finish(
+        monkeypatch):
+    """Past `HELD_BYTES` the first pass stops; a dry pass finds a preemption ahead, and
+    nothing has reached the sinks. A run that finishes streams the same events and steps
+    however much the first pass could hold."""
+    requests = RequestColumns(np.zeros(6), np.full(6, 40), np.full(6, 30))
+    tight = EngineConfig(max_num_batched_tokens=256, max_num_seqs=8, block_size=4,
+                         num_blocks=60, watermark=0.0, chunked_prefill=True)
+    clock = ConstantStep(0.01)
+    made, drained, steps = drained_run(requests, tight, clock, 0, monkeypatch)
+    assert made is None and drained == [] and steps == []
+    roomy_pool = roomy(num_blocks=4000)
+    held = drained_run(requests, roomy_pool, clock, 1 << 30, monkeypatch)
+    streamed = drained_run(requests, roomy_pool, clock, 0, monkeypatch)
+    assert held[0] is not None and streamed[0] is not None
+    assert held[1] == streamed[1] and len(held[1]) >= 12  # admissions and finishes
+    assert held[2] == streamed[2] and held[2]
