@@ -684,7 +684,8 @@ class ClusterSpec(Strict):
     `kvsched.diagnosis.imbalance`)."""
 
     replicas: Annotated[list[ReplicaSpec], Field(min_length=1)] = [ReplicaSpec()]
-    router: RouterSpec = RouterSpec(name="round_robin")
+    # (made unvalidated: validating it here would import every router with the schema)
+    router: RouterSpec = RouterSpec.model_construct(name="round_robin")
     signal_delay: NonNegativeFloat = 0.0
     imbalance_ttft_ratio: Annotated[float, Field(gt=1)] = 3.0
     imbalance_queue: PositiveInt = 8
