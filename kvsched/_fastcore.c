@@ -1316,6 +1316,109 @@ out:
     return result;
 }
 
+PyDoc_STRVAR(format_runs_doc,
+"format_runs(columns, counts) -> bytes\n\n"
+"CSV lines of segments (runs of rows): segment i makes counts[i] rows. A column is\n"
+"(how, kind, values): how 'S' a value per row, 'E' a value per segment on each of its\n"
+"rows, 'C' a value per segment plus the row's place in it (0, 1, ...), 'L' a value per\n"
+"segment on its last row and 0 on the others, 'K' the text `values` (bytes) on every\n"
+"row; kind 'i' int64, 'F' float64 written '%.10g' (for 'K', ignored).");
+
+static PyObject *format_runs(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *columns, *counts_obj;
+    if (!PyArg_ParseTuple(args, "OO", &columns, &counts_obj)) return NULL;
+    PyObject *cols = PySequence_Fast(columns, "columns must be a sequence");
+    if (!cols) return NULL;
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(cols), segments = 0, rows = 0;
+    Py_buffer counts = {0};
+    Py_buffer *views = PyMem_Calloc(m ? m : 1, sizeof(Py_buffer));
+    char *hows = PyMem_Calloc(m ? m : 1, 1), *kinds = PyMem_Calloc(m ? m : 1, 1);
+    Text t = {0};
+    PyObject *result = NULL;
+    if (!views || !hows || !kinds) { PyErr_NoMemory(); goto out; }
+    if (PyObject_GetBuffer(counts_obj, &counts, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        goto out;
+    if (counts.itemsize != 8 || !counts.format || (strcmp(counts.format, "q")
+                                                   && strcmp(counts.format, "l"))) {
+        PyErr_SetString(PyExc_ValueError, "counts must be int64");
+        goto out;
+    }
+    segments = counts.len / 8;
+    const int64_t *k = counts.buf;
+    for (Py_ssize_t i = 0; i < segments; i++) {
+        if (k[i] < 0) { PyErr_SetString(PyExc_ValueError, "a negative count"); goto out; }
+        rows += k[i];
+    }
+    for (Py_ssize_t j = 0; j < m; j++) {
+        const char *how, *kind;
+        PyObject *values;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(cols, j), "ssO", &how, &kind, &values))
+            goto out;
+        if (!how[0] || how[1] || !strchr("SECLK", how[0]) || !kind[0] || kind[1]
+                || !strchr("iF", kind[0])) {
+            PyErr_Format(PyExc_ValueError, "unknown column (%s, %s)", how, kind);
+            goto out;
+        }
+        hows[j] = how[0], kinds[j] = kind[0];
+        if (PyObject_GetBuffer(values, &views[j], how[0] == 'K' ? PyBUF_SIMPLE
+                               : PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+            goto out;
+        if (how[0] == 'K') {
+            if (views[j].len > 32) {
+                PyErr_SetString(PyExc_ValueError, "a constant text past 32 bytes");
+                goto out;
+            }
+            continue;
+        }
+        const char *format = views[j].format ? views[j].format : "B";
+        int wrong = kind[0] == 'F' ? strcmp(format, "d") != 0
+                                   : strcmp(format, "q") != 0 && strcmp(format, "l") != 0;
+        Py_ssize_t want = how[0] == 'S' ? rows : segments;
+        if (wrong || views[j].itemsize != 8 || views[j].len != want * 8) {
+            PyErr_SetString(PyExc_ValueError, "a column needs a float64 ('F') or int64 ('i') "
+                            "value per row ('S') or per segment");
+            goto out;
+        }
+    }
+    Py_ssize_t r = 0;
+    for (Py_ssize_t i = 0; i < segments; i++) {
+        for (int64_t step = 0; step < k[i]; step++, r++) {
+            if (text_reserve(&t, 32 * m + 1) < 0) goto out;
+            char *o = t.v + t.n;
+            for (Py_ssize_t j = 0; j < m; j++) {
+                if (j) *o++ = ',';
+                char how = hows[j];
+                if (how == 'K') {
+                    memcpy(o, views[j].buf, views[j].len);
+                    o += views[j].len;
+                    continue;
+                }
+                Py_ssize_t at = how == 'S' ? r : i;
+                if (kinds[j] == 'F') {
+                    double x = ((const double *)views[j].buf)[at];
+                    if (how == 'L' && step + 1 < k[i]) x = 0.0;
+                    if (!(o = emit_float(o, x))) goto out;
+                    continue;
+                }
+                long long x = ((const int64_t *)views[j].buf)[at];
+                if (how == 'C') x += step;
+                else if (how == 'L' && step + 1 < k[i]) x = 0;
+                o = emit_int(o, x);
+            }
+            *o++ = '\n';
+            t.n = o - t.v;
+        }
+    }
+    result = PyBytes_FromStringAndSize(t.v ? t.v : "", t.n);
+out:
+    for (Py_ssize_t j = 0; views && j < m; j++) if (views[j].buf) PyBuffer_Release(&views[j]);
+    if (counts.buf) PyBuffer_Release(&counts);
+    PyMem_Free(views); PyMem_Free(hows); PyMem_Free(kinds); PyMem_Free(t.v);
+    Py_DECREF(cols);
+    return result;
+}
+
 /* -- a plainly clean CSV trace, as pyarrow reads it ---------------------------------------
  * A strict subset of what pyarrow.csv reads, so that whatever this accepts pyarrow reads to
  * the same numbers: printable ASCII without quotes, lines ending in \n or \r\n, no empty
@@ -1479,6 +1582,7 @@ out:
 static PyMethodDef methods[] = {
     {"run", core_run, METH_VARARGS, run_doc},
     {"format_csv", format_csv, METH_VARARGS, format_csv_doc},
+    {"format_runs", format_runs, METH_VARARGS, format_runs_doc},
     {"read_csv", read_csv, METH_VARARGS, read_csv_doc},
     {NULL, NULL, 0, NULL},
 };

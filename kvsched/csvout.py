@@ -91,6 +91,37 @@ class RowCsv:
         self._handle.close()
 
 
+Run = tuple[str, str, Any]
+"""A column of rows made by segments, as `kvsched._fastcore.format_runs` takes it: (how,
+kind, values). How: "S" a value per row; "E" a value per segment, on each of its rows; "C"
+a value per segment plus the row's place in it; "L" a value per segment on its last row, 0
+on the others; "K" one value (0, 0.0 or None) on every row. Kind: "i" int64, "F" float64."""
+
+
+def _expanded(runs: list[Run], counts: np.ndarray) -> list[Any]:
+    """Runs as one column per row (what Arrow's writer takes), with numpy."""
+    total = int(counts.sum())
+    first = np.cumsum(counts) - counts
+    out: list[Any] = []
+    for how, kind, values in runs:
+        if how == "S":
+            out.append(values)
+        elif how == "E":
+            out.append(np.repeat(values, counts))
+        elif how == "C":
+            out.append(np.repeat(values, counts) + np.arange(total, dtype=np.int64)
+                       - np.repeat(first, counts))
+        elif how == "L":
+            column = np.zeros(total, dtype=values.dtype)
+            column[first + counts - 1] = values
+            out.append(column)
+        elif values is None:
+            out.append([None] * total)
+        else:
+            out.append(np.full(total, values, dtype=np.float64 if kind == "F" else np.int64))
+    return out
+
+
 class StepCsv:
     """A `StepLog` sink writing `steps.csv` (full or compact) chunk by chunk.
 
@@ -150,12 +181,20 @@ class StepCsv:
 
     def block(self, block: SegmentBlock) -> None:
         """Segments as columns (the compiled loop's): the same bytes as their rows and
-        stretches through `__call__`, made a column at a time (in C: `format_csv`)."""
-        columns = self._block_columns(block)
-        text = self._text(columns) if self._writer is None else None
-        if text is None:
-            self._write(columns)
-            return
+        stretches through `__call__`, made a column at a time (in C: `format_csv`, or
+        `format_runs` for a row per step, which repeats a stretch's values as it writes)."""
+        if self.mode is RecordMode.FULL:
+            runs, counts = self._block_runs(block)
+            text = self._runs_text(runs, counts) if self._writer is None else None
+            if text is None:
+                self._write(_expanded(runs, counts))
+                return
+        else:
+            columns = self._block_columns(block)
+            text = self._text(columns) if self._writer is None else None
+            if text is None:
+                self._write(columns)
+                return
         self._write_header()
         self._handle.write(text)
 
@@ -178,9 +217,41 @@ class StepCsv:
             specs.append(("i", np.full(n, self.replica, dtype=np.int64)))
         return fastcore.format_csv(specs, n)
 
+    def _runs_text(self, runs: list[Run], counts: np.ndarray) -> bytes | None:
+        """Runs as CSV lines in C, or None when the compiled formatter is off."""
+        from kvsched import fastcore
+
+        if not fastcore.available():
+            return None
+        specs = [(how, kind, cell_text(values).encode() if how == "K"
+                  else np.ascontiguousarray(values)) for how, kind, values in runs]
+        if self.replica is not None:
+            specs.append(("K", "i", str(self.replica).encode()))
+        return fastcore.format_runs(specs, counts)
+
+    def _block_runs(self, block: SegmentBlock) -> tuple[list[Run], np.ndarray]:
+        """STEP_COLUMNS of `block`, a row per step, as runs over its segments (see `Run`):
+        what `_full_columns` makes of the same segments. And the steps of each segment."""
+        k = np.ascontiguousarray(block.column("num_steps"))
+        is_row = block.column("is_row").astype(bool)
+        last = np.cumsum(k) - 1  # each segment's last step
+        free_steps = self.num_blocks - block.used  # a stretch's; an exact row keeps its own
+        free_steps[last[is_row]] = block.column("row_free")[is_row]
+
+        def each(name: str) -> Run:
+            return ("E", "i", block.column(name))
+
+        zero: Run = ("K", "i", 0)
+        return [("C", "i", block.column("step")), ("S", "F", block.start),
+                ("S", "F", block.duration), each("num_running"), each("num_waiting"),
+                each("num_prefills"), each("prefill_tokens"), each("num_decodes"), zero,
+                each("num_tokens"), ("S", "i", block.used), ("S", "i", free_steps), zero,
+                each("num_admitted"), ("L", "i", block.column("num_finished")), zero, zero,
+                ("K", "F", 0.0), zero, ("K", "F", None), ("K", "F", None), zero, zero], k
+
     def _block_columns(self, block: SegmentBlock) -> list[Any]:
-        """`block` as this writer's columns: what `_compact_columns` or `_full_columns`
-        make of the same segments (a row per segment, or per step)."""
+        """`block` as COMPACT_COLUMNS: what `_compact_columns` makes of the same segments
+        (a row per segment)."""
         n = len(block)
         k = block.column("num_steps")
         is_row = block.column("is_row").astype(bool)
@@ -188,33 +259,13 @@ class StepCsv:
         used_last = block.used[last]
         free = np.where(is_row, block.column("row_free"), self.num_blocks - used_last)
         zeros = np.zeros(n, dtype=np.int64)
-        if self.mode is not RecordMode.FULL:
-            decodes, tokens = block.column("num_decodes") * k, block.column("num_tokens") * k
-            return [block.column("step"), k, block.start[last - k + 1], block.duration_sum,
-                    block.column("num_running"), block.column("num_waiting"),
-                    block.column("num_prefills"), block.column("prefill_tokens"), decodes,
-                    zeros, tokens, used_last, free, zeros, block.column("num_admitted"),
-                    block.column("num_finished"), zeros, zeros, np.zeros(n), zeros,
-                    [None] * n, [None] * n, zeros, zeros]
-        total = len(block.start)
-        offsets = np.arange(total, dtype=np.int64) - np.repeat(last - k + 1, k)
-
-        def each(values: np.ndarray) -> np.ndarray:
-            return np.repeat(values, k)
-
-        finished = np.zeros(total, dtype=np.int64)
-        finished[last] = block.column("num_finished")
-        free_steps = self.num_blocks - block.used
-        free_steps[last[is_row]] = free[is_row]
-        step_zeros = np.zeros(total, dtype=np.int64)
-        return [each(block.column("step")) + offsets, block.start,
-                block.duration, each(block.column("num_running")),
-                each(block.column("num_waiting")), each(block.column("num_prefills")),
-                each(block.column("prefill_tokens")), each(block.column("num_decodes")),
-                step_zeros, each(block.column("num_tokens")), block.used, free_steps,
-                step_zeros, each(block.column("num_admitted")), finished, step_zeros,
-                step_zeros, np.zeros(total), step_zeros, [None] * total, [None] * total,
-                step_zeros, step_zeros]
+        decodes, tokens = block.column("num_decodes") * k, block.column("num_tokens") * k
+        return [block.column("step"), k, block.start[last - k + 1], block.duration_sum,
+                block.column("num_running"), block.column("num_waiting"),
+                block.column("num_prefills"), block.column("prefill_tokens"), decodes,
+                zeros, tokens, used_last, free, zeros, block.column("num_admitted"),
+                block.column("num_finished"), zeros, zeros, np.zeros(n), zeros,
+                [None] * n, [None] * n, zeros, zeros]
 
     def _write(self, columns: list[Any]) -> None:
         writer = self._arrow()

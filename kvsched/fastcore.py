@@ -53,6 +53,13 @@ def format_csv(columns: list[tuple], n: int) -> bytes | None:
     return out
 
 
+def format_runs(columns: list[tuple], counts: np.ndarray) -> bytes:
+    """CSV lines of rows made by segments (see `kvsched.csvout.Run`)."""
+    assert _fastcore is not None
+    out: bytes = _fastcore.format_runs(columns, counts)
+    return out
+
+
 def read_csv(data: bytes, wanted: tuple[str, ...], kinds: str) -> tuple[bytes, ...] | None:
     """The `wanted` columns of CSV text as int64 buffers (kind 'n': integers, 't': time
     stamps in nanoseconds), None unless the text is plainly clean (see `_fastcore.read_csv`

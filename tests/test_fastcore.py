@@ -28,7 +28,7 @@ from kvsched.cli import app
 from kvsched.floatfmt import FORMAT
 from kvsched.record_table import RecordTable
 from kvsched.request_columns import RequestColumns
-from kvsched.steplog import StepLog
+from kvsched.steplog import RecordMode, StepLog
 
 pytestmark = pytest.mark.skipif(not fastcore.available(),
                                 reason="the compiled loop is not built (no C compiler)")
@@ -332,3 +332,40 @@ def test_a_run_that_outgrows_the_first_pass_streams_only_once_it_is_known_to_fin
     assert held[0] is not None and streamed[0] is not None
     assert held[1] == streamed[1] and len(held[1]) >= 12  # admissions and finishes
     assert held[2] == streamed[2] and held[2]
+
+
+@pytest.mark.parametrize("mode", [RecordMode.FULL, RecordMode.COMPACT])
+def test_blocks_written_by_arrow_are_the_c_text(tmp_path, monkeypatch, mode):
+    """The compiled loop's step blocks as `steps.csv`: formatted in C (`format_runs` for a
+    row per step, `format_csv` for a row per segment), or expanded by numpy and written by
+    Arrow when the formatter is off: the same bytes."""
+    from kvsched.csvout import StepCsv
+
+    n = 400
+    rng = np.random.default_rng(5)
+    requests = RequestColumns(np.sort(rng.uniform(0, 40, n)), rng.integers(1, 300, n),
+                              rng.integers(1, 80, n))
+    config = roomy(max_num_batched_tokens=256, max_num_seqs=16, num_blocks=40_000)
+    blocks = []
+
+    class Keep:
+        def __call__(self, chunk):
+            raise AssertionError("the compiled loop hands blocks")
+
+        def block(self, block):
+            blocks.append(block)
+
+    log = StepLog(config.usable_blocks, keep=False, sink=Keep())
+    assert fastcore.run(requests, config, ConstantStep(0.01), RecordTable(requests), log, [],
+                        None, 1 << 15, None, True, True) is not None
+    assert sum(len(b) for b in blocks) > 100
+    files = []
+    for formatter in (True, False):
+        monkeypatch.setattr(fastcore, "available", lambda on=formatter: on)
+        path = tmp_path / f"{formatter}.csv"
+        writer = StepCsv(path, mode, config.usable_blocks)
+        for block in blocks:
+            writer.block(block)
+        writer.close()
+        files.append(path.read_bytes())
+    assert files[0] == files[1] and files[0].count(b"\n") > 100
