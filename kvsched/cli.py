@@ -1,6 +1,7 @@
-"""The `kvsched` command: parse, call the library, render. Input errors exit 2 with one line."""
+"""The `kvsched` command: parse, call the library, render. Input errors exit 2 with one line.
 
-from __future__ import annotations
+No `from __future__ import annotations` here: typer reads every command's annotations at
+each start, and as strings each would be compiled and evaluated (about 10 ms a start)."""
 
 import functools
 import gc
@@ -180,7 +181,7 @@ def run(
         raise typer.Exit(1)
 
 
-def _unit_warnings(scenario: Scenario, names: list[str]) -> None:
+def _unit_warnings(scenario: "Scenario", names: list[str]) -> None:
     """Valid values that look like a unit slip, one stderr line each (as `validate`), and the
     KV pool each `num_blocks: auto` variant derived from its GPU."""
     from kvsched.schema import derived_pool, unit_warnings
@@ -240,7 +241,7 @@ def check_out(out: Path) -> None:
         raise KvschedError(f"--out {problem}")
 
 
-def _plot_files(folder: Path, result: ScenarioRun) -> None:
+def _plot_files(folder: Path, result: "ScenarioRun") -> None:
     """Draw into the staged folder; a drawing problem must not cost the run its records."""
     from kvsched.plots import plot_run_folder
 
@@ -250,7 +251,7 @@ def _plot_files(folder: Path, result: ScenarioRun) -> None:
         typer.echo(f"warning: {result.scenario.name}: plots not drawn: {exc}", err=True)
 
 
-def headline(scenario: Scenario) -> str:
+def headline(scenario: "Scenario") -> str:
     """The first sentence of a scenario's description."""
     return scenario.description.strip().split(". ")[0].rstrip(".")
 
@@ -263,7 +264,7 @@ def table_width(wide: bool) -> int | None:
     return max(40, shutil.get_terminal_size().columns)
 
 
-def render_run(result: ScenarioRun, folder: Path, width: int | None = None) -> str:
+def render_run(result: "ScenarioRun", folder: Path, width: int | None = None) -> str:
     from tabulate import tabulate
 
     from kvsched.report import comparison_table, fmt, incident_kinds
@@ -413,7 +414,7 @@ def _backend(name: str) -> Any:
 # -- validate, policies, scenarios ------------------------------------------------------
 
 
-def check_file(path: Path) -> tuple[Scenario, str]:
+def check_file(path: Path) -> "tuple[Scenario, str]":
     """Validate a scenario file without running it or generating its workload (a user's
     policy module is not imported either): the scenario and its largest request count."""
     from kvsched.runner import count_of

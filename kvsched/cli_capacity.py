@@ -1,6 +1,6 @@
-"""`kvsched capacity`: the highest request rate within SLOs (registered on `kvsched.cli.app`)."""
+"""`kvsched capacity`: the highest request rate within SLOs (registered on `kvsched.cli.app`).
 
-from __future__ import annotations
+Annotations are objects, not strings, as in kvsched.cli (typer reads them at each start)."""
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -31,7 +31,7 @@ AddressOpt = Annotated[str | None, typer.Option(
     "(default: start a local Ray).")]
 
 
-def backend_of(name: str) -> Backend:
+def backend_of(name: str) -> "Backend":
     """The --backend value, or one clear error line (Ray not installed included)."""
     from kvsched.backends import RAY_MISSING, Backend, ray_available
 
@@ -134,5 +134,5 @@ def capacity(
     typer.echo(f"records: {folder}/capacity.csv")
 
 
-def _seconds(scenario: Scenario) -> bool:
+def _seconds(scenario: "Scenario") -> bool:
     return scenario.variants[0].spec.time.kind != "steps"
