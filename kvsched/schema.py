@@ -2,11 +2,13 @@
 
 Shorthands are expanded before validation so that every field has one type: `policy: spf`
 means `{name: spf}`, a length given as a number means `{kind: constant, value: N}`.
+
+Annotations are objects, not strings (no `from __future__ import annotations`): pydantic
+would evaluate each string when the module is imported, on every run.
 """
 
-from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     AfterValidator,
@@ -175,7 +177,7 @@ class PolicySpec(BaseModel):
         return {**self.params, **(self.model_extra or {})}
 
     @model_validator(mode="after")
-    def _known_policy(self) -> PolicySpec:
+    def _known_policy(self) -> Self:
         # ValueError names what is wrong. A user's class is only checked for its shape here:
         # validating a file must never import (run) the user's code.
         if is_user_policy(self.name):
@@ -213,7 +215,7 @@ class RooflineTime(Strict):
     tp: PositiveInt = 1
 
     @model_validator(mode="after")
-    def _known_hardware(self) -> RooflineTime:
+    def _known_hardware(self) -> Self:
         from kvsched.hardware import load_gpu, load_model
 
         load_model(self.model)  # ValueError: one line listing the known names
@@ -230,7 +232,7 @@ class ProfiledTime(Strict):
     tp: PositiveInt = 1
 
     @model_validator(mode="after")
-    def _known_model(self) -> ProfiledTime:
+    def _known_model(self) -> Self:
         from kvsched.hardware import load_model
 
         load_model(self.model)
@@ -244,7 +246,7 @@ MAX_PLAUSIBLE_STEP_TIME = 10.0  # seconds: a forward pass longer than this is a 
 MAX_PLAUSIBLE_SLO = 3600.0  # seconds: a latency target above an hour is a unit slip
 
 
-def derived_pool(resolved: dict[str, Any], spec: RunSpec) -> str | None:
+def derived_pool(resolved: dict[str, Any], spec: "RunSpec") -> str | None:
     """'num_blocks: auto = N blocks ...' when the variant's raw mapping asked for auto."""
     engine = resolved.get("engine")
     if not (isinstance(engine, dict) and engine.get("num_blocks") == "auto"):
@@ -256,7 +258,7 @@ def derived_pool(resolved: dict[str, Any], spec: RunSpec) -> str | None:
             f"KV) for {time.model} on {time.tp} x {time.gpu}")
 
 
-def unit_warnings(spec: RunSpec) -> list[str]:
+def unit_warnings(spec: "RunSpec") -> list[str]:
     """Values that are valid but likely in the wrong unit, one line each naming the field:
     a step time over 10 s, or (on a clock in seconds) an SLO over an hour."""
     time = spec.time
@@ -300,7 +302,7 @@ class UniformLen(Strict):
     high: TokenLen
 
     @model_validator(mode="after")
-    def _ordered(self) -> UniformLen:
+    def _ordered(self) -> Self:
         if self.high < self.low:
             raise ValueError(f"high ({self.high}) must be >= low ({self.low})")
         return self
@@ -316,7 +318,7 @@ class LognormalLen(Strict):
     max: TokenLen | None = None  # default: MAX_TOKENS
 
     @model_validator(mode="after")
-    def _ordered(self) -> LognormalLen:
+    def _ordered(self) -> Self:
         if self.max is not None and self.max < self.min:
             raise ValueError(f"max ({self.max}) must be >= min ({self.min})")
         return self
@@ -401,7 +403,7 @@ class InlineRequest(Strict):
                               allow_inf_nan=False)
 
     @model_validator(mode="after")
-    def _consistent(self) -> InlineRequest:
+    def _consistent(self) -> Self:
         if (self.prefix_group is None) != (self.prefix_len is None):
             raise ValueError("give prefix_group and prefix_len together")
         if self.prefix_len is not None and self.prefix_len > self.prompt_len:
@@ -481,7 +483,7 @@ class SyntheticWorkload(Strict):
     sessions: Sessions | None = None
 
     @model_validator(mode="after")
-    def _system_prompt_classes(self) -> SyntheticWorkload:
+    def _system_prompt_classes(self) -> Self:
         prompts = self.system_prompts
         if prompts is None or prompts.classes is None:
             return self
@@ -499,7 +501,7 @@ class SyntheticWorkload(Strict):
         return _expand_length(value)
 
     @model_validator(mode="after")
-    def _complete(self) -> SyntheticWorkload:
+    def _complete(self) -> Self:
         if (self.num_requests is None) == (self.duration is None):
             raise ValueError("give exactly one of num_requests or duration")
         if self.duration is not None and self.arrival.kind == "all_at_once":
@@ -534,7 +536,7 @@ class TraceColumns(Strict):
                               allow_inf_nan=False)
 
     @model_validator(mode="after")
-    def _one_prefix_source(self) -> TraceColumns:
+    def _one_prefix_source(self) -> Self:
         if (self.prefix_group is None) != (self.prefix_len is None):
             raise ValueError("give prefix_group and prefix_len together")
         if self.hash_ids is not None and self.prefix_group is not None:
@@ -561,7 +563,7 @@ class TraceWorkload(Strict):
     hash_block_tokens: TokenLen = 512
 
     @model_validator(mode="after")
-    def _one_layout(self) -> TraceWorkload:
+    def _one_layout(self) -> Self:
         if (self.format is None) == (self.columns is None):
             raise ValueError("give exactly one of format (kvsched, azure, mooncake, vidur, "
                              "lengths) or columns")
@@ -627,7 +629,7 @@ class BackpressureSpec(Strict):
     act: Literal["none", "pause", "reserve"] = "none"
 
     @model_validator(mode="after")
-    def _ordered(self) -> BackpressureSpec:
+    def _ordered(self) -> Self:
         if self.release > self.threshold:
             raise ValueError(f"release ({self.release}) must be <= threshold ({self.threshold})")
         return self
@@ -659,7 +661,7 @@ class RouterSpec(BaseModel):
         return dict(self.model_extra or {})
 
     @model_validator(mode="after")
-    def _known_router(self) -> RouterSpec:
+    def _known_router(self) -> Self:
         from kvsched.routers import check_router
 
         check_router(self.name, self.params())  # never imports a user's module
@@ -757,7 +759,7 @@ class RunSpec(Strict):
         return {**data, "engine": {**engine, "num_blocks": blocks}}
 
     @model_validator(mode="after")
-    def _admission_target(self) -> RunSpec:
+    def _admission_target(self) -> Self:
         if self.admission is not None and self.admission.ttft_slo is None and (
                 self.slo is None or self.slo.ttft is None):
             raise ValueError("admission needs a ttft_slo (or slo.ttft)")
