@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from run_modules import modules_loaded
 
 from kvsched.quantile import median, percentiles
 
@@ -68,10 +69,5 @@ def test_median_of_values_with_a_nan_is_nan():
 
 
 def test_a_whole_run_with_its_diagnosis_does_not_import_numpy_ma(tmp_path):
-    code = ("import sys\nfrom kvsched.cli import main\n"
-            f"sys.argv = ['kvsched', 'run', 'scenarios/pool60.yaml', '--out', {str(tmp_path)!r}]\n"
-            "try:\n    main()\nexcept SystemExit as exit:\n    assert not exit.code\n"
-            "assert 'numpy.ma' not in sys.modules, 'numpy.ma was imported'\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=REPO)
-    assert done.returncode == 0, done.stderr
+    assert modules_loaded(["run", "scenarios/pool60.yaml", "--out", str(tmp_path)],
+                          ("numpy.ma", "numpy")) == ["numpy"]

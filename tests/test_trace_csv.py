@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +9,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from run_modules import modules_loaded
 
 import kvsched.workload as workload
 from kvsched.errors import ScenarioError
@@ -100,14 +99,8 @@ def test_a_trace_run_with_compact_records_never_imports_pandas(tmp_path):
     scenario = tmp_path / "s.yaml"
     scenario.write_text("name: s\ntime: {kind: constant, step_time: 0.01}\nworkload: {kind: "
                         f"trace, format: azure, path: {trace}}}\n")
-    code = ("import sys; from kvsched.cli import main\n"
-            f"sys.argv = ['kvsched', 'run', {str(scenario)!r}, '--out', "
-            f"{str(tmp_path / 'out')!r}, '--records', 'compact']\n"
-            "try:\n    main()\nexcept SystemExit as exit:\n    assert not exit.code\n"
-            "assert 'pandas' not in sys.modules, 'pandas was imported'\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=REPO)
-    assert done.returncode == 0, done.stderr
+    assert modules_loaded(["run", str(scenario), "--out", str(tmp_path / "out"), "--records",
+                           "compact"], ("pandas",)) == []
     assert (tmp_path / "out" / "s" / "base" / "steps.csv").stat().st_size
 
 
@@ -229,13 +222,6 @@ def test_an_azure_trace_run_imports_neither_pyarrow_nor_pandas(tmp_path):
         "name: s\nengine: {max_num_batched_tokens: 2048, max_num_seqs: 256, num_blocks: 26312,"
         " watermark: 0, chunked_prefill: true}\ntime: {kind: constant, step_time: 0.01}\n"
         f"workload: {{kind: trace, format: azure, path: {AZURE_CONV}, limit: 300}}\n")
-    code = ("import sys; from kvsched.cli import main\n"
-            f"sys.argv = ['kvsched', 'run', {str(scenario)!r}, '--out', "
-            f"{str(tmp_path / 'out')!r}, '--records', 'compact']\n"
-            "try:\n    main()\nexcept SystemExit as exit:\n    assert not exit.code\n"
-            "loaded = [m for m in ('pyarrow', 'pandas') if m in sys.modules]\n"
-            "assert not loaded, loaded\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=REPO)
-    assert done.returncode == 0, done.stderr
+    assert modules_loaded(["run", str(scenario), "--out", str(tmp_path / "out"), "--records",
+                           "compact"], ("pyarrow", "pandas")) == []
     assert (tmp_path / "out" / "s" / "base" / "requests.csv").stat().st_size
