@@ -1381,10 +1381,12 @@ static PyObject *format_runs(PyObject *self, PyObject *args) {
             goto out;
         }
     }
+    Py_ssize_t room = m + 1;  /* a row's most bytes: commas, newline, cells */
+    for (Py_ssize_t j = 0; j < m; j++) room += hows[j] == 'K' ? views[j].len : 32;
     Py_ssize_t r = 0;
     for (Py_ssize_t i = 0; i < segments; i++) {
         for (int64_t step = 0; step < k[i]; step++, r++) {
-            if (text_reserve(&t, 32 * m + 1) < 0) goto out;
+            if (text_reserve(&t, room) < 0) goto out;
             char *o = t.v + t.n;
             for (Py_ssize_t j = 0; j < m; j++) {
                 if (j) *o++ = ',';
@@ -1402,7 +1404,8 @@ static PyObject *format_runs(PyObject *self, PyObject *args) {
                     continue;
                 }
                 long long x = ((const int64_t *)views[j].buf)[at];
-                if (how == 'C') x += step;
+                if (how == 'C')  /* (wraps past 2**63 rather than overflow: never in a run) */
+                    x = (long long)((unsigned long long)x + (unsigned long long)step);
                 else if (how == 'L' && step + 1 < k[i]) x = 0;
                 o = emit_int(o, x);
             }
@@ -1422,12 +1425,16 @@ out:
 /* -- a plainly clean CSV trace, as pyarrow reads it ---------------------------------------
  * A strict subset of what pyarrow.csv reads, so that whatever this accepts pyarrow reads to
  * the same numbers: printable ASCII without quotes, lines ending in \n or \r\n, no empty
- * line but a final one, every row as many fields as the header. A wanted number column
- * holds plain integers ("-"? and at most 18 digits, no leading zero), which pyarrow
- * infers as int64; a wanted time column holds "YYYY-MM-DD HH:MM:SS[.fraction]" (or a T),
- * a valid date from 1900 to 2199 and at most 9 fraction digits, which it infers as a
- * zone-less timestamp: here its nanoseconds since 1970. Anything else is None, and
+ * line but a final one, no line past MAX_LINE, every row as many fields as the header. A
+ * wanted number column holds plain integers ("-"? and at most 18 digits, no leading zero),
+ * which pyarrow infers as int64; a wanted time column holds "YYYY-MM-DD HH:MM:SS[.fraction]"
+ * (or a T), a valid date from 1900 to 2199 and at most 9 fraction digits, which it infers
+ * as a zone-less timestamp: here its nanoseconds since 1970. Anything else is None, and
  * kvsched.trace_csv asks pyarrow. */
+
+/* pyarrow reads in blocks of 1 MiB and refuses a row longer than one: lines past this
+ * are left to it (and then to pandas). */
+#define MAX_LINE (1 << 16)
 
 static int64_t days_from_civil(int64_t y, int64_t m, int64_t d) {
     y -= m <= 2;
@@ -1514,10 +1521,19 @@ static PyObject *read_csv(PyObject *self, PyObject *args) {
                           && !(*c == '\r' && c + 1 < end && c[1] == '\n')))
             goto clean_no;
     /* The header: each wanted name exactly once, no empty name. */
-    for (Py_ssize_t k = 0; k < w; k++) where[k] = -1;
+    for (Py_ssize_t k = 0; k < w; k++) {
+        where[k] = -1;
+        for (Py_ssize_t q = 0; q < k; q++)
+            if (PyUnicode_Compare(PyTuple_GET_ITEM(wanted, k), PyTuple_GET_ITEM(wanted, q)) == 0) {
+                PyErr_SetString(PyExc_ValueError, "a column wanted twice");
+                goto out;
+            }
+        if (PyErr_Occurred()) goto out;
+    }
     const char *line_end = memchr(p, '\n', end - p);
     if (!line_end) goto clean_no;
     const char *stop = line_end > p && line_end[-1] == '\r' ? line_end - 1 : line_end;
+    if (stop - p > MAX_LINE) goto clean_no;
     for (const char *f = p;; fields++) {
         const char *comma = memchr(f, ',', stop - f);
         const char *fe = comma ? comma : stop;
@@ -1544,7 +1560,7 @@ static PyObject *read_csv(PyObject *self, PyObject *args) {
         line_end = memchr(p, '\n', end - p);
         if (!line_end) line_end = end;
         stop = line_end > p && line_end[-1] == '\r' ? line_end - 1 : line_end;
-        if (stop == p) goto clean_no;  /* an empty line */
+        if (stop == p || stop - p > MAX_LINE) goto clean_no;  /* empty, or past MAX_LINE */
         const char *f = p;
         for (Py_ssize_t j = 0; j < fields; j++) {
             const char *comma = memchr(f, ',', stop - f);

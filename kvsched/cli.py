@@ -81,8 +81,8 @@ _quiet_start = False
 def work_begins() -> None:
     """Start-up is over: the collector `main` turned off goes back on, with what start-up
     made (modules, classes, the schema's validators, the loaded workloads) frozen out of
-    its passes. The commands that run engines call it once their input is loaded; the
-    others end with it off."""
+    its passes. The commands that run engines call it once their input is loaded, and
+    `plot` before it draws; the others are short and end with it off."""
     global _quiet_start
     if _quiet_start:
         _quiet_start = False
@@ -506,6 +506,7 @@ def plot(
     """Draw the pictures of a past run or sweep from its CSV files."""
     from kvsched.plots import plot_folder
 
+    work_begins()  # (drawing a long run's pictures takes seconds and makes garbage)
     for path in plot_folder(folder):
         typer.echo(f"wrote {path}")
 

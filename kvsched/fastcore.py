@@ -190,7 +190,7 @@ def run(requests: RequestColumns, config: EngineConfig, clock: TimeModel,
 
     def hold_events() -> None:
         held_events.append(events[:])
-        hold(100 * len(events))  # (about what an event's tuple takes)
+        hold(300 * len(events))  # (about what an event's tuple and its values take)
         del events[:]
 
     timeline = log.stats.timeline

@@ -369,3 +369,12 @@ def test_blocks_written_by_arrow_are_the_c_text(tmp_path, monkeypatch, mode):
         writer.close()
         files.append(path.read_bytes())
     assert files[0] == files[1] and files[0].count(b"\n") > 100
+
+
+def test_format_runs_makes_room_for_long_constant_texts():
+    """A row of constant texts at the longest allowed (32 bytes each) fits its reserve,
+    however the rows fall against the buffer's growth (tests run under ASan catch more)."""
+    text = fastcore.format_runs([("K", "i", b"a" * 32)] * 3, np.array([3000], dtype=np.int64))
+    assert text == (",".join(["a" * 32] * 3) + "\n").encode() * 3000
+    with pytest.raises(ValueError, match="32 bytes"):
+        fastcore.format_runs([("K", "i", b"a" * 33)], np.array([1], dtype=np.int64))

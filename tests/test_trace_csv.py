@@ -225,3 +225,15 @@ def test_an_azure_trace_run_imports_neither_pyarrow_nor_pandas(tmp_path):
     assert modules_loaded(["run", str(scenario), "--out", str(tmp_path / "out"), "--records",
                            "compact"], ("pyarrow", "pandas")) == []
     assert (tmp_path / "out" / "s" / "base" / "requests.csv").stat().st_size
+
+
+@needs_c
+def test_the_c_reader_leaves_long_lines_and_asks_each_column_once(tmp_path):
+    """pyarrow refuses a row longer than its 1 MiB block: such lines are left to it (and
+    then to pandas); a column asked for twice is a caller's error."""
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"TIMESTAMP,ContextTokens,GeneratedTokens,note\n2023-11-16 18:15:46,5,6,"
+                     + b"x" * (1 << 17) + b"\n")
+    assert _compiled_read(path, AZURE_NEEDED) is None
+    with pytest.raises(ValueError, match="twice"):
+        fastcore.read_csv(b"a,b\n1,2\n", ("a", "a"), "nn")
