@@ -358,14 +358,17 @@ class StepLog:
         """Segments made in bulk by the compiled loop, whose sums it keeps in `stats`
         itself: to the sink (as columns when it takes them) and, if kept, as segments."""
         self.flush()
-        if self._sink is not None:
-            take = getattr(self._sink, "block", None)
-            if take is not None:
-                take(block)
-            else:
-                self._sink(block.segments(self.num_blocks))
-        if self.kept is not None:
-            self.kept.extend(block.segments(self.num_blocks))
+        sink = self._sink
+        take = getattr(sink, "block", None)
+        if take is not None:
+            take(block)
+        rows_sink = sink if take is None else None
+        if rows_sink is not None or self.kept is not None:
+            segments = block.segments(self.num_blocks)  # (made once for both)
+            if rows_sink is not None:
+                rows_sink(segments)
+            if self.kept is not None:
+                self.kept.extend(segments)
 
     def close(self) -> StepStats:
         self.flush()

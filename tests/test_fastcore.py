@@ -378,3 +378,23 @@ def test_format_runs_makes_room_for_long_constant_texts():
     assert text == (",".join(["a" * 32] * 3) + "\n").encode() * 3000
     with pytest.raises(ValueError, match="32 bytes"):
         fastcore.format_runs([("K", "i", b"a" * 33)], np.array([1], dtype=np.int64))
+
+
+def test_a_sink_of_rows_gets_the_python_loops_segments():
+    """A step log whose sink takes rows and stretches (no `block`) gets, from the compiled
+    loop's blocks, what the Python loop hands it, and keeps them too when asked."""
+    requests = RequestColumns(np.array([0.0, 0.0, 1.0, 2.5]), np.array([30, 9, 50, 4]),
+                              np.array([40, 7, 20, 12]))
+    config = roomy()
+    clock = ConstantStep(0.01)
+    got = {}
+    for mode in ("python", "c"):
+        chunks: list = []
+        log = StepLog(config.usable_blocks, keep=True, sink=chunks.extend)
+        if mode == "python":
+            with python_loop():
+                simulate(requests, config, make_policy("fcfs"), clock, step_log=log)
+        else:
+            simulate(requests, config, make_policy("fcfs"), clock, step_log=log)
+        got[mode] = (chunks, log.kept)
+    assert got["c"] == got["python"] and got["c"][0] and got["c"][0] == got["c"][1]
