@@ -139,13 +139,41 @@ def load_scenario(path: str | Path, assignments: Iterable[str | Assignment] = ()
     return load_scenario_text(text, source, file.parent, assignments, seed)
 
 
-def _check_shape(text: str, source: str) -> None:
+_FAST_LOADER: Any = getattr(yaml, "CSafeLoader", None)
+"""libyaml's parser (in PyYAML's wheels), about ten times faster than PyYAML's own; the
+constructor and the resolver are the same Python classes, so a document reads the same."""
+
+
+def _read_yaml(text: str, source: str) -> tuple[yaml.Node | None, Any]:
+    """The document's node tree (for the key lines) and its data, after `_check_shape`.
+
+    libyaml reads it when it can; a document it refuses is read again by PyYAML's own
+    parser, whose messages the errors quote (and which decides what is valid YAML)."""
+    if _FAST_LOADER is not None:
+        try:
+            return _compose_and_construct(text, source, _FAST_LOADER)
+        except (yaml.YAMLError, UnicodeError):  # (a str libyaml cannot take as UTF-8)
+            pass
+    return _compose_and_construct(text, source, yaml.SafeLoader)
+
+
+def _compose_and_construct(text: str, source: str, loader_class: Any) -> tuple[Any, Any]:
+    _check_shape(text, source, loader_class)
+    loader = loader_class(text)
+    try:  # yaml.safe_load, keeping the node it composes
+        node = loader.get_single_node()
+        return node, (loader.construct_document(node) if node is not None else None)
+    finally:
+        loader.dispose()
+
+
+def _check_shape(text: str, source: str, loader_class: Any = yaml.SafeLoader) -> None:
     """Refuse documents too deep or too big once aliases are expanded (a 'billion laughs'
     file), reading the event stream, which costs one pass and no recursion."""
     sizes: dict[str, int] = {}  # anchor -> expanded node count
     stack: list[list[Any]] = []  # open collections: [anchor, node count so far]
     expanded = 0
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+    for event in yaml.parse(text, Loader=loader_class):
         if isinstance(event, yaml.CollectionStartEvent):
             stack.append([event.anchor, 1])
             if len(stack) > MAX_DEPTH:
@@ -180,9 +208,7 @@ def load_scenario_text(text: str, source: str, base_dir: Path,
                        assignments: Iterable[str | Assignment] = (),
                        seed: int | None = None) -> Scenario:
     try:
-        _check_shape(text, source)
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        raw = yaml.safe_load(text)
+        node, raw = _read_yaml(text, source)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
