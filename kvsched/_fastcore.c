@@ -35,15 +35,21 @@ typedef struct {
 } Seq;
 
 /* -- growable arrays ---------------------------------------------------------------- */
-/* Room for one more item in `*v` (`n` used of `*cap`, items of `size` bytes), doubling. */
-static int grow(void **v, Py_ssize_t n, Py_ssize_t *cap, size_t size) {
-    if (n < *cap) return 0;
+/* Room for `need` items in `*v` (`*cap` of them, items of `size` bytes), doubling. */
+static int grow_to(void **v, Py_ssize_t need, Py_ssize_t *cap, size_t size) {
+    if (need <= *cap) return 0;
     Py_ssize_t more = *cap ? *cap * 2 : 64;
+    while (more < need) more *= 2;
     void *bigger = PyMem_Realloc(*v, more * size);
     if (!bigger) { PyErr_NoMemory(); return -1; }
     *v = bigger;
     *cap = more;
     return 0;
+}
+
+/* Room for one more item in `*v` (`n` used). */
+static int grow(void **v, Py_ssize_t n, Py_ssize_t *cap, size_t size) {
+    return n < *cap ? 0 : grow_to(v, n + 1, cap, size);
 }
 
 typedef struct { int64_t *v; Py_ssize_t n, cap; } Vec;
@@ -91,18 +97,18 @@ static char *emit_int(char *o, long long x) {
     unsigned long long v = x < 0 ? 0ULL - (unsigned long long)x : (unsigned long long)x;
     if (x < 0) *o++ = '-';
     if (v < 10) { *o++ = (char)('0' + v); return o; }
-    char digits[24];
-    int n = 24;
+    int len = 2;  /* its digits' count (at most 20), then written from the last one back */
+    for (unsigned long long p = 100; len < 20 && v >= p; p *= 10) len++;
+    char *end = o + len;
     while (v >= 100) {
         unsigned r = (unsigned)(v % 100);
         v /= 100;
-        digits[--n] = PAIRS[2 * r + 1];
-        digits[--n] = PAIRS[2 * r];
+        *--end = PAIRS[2 * r + 1];
+        *--end = PAIRS[2 * r];
     }
-    if (v >= 10) { digits[--n] = PAIRS[2 * v + 1]; digits[--n] = PAIRS[2 * v]; }
-    else digits[--n] = (char)('0' + v);
-    memcpy(o, digits + n, 24 - n);
-    return o + (24 - n);
+    if (v >= 10) { *--end = PAIRS[2 * v + 1]; *--end = PAIRS[2 * v]; }
+    else *--end = (char)('0' + v);
+    return o + len;
 }
 
 static int text_int(Text *t, long long x) {
@@ -125,14 +131,30 @@ static const double POW10[14] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e
 static char *emit_float(char *o, double x) {
     double a = fabs(x);
     if (a >= 1e-4 && a < 1e10) {
-        int e = 9;  /* the decimal exponent, a guess the digits' count checks below */
+        /* the decimal exponent (a guess the digits' count checks below): the largest e in
+         * [-4, 9] with DECADE[e + 4] <= a, from the binary exponent's floor(b * log10 2),
+         * which is it or one less */
+        uint64_t bits;
+        memcpy(&bits, &a, sizeof bits);
+        int e = ((int)((bits >> 52) & 0x7ff) - 1023) * 1233 >> 12;
+        if (e < -4) e = -4;
+        if (e > 9) e = 9;
         while (e > -4 && a < DECADE[e + 4]) e--;
+        while (e < 9 && a >= DECADE[e + 5]) e++;
         double scaled = a * POW10[9 - e];
         double m = rint(scaled);
         if (fabs(scaled - floor(scaled) - 0.5) > 1e-5 && m > 1e9 && m < 1e10) {
             char digits[10];
             long long v = (long long)m;
-            for (int i = 9; i >= 0; i--) { digits[i] = (char)('0' + v % 10); v /= 10; }
+            unsigned low = (unsigned)(v % 100000000), high = (unsigned)(v / 100000000);
+            for (int i = 8; i >= 2; i -= 2) {  /* two digits at a time, in 32 bits */
+                unsigned r = low % 100;
+                low /= 100;
+                digits[i] = PAIRS[2 * r];
+                digits[i + 1] = PAIRS[2 * r + 1];
+            }
+            digits[0] = PAIRS[2 * high];
+            digits[1] = PAIRS[2 * high + 1];
             int last = 9;  /* the last digit kept: trailing zeros go */
             while (last > 0 && digits[last] == '0') last--;
             if (x < 0) *o++ = '-';
@@ -232,6 +254,40 @@ static Entry heap_pop(Heap *h) {
     return top;
 }
 
+/* -- the block boundaries ahead: a ring of buckets, one per decode pass. A running request
+ * crosses its next boundary at most block_size passes ahead, so block_size + 1 buckets
+ * keep each pass's crossings apart, each bucket in the order they were queued (what a heap
+ * keyed by (pass, push order) gives, without its sifting: pops were a sixth of the loop). */
+typedef struct { Py_ssize_t slot; int64_t k; } Due;
+typedef struct { Due *v; Py_ssize_t n, cap; } Bucket;
+typedef struct { Bucket *b; int64_t w; Py_ssize_t total; } Ring;
+
+static int ring_push(Ring *r, int64_t now, int64_t key, Py_ssize_t slot, int64_t k) {
+    if (key <= now || key - now >= r->w) {
+        PyErr_Format(PyExc_RuntimeError, "internal: a block boundary %lld passes ahead",
+                     (long long)(key - now));
+        return -1;
+    }
+    Bucket *b = &r->b[key % r->w];
+    if (grow((void **)&b->v, b->n, &b->cap, sizeof *b->v) < 0) return -1;
+    b->v[b->n++] = (Due){slot, k};
+    r->total++;
+    return 0;
+}
+
+static Bucket *ring_at(Ring *r, int64_t key) { return &r->b[key % r->w]; }
+
+static void ring_clear(Ring *r, Bucket *b) {
+    r->total -= b->n;
+    b->n = 0;
+}
+
+static void ring_free(Ring *r) {
+    if (r->b)
+        for (int64_t i = 0; i < r->w; i++) PyMem_Free(r->b[i].v);
+    PyMem_Free(r->b);
+}
+
 /* -- the inter-token gap histogram: kvsched.histogram.GapHistogram's exact counts --------- */
 typedef struct { uint64_t key; int64_t count; int used; } Slot;
 typedef struct {
@@ -305,7 +361,8 @@ typedef struct {
     Seq *seqs; Py_ssize_t nseqs, capseqs; Vec free_slots;
     Vec waiting; Py_ssize_t waiting_head;  /* FIFO of slots */
     Vec running, prefilling;  /* slots in admission order */
-    Heap finish_due, block_due;
+    Heap finish_due;
+    Ring block_due;
     int64_t free, tick, kv_tokens, admissions, pushes;
     double last_end;  /* end of the latest decode pass */
     int steady;
@@ -542,17 +599,17 @@ static int schedule(Core *c, Plan *p, int64_t step, double now) {
         int64_t tick = ++c->tick;
         p->tick = tick;
         int64_t growing = 0;
-        while (c->block_due.n && c->block_due.v[0].key <= tick) {
-            Entry e = heap_pop(&c->block_due);
+        Bucket *due = ring_at(&c->block_due, tick);
+        for (Py_ssize_t i = 0; i < due->n; i++) {
+            Due e = due->v[i];
             Seq *s = &c->seqs[e.slot];
             if (s->k != e.k || s->state != RUNNING) continue;
-            if (e.key < tick) return 0;  /* (never: a boundary left behind) */
             growing++;
             s->blocks++;
-            e.key += c->block_size;
-            e.order = c->pushes++;
-            if (heap_push(&c->block_due, e) < 0) return -1;
+            if (ring_push(&c->block_due, tick, tick + c->block_size, e.slot, e.k) < 0)
+                return -1;
         }
+        ring_clear(&c->block_due, due);
         if (n > budget || growing > c->free) return 0;  /* the exact pass: not carried */
         c->free -= growing;
         p->num_decodes = n;
@@ -661,22 +718,31 @@ static int add_segment(Core *c, const int64_t *fields, const double *starts,
                        const double *durations, const int64_t *used, int64_t k) {
     if (c->dry) return 0;
     double sum = 0.0;
+    Py_ssize_t at = c->step_used.n;  /* the three step columns have the same length */
+    if (grow_to((void **)&c->step_start.v, at + k, &c->step_start.cap, sizeof(double)) < 0
+            || grow_to((void **)&c->step_used.v, at + k, &c->step_used.cap, sizeof(int64_t)) < 0
+            || grow_to((void **)&c->step_duration.v, at + k, &c->step_duration.cap,
+                       sizeof(double)) < 0
+            || grow_to((void **)&c->seg.v, c->seg.n + SEG_FIELDS, &c->seg.cap,
+                       sizeof(int64_t)) < 0)
+        return -1;
     for (int64_t j = 0; j < k; j++) {
         sum += durations[j];
         c->stat_busy += durations[j];
         c->stat_used_sum += used[j];
         if (used[j] > c->stat_peak) c->stat_peak = used[j];
-        if (dvec_push(&c->step_start, starts[j]) < 0 || vec_push(&c->step_used, used[j]) < 0
-                || dvec_push(&c->step_duration, durations[j]) < 0)
-            return -1;
     }
+    memcpy(c->step_start.v + at, starts, k * sizeof(double));
+    memcpy(c->step_used.v + at, used, k * sizeof(int64_t));
+    memcpy(c->step_duration.v + at, durations, k * sizeof(double));
+    c->step_start.n = c->step_used.n = c->step_duration.n = at + k;
     c->stat_steps += k;
     c->stat_end = starts[k - 1] + durations[k - 1];
     c->stat_prefill += fields[SEG_PREFILL_TOKENS];
     c->stat_decode += fields[SEG_DECODES] * k;
     timeline_add(c, starts, durations, k, fields[SEG_WAITING]);
-    for (int f = 0; f < SEG_FIELDS; f++)
-        if (vec_push(&c->seg, fields[f]) < 0) return -1;
+    memcpy(c->seg.v + c->seg.n, fields, SEG_FIELDS * sizeof(int64_t));
+    c->seg.n += SEG_FIELDS;
     if (dvec_push(&c->seg_sum, sum) < 0) return -1;
     if (c->seg_sum.n >= BLOCK_SEGMENTS || c->step_used.n >= BLOCK_STEPS) return flush_block(c);
     return 0;
@@ -735,9 +801,9 @@ static int close_run(Core *c, Seq *s) {
 static int push_run(Core *c, Py_ssize_t slot) {
     /* a request has its first token: when it crosses its next block boundary, when it ends */
     Seq *s = &c->seqs[slot];
-    Entry block = {s->blocks * c->block_size - s->prompt + 2 - s->base, c->pushes++, slot, s->k};
+    int64_t crossing = s->blocks * c->block_size - s->prompt + 2 - s->base;
     Entry done = {s->output - s->base, c->pushes++, slot, s->k};
-    if (heap_push(&c->block_due, block) < 0) return -1;
+    if (ring_push(&c->block_due, c->tick, crossing, slot, s->k) < 0) return -1;
     return heap_push(&c->finish_due, done);
 }
 
@@ -870,50 +936,27 @@ static int64_t stretch_once(Core *c, int64_t step, double now, double next_arriv
     int64_t tick = c->tick, horizon = tick + limit;
     memset(grown, 0, limit * sizeof(int64_t));
     /* block boundaries, pass by pass: the stretch ends before a pass short of blocks */
-    while (c->block_due.n && c->block_due.v[0].key <= horizon) {
-        int64_t t = c->block_due.v[0].key, count = 0;
-        Py_ssize_t mark = c->block_due.n;
-        Entry taken[64];
-        Py_ssize_t ntaken = 0;
-        Vec extra = {0};
-        while (c->block_due.n && c->block_due.v[0].key == t) {
-            Entry e = heap_pop(&c->block_due);
-            Seq *s = &c->seqs[e.slot];
-            if (s->k != e.k || s->state != RUNNING) continue;
-            if (ntaken < 64) taken[ntaken++] = e;
-            else if (vec_push(&extra, e.slot) < 0 || vec_push(&extra, e.order) < 0) {
-                PyMem_Free(extra.v);
-                return -1;
-            }
-            count++;
+    for (int64_t t = tick + 1; t <= horizon && c->block_due.total; t++) {
+        Bucket *due = ring_at(&c->block_due, t);
+        int64_t count = 0;
+        for (Py_ssize_t i = 0; i < due->n; i++) {
+            Seq *s = &c->seqs[due->v[i].slot];
+            count += s->k == due->v[i].k && s->state == RUNNING;
         }
-        (void)mark;
-        if (count > spare) {  /* put them back: the next step meets the shortage */
+        if (count > spare) {  /* left as they are: the next step meets the shortage */
             horizon = t - 1;
-            for (Py_ssize_t i = 0; i < ntaken; i++)
-                if (heap_push(&c->block_due, taken[i]) < 0) { PyMem_Free(extra.v); return -1; }
-            for (Py_ssize_t i = 0; i < extra.n; i += 2) {
-                Entry e = {t, extra.v[i + 1], extra.v[i], c->seqs[extra.v[i]].k};
-                if (heap_push(&c->block_due, e) < 0) { PyMem_Free(extra.v); return -1; }
-            }
-            PyMem_Free(extra.v);
             break;
         }
         spare -= count;
         grown[t - tick - 1] += count;
-        for (Py_ssize_t i = 0; i < ntaken + extra.n / 2; i++) {
-            Entry e;
-            if (i < ntaken) e = taken[i];
-            else {
-                Py_ssize_t j = 2 * (i - ntaken);
-                e.slot = extra.v[j]; e.order = extra.v[j + 1]; e.k = c->seqs[e.slot].k;
-            }
-            c->seqs[e.slot].blocks++;
-            e.key = t + c->block_size;
-            e.order = c->pushes++;
-            if (heap_push(&c->block_due, e) < 0) { PyMem_Free(extra.v); return -1; }
+        for (Py_ssize_t i = 0; i < due->n; i++) {
+            Due e = due->v[i];
+            Seq *s = &c->seqs[e.slot];
+            if (s->k != e.k || s->state != RUNNING) continue;
+            s->blocks++;
+            if (ring_push(&c->block_due, t, t + c->block_size, e.slot, e.k) < 0) return -1;
         }
-        PyMem_Free(extra.v);
+        ring_clear(&c->block_due, due);
     }
     int64_t k = horizon - tick;
     if (k <= 0) return 0;
@@ -1050,7 +1093,7 @@ static void core_free(Core *c) {
     for (Py_ssize_t i = 0; i < c->nseqs; i++) Py_CLEAR(c->seqs[i].id);
     PyMem_Free(c->seqs); PyMem_Free(c->free_slots.v); PyMem_Free(c->waiting.v);
     PyMem_Free(c->running.v); PyMem_Free(c->prefilling.v);
-    PyMem_Free(c->finish_due.v); PyMem_Free(c->block_due.v); PyMem_Free(c->itl.t);
+    PyMem_Free(c->finish_due.v); ring_free(&c->block_due); PyMem_Free(c->itl.t);
     PyMem_Free(c->etext.v);
     PyMem_Free(c->seg.v); PyMem_Free(c->seg_sum.v); PyMem_Free(c->step_start.v);
     PyMem_Free(c->step_used.v); PyMem_Free(c->step_duration.v);
@@ -1133,6 +1176,9 @@ static PyObject *core_run(PyObject *self, PyObject *args) {
     c.rec_first_token = r_token.buf; c.rec_finish = r_finish.buf; c.rec_max_gap = r_gap.buf;
     c.rec_ttft_steps = r_ttft.buf; c.rec_generated = r_gen.buf; c.rec_hit = r_hit.buf;
     c.free = num_blocks;
+    c.block_due.w = block_size + 1;
+    c.block_due.b = PyMem_Calloc((size_t)c.block_due.w, sizeof(Bucket));
+    if (!c.block_due.b) { PyErr_NoMemory(); goto out; }
     c.hol_slot = c.hol_behind = -1;
     c.drain_at = drain_at;
     if (c.tl_size < 0) c.tl_size = 0;
@@ -1324,6 +1370,8 @@ PyDoc_STRVAR(format_runs_doc,
 "segment on its last row and 0 on the others, 'K' the text `values` (bytes) on every\n"
 "row; kind 'i' int64, 'F' float64 written '%.10g' (for 'K', ignored).");
 
+typedef struct { uint64_t bits; int len; char text[32]; } Cell;  /* a float and its text */
+
 static PyObject *format_runs(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *columns, *counts_obj;
@@ -1335,6 +1383,7 @@ static PyObject *format_runs(PyObject *self, PyObject *args) {
     Py_buffer *views = PyMem_Calloc(m ? m : 1, sizeof(Py_buffer));
     char *hows = PyMem_Calloc(m ? m : 1, 1), *kinds = PyMem_Calloc(m ? m : 1, 1);
     Text t = {0};
+    Cell *last = NULL;
     PyObject *result = NULL;
     if (!views || !hows || !kinds) { PyErr_NoMemory(); goto out; }
     if (PyObject_GetBuffer(counts_obj, &counts, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
@@ -1383,6 +1432,9 @@ static PyObject *format_runs(PyObject *self, PyObject *args) {
     }
     Py_ssize_t room = m + 1;  /* a row's most bytes: commas, newline, cells */
     for (Py_ssize_t j = 0; j < m; j++) room += hows[j] == 'K' ? views[j].len : 32;
+    /* a float column's latest value and its text: a step's duration mostly repeats */
+    last = PyMem_Calloc(m ? m : 1, sizeof *last);
+    if (!last) { PyErr_NoMemory(); goto out; }
     Py_ssize_t r = 0;
     for (Py_ssize_t i = 0; i < segments; i++) {
         for (int64_t step = 0; step < k[i]; step++, r++) {
@@ -1392,15 +1444,30 @@ static PyObject *format_runs(PyObject *self, PyObject *args) {
                 if (j) *o++ = ',';
                 char how = hows[j];
                 if (how == 'K') {
-                    memcpy(o, views[j].buf, views[j].len);
-                    o += views[j].len;
+                    if (views[j].len == 1) *o++ = *(const char *)views[j].buf;
+                    else {
+                        memcpy(o, views[j].buf, views[j].len);
+                        o += views[j].len;
+                    }
                     continue;
                 }
                 Py_ssize_t at = how == 'S' ? r : i;
                 if (kinds[j] == 'F') {
                     double x = ((const double *)views[j].buf)[at];
                     if (how == 'L' && step + 1 < k[i]) x = 0.0;
+                    uint64_t bits;
+                    memcpy(&bits, &x, sizeof bits);
+                    Cell *cell = &last[j];
+                    if (cell->len && cell->bits == bits) {
+                        memcpy(o, cell->text, cell->len);
+                        o += cell->len;
+                        continue;
+                    }
+                    char *start = o;
                     if (!(o = emit_float(o, x))) goto out;
+                    cell->bits = bits;
+                    cell->len = (int)(o - start);
+                    memcpy(cell->text, start, cell->len);
                     continue;
                 }
                 long long x = ((const int64_t *)views[j].buf)[at];
@@ -1417,7 +1484,7 @@ static PyObject *format_runs(PyObject *self, PyObject *args) {
 out:
     for (Py_ssize_t j = 0; views && j < m; j++) if (views[j].buf) PyBuffer_Release(&views[j]);
     if (counts.buf) PyBuffer_Release(&counts);
-    PyMem_Free(views); PyMem_Free(hows); PyMem_Free(kinds); PyMem_Free(t.v);
+    PyMem_Free(views); PyMem_Free(hows); PyMem_Free(kinds); PyMem_Free(t.v); PyMem_Free(last);
     Py_DECREF(cols);
     return result;
 }

@@ -73,6 +73,10 @@ _LARGE = 2 ** 62
 """Settings and lengths from here on stay with the Python loop (its integers do not
 overflow)."""
 
+_RING_BLOCKS = 1 << 16
+"""Larger blocks stay with the Python loop: the compiled loop keeps a bucket per decode pass
+up to a block ahead (its block boundaries)."""
+
 
 def carries(requests: Any, config: EngineConfig, policy: Policy, clock: TimeModel,
             admission: SloAdmission | None, record_batches: bool) -> bool:
@@ -89,6 +93,8 @@ def carries(requests: Any, config: EngineConfig, policy: Policy, clock: TimeMode
     if max(cfg.max_num_batched_tokens, cfg.max_num_seqs, cfg.num_blocks, cfg.block_size,
            cfg.max_steps, cfg.long_prefill_token_threshold) >= _LARGE:
         return False  # beyond the loop's 64-bit counters (a "no limit" max_steps, say)
+    if cfg.block_size > _RING_BLOCKS:
+        return False
     if (cfg.step_order is not StepOrder.DECODE_FIRST or cfg.victim is Victim.QUEUE_TAIL
             or cfg.enable_prefix_caching or cfg.delay_factor or cfg.max_model_len is not None
             or cfg.max_queued_requests is not None or cfg.append_free_block

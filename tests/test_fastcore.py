@@ -398,3 +398,36 @@ def test_a_sink_of_rows_gets_the_python_loops_segments():
             simulate(requests, config, make_policy("fcfs"), clock, step_log=log)
         got[mode] = (chunks, log.kept)
     assert got["c"] == got["python"] and got["c"][0] and got["c"][0] == got["c"][1]
+
+
+@pytest.mark.parametrize("block_size", [3, 257, 4096, fastcore._RING_BLOCKS])
+def test_block_boundaries_a_whole_block_ahead_are_the_python_loops(block_size):
+    """The compiled loop keeps the block boundaries due in a ring of a bucket per decode
+    pass, block_size + 1 of them (with one fewer, this test fails): requests that cross
+    their boundaries on the first and on the last pass a block allows, with stretches and
+    without, are the Python loop's."""
+    rng = np.random.default_rng(block_size)
+    n = 40
+    prompt = np.concatenate([np.full(n // 2, block_size),  # a boundary at the first decode
+                             rng.integers(1, 2 * block_size + 1, n // 2)])
+    output = rng.integers(1, 3 * min(block_size, 300), n) + 1
+    requests = RequestColumns(np.sort(rng.uniform(0, 5, n)), prompt, output)
+    blocks = int((-(-(prompt + output) // block_size)).sum()) + 4
+    config = roomy(block_size=block_size, num_blocks=blocks,
+                   max_num_batched_tokens=4 * block_size, max_num_seqs=64)
+    assert fastcore.carries(requests, config, make_policy("fcfs"), ConstantStep(0.02), None,
+                            False)
+    for stretches in (True, False):
+        made = fastcore.run(requests, config, ConstantStep(0.02), RecordTable(requests),
+                            StepLog(config.usable_blocks), [], None, 1 << 15, None,
+                            stretches, True)
+        assert made is not None  # carried to the end: no preemption in this pool
+        assert_same(*both(requests, config, ConstantStep(0.02), stretches=stretches))
+
+
+def test_blocks_past_the_ring_stay_with_python():
+    requests = RequestColumns(np.zeros(2), np.array([4, 4]), np.array([2, 2]))
+    config = roomy(block_size=fastcore._RING_BLOCKS + 1)
+    assert not fastcore.carries(requests, config, make_policy("fcfs"), StepClock(), None,
+                                False)
+    assert_same(*both(requests, config, StepClock()))
