@@ -13,10 +13,12 @@ REPO = Path(__file__).resolve().parent.parent
 def modules_loaded(args: list[str], watched: tuple[str, ...]) -> list[str]:
     """Which of `watched` are imported by `kvsched ARGS` (run through `kvsched.cli.main`
     from the repo, asserting it exits 0)."""
-    code = ("import sys; from kvsched.cli import main\n"
+    # (printed at exit: the console script ends the process without returning)
+    code = ("import atexit, sys; from kvsched.cli import main\n"
+            "atexit.register(lambda: print('loaded:' + ','.join(\n"
+            f"    m for m in {watched!r} if m in sys.modules)))\n"
             f"sys.argv = ['kvsched', *{args!r}]\n"
-            "try:\n    main()\nexcept SystemExit as exit:\n    assert not exit.code, exit.code\n"
-            f"print('loaded:' + ','.join(m for m in {watched!r} if m in sys.modules))\n")
+            "main()\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=REPO)
     assert done.returncode == 0, done.stderr

@@ -473,8 +473,56 @@ def test_the_collector_is_off_for_start_up_and_on_for_the_run(tmp_path):
         "__import__('kvsched.scenario').scenario.load_scenario = load\n"
         f"sys.argv = ['kvsched', 'run', {str(REPO / 'scenarios' / 'pool60.yaml')!r}, "
         f"'--out', {str(tmp_path)!r}, '--records', 'summary']\n"
-        "try:\n    cli.main()\nexcept SystemExit as exit:\n    assert not exit.code, exit.code\n"
-        "assert started == [False] and seen == [True], (started, seen)\n")
+        "import atexit\n"  # (the console script ends the process without returning)
+        "atexit.register(lambda: print('collector:', started, seen))\n"
+        "cli.main()\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=REPO, env={**os.environ, "KVSCHED_CORE": "python"})
     assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "collector: [False] [True]", done.stdout
+
+
+EXITING = """\
+import atexit, os, sys, threading, time
+class Teardown:
+    def __del__(self, write=os.write):
+        write(1, b"torn down\\n")
+keep = Teardown()  # finalized by the interpreter's teardown, if there is one
+atexit.register(print, "atexit ran")
+import kvsched.cli as cli
+if sys.argv[1] == "thread":  # a thread that outlives the command by a tenth of a second
+    leaving = threading.Event()
+    real = cli._leave
+    def leave(code):
+        leaving.set()
+        real(code)
+    cli._leave = leave
+    def late():
+        leaving.wait()
+        time.sleep(0.1)
+        print("thread done", flush=True)
+    threading.Thread(target=late).start()
+sys.argv = ["kvsched", *sys.argv[2:]]
+cli.main()
+"""
+
+
+@pytest.mark.parametrize("scenario, code", [("pool60.yaml", 0), ("no-such.yaml", 2)])
+def test_the_console_script_ends_without_the_teardown(tmp_path, scenario, code):
+    """A plain command ends the process once its atexit handlers have run and its output
+    is flushed, without the interpreter's teardown; with a thread still running it leaves
+    the usual way, which waits for the thread."""
+    args = ["run", str(REPO / "scenarios" / scenario), "--out", str(tmp_path),
+            "--records", "summary"]
+    done = subprocess.run([sys.executable, "-c", EXITING, "plain", *args],
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == code, done.stderr
+    assert "atexit ran" in done.stdout and "torn down" not in done.stdout
+    if code:
+        assert done.stderr.startswith("error: ") and "no such file" in done.stderr
+    else:
+        assert "== pool60" in done.stdout and "records:" in done.stdout
+    waited = subprocess.run([sys.executable, "-c", EXITING, "thread", *args],
+                            capture_output=True, text=True, cwd=REPO)
+    assert waited.returncode == code, waited.stderr
+    assert "thread done" in waited.stdout and "torn down" in waited.stdout
