@@ -11,11 +11,14 @@ import math
 from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from kvsched.records import RequestRecord
-from kvsched.scheduler import Scheduler
-from kvsched.sequence import Seq
 from kvsched.timing import TimeModel
+
+if TYPE_CHECKING:  # (the engine's modules: a compiled run imports none of them)
+    from kvsched.scheduler import Scheduler
+    from kvsched.sequence import Seq
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from kvsched.backpressure import Backpressure
 from kvsched.config import EngineConfig
 from kvsched.engine import Engine
 from kvsched.histogram import GapHistogram
+from kvsched.loop import explain_starvation, put_record
 from kvsched.metrics import summarize
 from kvsched.policies.base import Policy
 from kvsched.record_table import RecordTable
@@ -37,7 +38,7 @@ from kvsched.records import RequestRecord, RunResult
 from kvsched.request import Request, Status
 from kvsched.routers import EngineView, Router, RouteRequest
 from kvsched.sequence import Seq
-from kvsched.simulator import EventSink, EventStream, _explain_starvation, _put
+from kvsched.simulator import EventSink, EventStream
 from kvsched.steplog import StepLog, StepStats, replica_chunk
 from kvsched.timing import TimeModel
 from kvsched.turns import ArrivalQueue, check_turns
@@ -202,15 +203,15 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
         if replica.stopped:
             sched.close_all_runs()
         else:
-            _explain_starvation(sched, replica.step, replica.now)
+            explain_starvation(sched, replica.step, replica.now)
         replica.events.close()
     for i in range(len(requests)):
         if routed[i] is None:
-            _put(records, i, seqs[i], Status.UNFINISHED, replicas[0].engine.sched)  # type: ignore[arg-type]
+            put_record(records, i, seqs[i], Status.UNFINISHED, replicas[0].engine.sched)  # type: ignore[arg-type]
             continue
         replica = replicas[routed[i]]  # type: ignore[index]
         leftover = Status.UNFINISHED if replica.stopped else Status.STARVED
-        _put(records, i, seqs[i], leftover, replica.engine.sched)  # type: ignore[arg-type]
+        put_record(records, i, seqs[i], leftover, replica.engine.sched)  # type: ignore[arg-type]
     listed = list(records)
     for replica in replicas:
         stats = replica.log.close()

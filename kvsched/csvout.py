@@ -25,8 +25,7 @@ import numpy as np
 from kvsched.arrow import int64s
 from kvsched.floatfmt import format_floats
 from kvsched.records import STEP_COLUMNS
-from kvsched.scheduler import Stretch
-from kvsched.steplog import COMPACT_COLUMNS, RecordMode, Segment, SegmentBlock
+from kvsched.steplog import COMPACT_COLUMNS, RecordMode, Segment, SegmentBlock, Stretch
 
 FLOAT_FORMAT = "%.10g"
 

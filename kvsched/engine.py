@@ -1,6 +1,6 @@
 """One replica: its scheduler, time model, thrash monitor and admission gate.
 
-The loop (`kvsched.simulator.run_loop`, or `kvsched.cluster` for several replicas) owns the
+The loop (`kvsched.loop.run_loop`, or `kvsched.cluster` for several replicas) owns the
 clock and the arrivals; an `Engine` only answers "run your next step starting at `now`"
 (`step`) and "run, in one move, the pure-decode steps that would follow" (`stretch`).
 """
@@ -12,8 +12,9 @@ from kvsched.backpressure import Action, Backpressure, ThrashMonitor
 from kvsched.config import EngineConfig, StepOrder
 from kvsched.histogram import NoGaps
 from kvsched.policies.base import Policy
-from kvsched.scheduler import Scheduler, StepPlan, Stretch
+from kvsched.scheduler import Scheduler, StepPlan
 from kvsched.sequence import Seq
+from kvsched.steplog import Stretch
 from kvsched.timing import TimeModel
 
 StepRow = tuple  # one row of STEP_COLUMNS

@@ -43,6 +43,7 @@ from kvsched.policies.fcfs import Fcfs
 from kvsched.policies.priority import PriorityFirst
 from kvsched.reservation import CLIP_MAX_NEW_TOKENS, make_reservation
 from kvsched.sequence import Seq, SeqState
+from kvsched.steplog import Stretch
 from kvsched.timing import TimeModel, constant_duration, stretch_durations
 from kvsched.waiting import WaitingQueue
 
@@ -91,33 +92,6 @@ class StepPlan:
         """Only decodes ran and nobody finished: the next steps may repeat it (a stretch)."""
         return not (self.prefills or self.swap_ins or self.preempted or self.num_admitted
                     or self.num_finished) and self.num_decodes > 0
-
-
-@dataclass(slots=True)
-class Stretch:
-    """Steps `step` .. `step + num_steps - 1`, run in one move: every one decoded the same
-    `num_decodes` requests and nothing else; only the last may finish requests.
-    `starts` and `durations` hold each step's start and length, `blocks_used` the blocks in
-    use as each batch ran."""
-
-    step: int
-    num_steps: int
-    num_decodes: int
-    num_running: int  # decoding + chunked prefills waiting for budget
-    num_waiting: int
-    starts: list[float]
-    durations: list[float]
-    blocks_used: list[int]
-    kv_first: int  # KV tokens its first step reads (each later one reads num_decodes more)
-    num_finished: int = 0
-    mfu: list[float] | None = None  # per step, with a hardware time model (set by the engine)
-    mbu: list[float] | None = None
-    cached_blocks: list[int] | None = None  # per step, with prefix caching on
-    evicted_blocks: list[int] | None = None
-
-    @property
-    def end(self) -> float:
-        return self.starts[-1] + self.durations[-1]
 
 
 class GapTracker:

@@ -20,7 +20,34 @@ import numpy as np
 
 from kvsched.record_mode import RecordMode as RecordMode  # (importable from here too)
 from kvsched.records import STEP_COLUMNS
-from kvsched.scheduler import Stretch
+
+
+@dataclass(slots=True)
+class Stretch:
+    """Steps `step` .. `step + num_steps - 1`, run in one move: every one decoded the same
+    `num_decodes` requests and nothing else; only the last may finish requests.
+    `starts` and `durations` hold each step's start and length, `blocks_used` the blocks in
+    use as each batch ran."""
+
+    step: int
+    num_steps: int
+    num_decodes: int
+    num_running: int  # decoding + chunked prefills waiting for budget
+    num_waiting: int
+    starts: list[float]
+    durations: list[float]
+    blocks_used: list[int]
+    kv_first: int  # KV tokens its first step reads (each later one reads num_decodes more)
+    num_finished: int = 0
+    mfu: list[float] | None = None  # per step, with a hardware time model (set by the engine)
+    mbu: list[float] | None = None
+    cached_blocks: list[int] | None = None  # per step, with prefix caching on
+    evicted_blocks: list[int] | None = None
+
+    @property
+    def end(self) -> float:
+        return self.starts[-1] + self.durations[-1]
+
 
 Segment = tuple | Stretch
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from run_modules import modules_loaded
 from test_invariants import SETTINGS, configs
 from typer.testing import CliRunner
 
@@ -431,3 +432,25 @@ def test_blocks_past_the_ring_stay_with_python():
     assert not fastcore.carries(requests, config, make_policy("fcfs"), StepClock(), None,
                                 False)
     assert_same(*both(requests, config, StepClock()))
+
+
+ENGINE_MODULES = ("kvsched.loop", "kvsched.engine", "kvsched.scheduler", "kvsched.waiting",
+                  "kvsched.kvcache", "kvsched.policies.spf", "kvsched.policies.lpm",
+                  "kvsched.policies.dfs_weight")
+
+
+def test_a_compiled_run_imports_neither_the_engine_nor_other_policies(tmp_path, monkeypatch):
+    """The Python loop and its engine are imported only for a run the compiled loop does
+    not carry, and a policy only when it is named (the registry loads it then)."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "name: s\nengine: {num_blocks: 4000, watermark: 0, chunked_prefill: true}\n"
+        "time: {kind: constant, step_time: 0.01}\n"
+        "workload: {kind: synthetic, num_requests: 50, arrival: {kind: poisson, rate: 5}, "
+        "prompt_len: 100, output_len: 20}\n")
+    args = ["run", str(scenario), "--out", str(tmp_path / "out"), "--records", "summary"]
+    assert modules_loaded(args, ENGINE_MODULES) == []
+    monkeypatch.setenv("KVSCHED_CORE", "python")
+    assert modules_loaded(args, ENGINE_MODULES) == list(ENGINE_MODULES[:5])
+    assert modules_loaded([*args, "--set", "policy=spf"], ENGINE_MODULES) == list(
+        ENGINE_MODULES[:6])
