@@ -655,25 +655,48 @@ def main() -> None:
     except typer.Abort:
         typer.echo("Aborted!", err=True)
         code = 130
+    except BaseException:  # SystemExit from a signal, say: the usual way out
+        gc.unfreeze()
+        raise
     _leave(code if isinstance(code, int) else 0)
 
 
 def _leave(code: int) -> NoReturn:
-    """End the console script. A command that started no thread or process skips the
-    interpreter's teardown (freeing every module's objects one by one: 10 ms of the
-    half-second Azure run) once the atexit handlers have run and both streams are flushed;
-    one that did (`capacity`'s and `sweep`'s workers) leaves the usual way, which waits for
-    them. Every file kvsched writes is closed by then (each writer is a `with` block)."""
+    """End the console script. A command that started no thread or process and ran no code
+    of the user's skips the interpreter's teardown (freeing every module's objects one by
+    one: 10 ms of the half-second Azure run), once the atexit handlers have run and both
+    streams are flushed. One that did leaves the usual way, with what start-up froze out of
+    the collector's reach given back to it: it waits for `capacity`'s and `sweep`'s workers,
+    and closes (so flushes) a file a user's policy or router left open. kvsched's own files
+    are closed by then (each writer closes in a `with` or `finally` block)."""
     threads = sys.modules.get("threading")
-    if (threads is not None and threads.active_count() > 1) or "multiprocessing" in sys.modules:
+    if ((threads is not None and threads.active_count() > 1)
+            or "multiprocessing" in sys.modules or _user_code_loaded()):
+        gc.unfreeze()  # what `work_begins` froze is finalized by the teardown again
         sys.exit(code)
     atexit._run_exitfuncs()
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except OSError:  # a closed pipe, say: Python's own exit reports it (and exits 120)
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:  # (None when the shell closed it)
+                stream.flush()
+    except (OSError, ValueError):  # a closed pipe, say: Python's own exit reports it
         sys.exit(code)
     os._exit(code)
+
+
+def _user_code_loaded() -> bool:
+    """Whether a module from outside Python's and kvsched's folders was imported: a user's
+    policy or router (`package.module:Class`), which may hold files open for the teardown to
+    flush."""
+    folders = (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+               os.path.dirname(os.path.abspath(__file__)))
+    roots = tuple({os.path.join(f(folder), "") for folder in folders
+                   for f in (os.path.abspath, os.path.realpath)})
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if path and not path.startswith(roots):  # (a path unlike these: treated as the user's)
+            return True
+    return False
 
 
 if __name__ == "__main__":  # pragma: no cover

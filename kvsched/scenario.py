@@ -139,41 +139,35 @@ def load_scenario(path: str | Path, assignments: Iterable[str | Assignment] = ()
     return load_scenario_text(text, source, file.parent, assignments, seed)
 
 
-_FAST_LOADER: Any = getattr(yaml, "CSafeLoader", None)
-"""libyaml's parser (in PyYAML's wheels), about ten times faster than PyYAML's own; the
-constructor and the resolver are the same Python classes, so a document reads the same."""
-
-
-def _read_yaml(text: str, source: str) -> tuple[yaml.Node | None, Any]:
-    """The document's node tree (for the key lines) and its data, after `_check_shape`.
-
-    libyaml reads it when it can; a document it refuses is read again by PyYAML's own
-    parser, whose messages the errors quote (and which decides what is valid YAML)."""
-    if _FAST_LOADER is not None:
-        try:
-            return _compose_and_construct(text, source, _FAST_LOADER)
-        except (yaml.YAMLError, UnicodeError):  # (a str libyaml cannot take as UTF-8)
-            pass
-    return _compose_and_construct(text, source, yaml.SafeLoader)
-
-
-def _compose_and_construct(text: str, source: str, loader_class: Any) -> tuple[Any, Any]:
-    _check_shape(text, source, loader_class)
-    loader = loader_class(text)
+def _read_yaml(text: str, source: str) -> tuple[dict[Path_, int] | DuplicateKey, Any]:
+    """The line of every key (or the first key given twice) and the document's data, after
+    `_check_shape`: two passes of PyYAML's parser where `yaml.compose` and then
+    `yaml.safe_load` made three. The lines are read before the data is made from the same
+    nodes (making it flattens `<<` merge keys into their mappings).
+    (libyaml, ten times faster, accepts what PyYAML refuses: tabs as spacing, a `?` inside a
+    flow scalar; and reads a bare `!` tag as '' rather than null.)"""
+    _check_shape(text, source)
+    loader = yaml.SafeLoader(text)
     try:  # yaml.safe_load, keeping the node it composes
         node = loader.get_single_node()
-        return node, (loader.construct_document(node) if node is not None else None)
+        try:
+            lines: dict[Path_, int] | DuplicateKey = _line_map(node)
+        except DuplicateKey as dup:  # (reported after the YAML errors, as before)
+            lines = dup
+        except TypeError:  # a list or a mapping as a key: making the data refuses it below
+            lines = {}
+        return lines, (loader.construct_document(node) if node is not None else None)
     finally:
         loader.dispose()
 
 
-def _check_shape(text: str, source: str, loader_class: Any = yaml.SafeLoader) -> None:
+def _check_shape(text: str, source: str) -> None:
     """Refuse documents too deep or too big once aliases are expanded (a 'billion laughs'
     file), reading the event stream, which costs one pass and no recursion."""
     sizes: dict[str, int] = {}  # anchor -> expanded node count
     stack: list[list[Any]] = []  # open collections: [anchor, node count so far]
     expanded = 0
-    for event in yaml.parse(text, Loader=loader_class):
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
         if isinstance(event, yaml.CollectionStartEvent):
             stack.append([event.anchor, 1])
             if len(stack) > MAX_DEPTH:
@@ -208,7 +202,7 @@ def load_scenario_text(text: str, source: str, base_dir: Path,
                        assignments: Iterable[str | Assignment] = (),
                        seed: int | None = None) -> Scenario:
     try:
-        node, raw = _read_yaml(text, source)
+        lines, raw = _read_yaml(text, source)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
@@ -220,10 +214,8 @@ def load_scenario_text(text: str, source: str, base_dir: Path,
     if not isinstance(raw, dict):
         kind = "an empty file" if raw is None else _kind(raw)
         raise ScenarioError(source, f"expected a mapping of scenario fields, got {kind}", line=1)
-    try:
-        lines = _line_map(node)
-    except DuplicateKey as dup:
-        raise ScenarioError(source, "duplicate key (given twice)", dup.field, dup.line) from None
+    if isinstance(lines, DuplicateKey):
+        raise ScenarioError(source, "duplicate key (given twice)", lines.field, lines.line)
     sets = tuple(a if isinstance(a, Assignment) else Assignment.parse(a) for a in assignments)
     if seed is not None:
         sets += (Assignment(("seed",), seed, f"seed={seed}", "--seed"),)

@@ -526,3 +526,46 @@ def test_the_console_script_ends_without_the_teardown(tmp_path, scenario, code):
                             capture_output=True, text=True, cwd=REPO)
     assert waited.returncode == code, waited.stderr
     assert "thread done" in waited.stdout and "torn down" in waited.stdout
+
+
+LOGGING_POLICY = """\
+from dataclasses import dataclass
+
+LOG = open(__file__ + ".log", "w")  # never closed: the interpreter's teardown flushes it
+
+
+@dataclass(frozen=True)
+class Logged:
+    aging: float = 0.0
+
+    def key(self, request, enqueue_time):
+        LOG.write(request.request_id + "\\n")
+        return (request.arrival_time,)
+"""
+
+
+def test_a_command_that_ran_the_users_code_leaves_the_usual_way(tmp_path):
+    """Found by review: a user's policy that leaves a file open loses what it wrote unless
+    the teardown closes it, so a command that imported the user's code takes the teardown,
+    with what start-up froze out of the collector's reach given back (frozen, the module
+    was never finalized: its file stayed empty before this change too)."""
+    (tmp_path / "logged.py").write_text(LOGGING_POLICY)
+    done = subprocess.run(
+        [sys.executable, "-m", "kvsched", "run", str(REPO / "scenarios" / "lesson.yaml"),
+         "--out", str(tmp_path / "out"), "--set", "policy=logged:Logged", "--no-check"],
+        capture_output=True, text=True, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert len((tmp_path / "logged.py.log").read_text().split()) >= 20  # the lesson's requests
+
+
+@pytest.mark.parametrize("args, stream, code", [
+    (["policies"], "stdout", 0), (["run", "no-such.yaml"], "stderr", 2)])
+def test_a_closed_stream_keeps_the_exit_code(tmp_path, args, stream, code):
+    """Found by review: with stdout or stderr closed by the shell (`>&-`), Python's stream is
+    None; the command still exits with its own code."""
+    fd = 1 if stream == "stdout" else 2
+    done = subprocess.run(
+        [sys.executable, "-m", "kvsched", *args], cwd=tmp_path, capture_output=True,
+        preexec_fn=lambda: os.close(fd))
+    assert done.returncode == code, done

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
+from dataclasses import dataclass
 
 import pytest
 
@@ -210,3 +211,30 @@ def test_negative_aging_is_refused(name):
     """Negative aging would favour the newest arrivals: refused with the parameter named."""
     with pytest.raises(ValueError, match="aging must be >= 0"):
         make_policy(name, aging=-1)
+
+
+def test_the_registry_loads_each_policy_when_named_and_takes_new_ones():
+    """BUILTIN maps names to classes, importing a policy's module when it is first asked for;
+    a class put in it is made by name, and the classes stay importable from the package."""
+    import kvsched.policies as policies
+    from kvsched.policies.spf import ShortestPromptFirst
+
+    assert list(policies.BUILTIN)[:3] == ["fcfs", "spf", "priority"]
+    assert policies.BUILTIN["spf"] is ShortestPromptFirst is policies.ShortestPromptFirst
+    assert {"DfsWeight", "Fcfs", "make_policy"} <= set(dir(policies))
+    with pytest.raises(AttributeError):
+        policies.NoSuchPolicy  # noqa: B018
+
+    @dataclass(frozen=True)
+    class Newest:
+        aging: float = 0.0
+
+        def key(self, request, enqueue_time):
+            return (-request.arrival_time,)
+
+    policies.BUILTIN["newest"] = Newest
+    try:
+        assert type(make_policy("newest")) is Newest
+    finally:
+        del policies.BUILTIN["newest"]
+    assert "newest" not in policies.BUILTIN

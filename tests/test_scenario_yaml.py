@@ -1,6 +1,6 @@
-"""Scenario files are read by libyaml when PyYAML has it, and by PyYAML's own parser
-otherwise or when libyaml refuses a file: the data, the key lines and the errors must be
-the same either way."""
+"""Scenario files are read in two passes of PyYAML's parser (the shape check's events, then
+one compose whose nodes give both the key lines and the data) where three were made: the
+data, the lines and the errors must be what `yaml.compose` and `yaml.safe_load` gave."""
 
 from __future__ import annotations
 
@@ -13,34 +13,92 @@ from hypothesis import strategies as st
 
 from kvsched import scenario as scenario_module
 from kvsched.errors import ScenarioError
-from kvsched.scenario import load_scenario, load_scenario_text
+from kvsched.scenario import load_scenario_text
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((ROOT / "scenarios").glob("*.yaml"))
 
-needs_libyaml = pytest.mark.skipif(getattr(yaml, "CSafeLoader", None) is None,
-                                   reason="this PyYAML has no libyaml")
+
+def three_passes(text: str) -> tuple[object, object]:
+    """(key lines or the duplicate, data) as the loader read them before: the shape check,
+    `yaml.compose` and `yaml.safe_load`, each its own pass."""
+    scenario_module._check_shape(text, "x.yaml")
+    node = yaml.compose(text, Loader=yaml.SafeLoader)
+    data = yaml.safe_load(text)
+    try:
+        lines: object = scenario_module._line_map(node)
+    except scenario_module.DuplicateKey as dup:
+        lines = (dup.field, dup.line)
+    return lines, data
 
 
-def _pure(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(scenario_module, "_FAST_LOADER", None)
+def two_passes(text: str) -> tuple[object, object]:
+    lines, data = scenario_module._read_yaml(text, "x.yaml")
+    if isinstance(lines, scenario_module.DuplicateKey):
+        lines = (lines.field, lines.line)
+    return lines, data
 
 
-def read(text: str, loader_class) -> tuple[object, dict]:
-    """(data, key lines) as one loader reads a document."""
-    node, data = scenario_module._compose_and_construct(text, "x.yaml", loader_class)
-    return data, scenario_module._line_map(node)
+def outcome(read, text: str) -> tuple[str, object]:
+    try:
+        return "read", read(text)
+    except yaml.YAMLError as exc:
+        return type(exc).__name__, str(exc)
+    except ScenarioError as exc:
+        return "ScenarioError", str(exc)
 
 
-@needs_libyaml
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
-def test_shipped_scenarios_read_the_same_with_either_parser(path, monkeypatch):
-    fast = load_scenario(path)
-    _pure(monkeypatch)
-    slow = load_scenario(path)
-    assert fast.raw == slow.raw
-    assert fast.lines == slow.lines
-    assert [v.resolved for v in fast.variants] == [v.resolved for v in slow.variants]
+def test_shipped_scenarios_read_as_before(path):
+    text = path.read_text()
+    assert two_passes(text) == three_passes(text)
+
+
+MERGED = """\
+name: x
+base: &base {num_blocks: 60, block_size: 16}
+engine:
+  <<: *base
+  num_blocks: 120
+"""
+
+
+def test_merge_keys_are_not_duplicates_and_keep_their_lines():
+    """Making the data flattens `<<` into its mapping: the lines are read before that."""
+    lines, data = two_passes(MERGED)
+    assert data["engine"] == {"num_blocks": 120, "block_size": 16}
+    assert lines[("engine", "num_blocks")] == 5 and lines[("engine", "<<")] == 4
+    assert (lines, data) == three_passes(MERGED)
+
+
+ODD = [
+    MERGED,
+    "name: x\nengine: {num_blocks: 60\n",           # an unclosed flow mapping
+    "name: x\n  engine: 1\n",                         # a bad indent
+    "name: x\nseed:\t0\n",                            # a tab as spacing
+    "name: x\nengine: {preemption: recompute?}\n",    # a '?' in a flow scalar
+    "name: x\nvariants: !\n",                         # a bare tag
+    "name: x\nd: |#c\n  text\n",                      # a block scalar's header and a '#'
+    "name: x\ntime: {\n\ufeffkind: steps}\n",          # a BOM inside a flow mapping
+    "name: x\nw: *nowhere\n",                         # an unknown alias
+    "name: x\nw: \"\\q\"\n",                          # an unknown escape
+    "name: x\n---\nname: y\n",                        # two documents
+    "name: x\nname: y\n",                             # a duplicate key
+    "name: x\na: 1\na: 2\n? [1, 2]\n: 3\n",           # a duplicate and an unhashable key
+    "",                                                 # nothing
+]
+
+
+@pytest.mark.parametrize("text", ODD)
+def test_odd_and_broken_files_read_or_fail_as_before(text):
+    assert outcome(two_passes, text) == outcome(three_passes, text)
+
+
+def test_a_yaml_error_is_reported_before_a_duplicate_key(tmp_path):
+    with pytest.raises(ScenarioError, match="YAML syntax error"):
+        load_scenario_text("name: x\na: 1\na: 2\n? [1, 2]\n: 3\n", "x.yaml", tmp_path)
+    with pytest.raises(ScenarioError, match=r"x\.yaml:2: .*duplicate key"):
+        load_scenario_text("name: x\nname: y\n", "x.yaml", tmp_path)
 
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12),
@@ -53,51 +111,16 @@ documents = st.recursive(scalars, lambda inner: st.one_of(
     max_leaves=25)
 
 
-@needs_libyaml
-@settings(max_examples=300, deadline=None)
-@given(documents, st.sampled_from([None, True, False]), st.integers(2, 6))
-def test_random_documents_read_the_same_with_either_parser(data, flow, indent):
+@settings(max_examples=200, deadline=None)
+@given(documents, st.sampled_from([None, True, False]), st.integers(2, 6),
+       st.lists(st.sampled_from(["\t", "?", "!", "&a ", "*a", "<<: ", "\ufeff", "|", "#", ":",
+                                 " ", "\n", "-", "{", "}", "[", "]", ","]), max_size=4),
+       st.integers(0, 10**6))
+def test_random_documents_read_or_fail_as_before(data, flow, indent, bits, at):
     text = yaml.safe_dump({"name": "x", "w": data}, default_flow_style=flow, indent=indent,
                           allow_unicode=True, sort_keys=False)
-    assert read(text, yaml.CSafeLoader) == read(text, yaml.SafeLoader)
-
-
-BAD = [
-    "name: x\nengine: {num_blocks: 60\n",          # an unclosed flow mapping
-    "name: x\n  engine: 1\n",                        # a bad indent
-    "name: x\nengine:\n\t num_blocks: 60\n",        # a tab
-    "name: x\nw: *nowhere\n",                        # an unknown alias
-    "name: x\nw: \"\\q\"\n",                         # an unknown escape
-    "name: x\nw: [1, 2\n",
-    "name: x\n---\nname: y\n",                       # two documents
-]
-
-
-@pytest.mark.parametrize("text", BAD)
-def test_a_file_libyaml_refuses_gets_pyyaml_s_error(text, tmp_path, monkeypatch):
-    with pytest.raises(ScenarioError) as fast:
-        load_scenario_text(text, "x.yaml", tmp_path)
-    _pure(monkeypatch)
-    with pytest.raises(ScenarioError) as slow:
-        load_scenario_text(text, "x.yaml", tmp_path)
-    assert str(fast.value) == str(slow.value)
-    assert "x.yaml" in str(fast.value)
-
-
-@needs_libyaml
-def test_libyaml_reads_the_file_and_pyyaml_only_what_it_refuses(tmp_path, monkeypatch):
-    used: list[object] = []
-    real = scenario_module._compose_and_construct
-
-    def spy(text, source, loader_class):
-        used.append(loader_class)
-        return real(text, source, loader_class)
-
-    monkeypatch.setattr(scenario_module, "_compose_and_construct", spy)
-    load_scenario_text((ROOT / "scenarios" / "pool60.yaml").read_text(), "x.yaml",
-                       tmp_path)
-    assert used == [yaml.CSafeLoader]
-    used.clear()
-    with pytest.raises(ScenarioError):
-        load_scenario_text("name: x\nw: [1, 2\n", "x.yaml", tmp_path)
-    assert used == [yaml.CSafeLoader, yaml.SafeLoader]
+    for bit in bits:  # bent a little: odd characters anywhere
+        i = at % (len(text) + 1)
+        text = text[:i] + bit + text[i:]
+        at = at * 31 + 7
+    assert outcome(two_passes, text) == outcome(three_passes, text)

@@ -13,7 +13,7 @@ import importlib
 import inspect
 import re
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,12 +22,13 @@ from kvsched.errors import excerpt
 from kvsched.policies.base import DynamicPolicy, Policy, SortKey, StaticPolicy, is_dynamic
 
 
-class _Registry(Mapping[str, type]):
+class _Registry(MutableMapping[str, type]):
     """Policy classes by name, each module imported when its class is first asked for: a
-    run imports the policy it uses (importing all eight was 5 ms of every start)."""
+    run imports the policy it uses (importing all eight was 5 ms of every start). A class
+    put in it is used as it is."""
 
     def __init__(self, paths: dict[str, str]) -> None:
-        self._paths = paths  # name -> "module:Class"
+        self._paths = dict(paths)  # name -> "module:Class"
         self._classes: dict[str, type] = {}
 
     def __getitem__(self, name: str) -> type:
@@ -37,6 +38,14 @@ class _Registry(Mapping[str, type]):
             cls = self._classes[name] = getattr(importlib.import_module(module), attribute)
         return cls
 
+    def __setitem__(self, name: str, cls: type) -> None:
+        self._paths[name] = f"{cls.__module__}:{cls.__qualname__}"
+        self._classes[name] = cls
+
+    def __delitem__(self, name: str) -> None:
+        del self._paths[name]
+        self._classes.pop(name, None)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._paths)
 
@@ -44,7 +53,7 @@ class _Registry(Mapping[str, type]):
         return len(self._paths)
 
 
-BUILTIN: Mapping[str, type] = _Registry({
+BUILTIN: MutableMapping[str, type] = _Registry({
     "fcfs": "kvsched.policies.fcfs:Fcfs",
     "spf": "kvsched.policies.spf:ShortestPromptFirst",
     "priority": "kvsched.policies.priority:PriorityFirst",
@@ -66,6 +75,10 @@ def __getattr__(name: str) -> type:
     if name in _CLASS_NAMES:
         return BUILTIN[_CLASS_NAMES[name]]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_CLASS_NAMES})
 
 
 _SHAPE = "key(request, enqueue_time) or order(seqs, now, view) method"
