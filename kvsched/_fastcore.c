@@ -591,6 +591,29 @@ static int64_t hol_floor(Core *c) {
     return blocks_for(behind->prompt, c->block_size) + c->watermark;
 }
 
+/* Whether a queued crossing is still its request's (not left by a finished one whose slot
+ * was reused, and the request still decoding). */
+static int due_live(Core *c, Due e) {
+    Seq *s = &c->seqs[e.slot];
+    return s->k == e.k && s->state == RUNNING;
+}
+
+/* Every live request due at pass `t` takes its next block (and is due again a block of
+ * passes later); the bucket is emptied. The number that grew, or -1. */
+static int64_t cross_pass(Core *c, int64_t t) {
+    Bucket *due = ring_at(&c->block_due, t);
+    int64_t grown = 0;
+    for (Py_ssize_t i = 0; i < due->n; i++) {
+        Due e = due->v[i];
+        if (!due_live(c, e)) continue;
+        grown++;
+        c->seqs[e.slot].blocks++;
+        if (ring_push(&c->block_due, t, t + c->block_size, e.slot, e.k) < 0) return -1;
+    }
+    ring_clear(&c->block_due, due);
+    return grown;
+}
+
 /* Scheduler._decode_first without preemption: 1 = done, 0 = give up, -1 = error. */
 static int schedule(Core *c, Plan *p, int64_t step, double now) {
     int64_t budget = c->budget;
@@ -598,18 +621,8 @@ static int schedule(Core *c, Plan *p, int64_t step, double now) {
     if (n) {  /* _decode, in bulk */
         int64_t tick = ++c->tick;
         p->tick = tick;
-        int64_t growing = 0;
-        Bucket *due = ring_at(&c->block_due, tick);
-        for (Py_ssize_t i = 0; i < due->n; i++) {
-            Due e = due->v[i];
-            Seq *s = &c->seqs[e.slot];
-            if (s->k != e.k || s->state != RUNNING) continue;
-            growing++;
-            s->blocks++;
-            if (ring_push(&c->block_due, tick, tick + c->block_size, e.slot, e.k) < 0)
-                return -1;
-        }
-        ring_clear(&c->block_due, due);
+        int64_t growing = cross_pass(c, tick);
+        if (growing < 0) return -1;
         if (n > budget || growing > c->free) return 0;  /* the exact pass: not carried */
         c->free -= growing;
         p->num_decodes = n;
@@ -939,24 +952,14 @@ static int64_t stretch_once(Core *c, int64_t step, double now, double next_arriv
     for (int64_t t = tick + 1; t <= horizon && c->block_due.total; t++) {
         Bucket *due = ring_at(&c->block_due, t);
         int64_t count = 0;
-        for (Py_ssize_t i = 0; i < due->n; i++) {
-            Seq *s = &c->seqs[due->v[i].slot];
-            count += s->k == due->v[i].k && s->state == RUNNING;
-        }
+        for (Py_ssize_t i = 0; i < due->n; i++) count += due_live(c, due->v[i]);
         if (count > spare) {  /* left as they are: the next step meets the shortage */
             horizon = t - 1;
             break;
         }
         spare -= count;
         grown[t - tick - 1] += count;
-        for (Py_ssize_t i = 0; i < due->n; i++) {
-            Due e = due->v[i];
-            Seq *s = &c->seqs[e.slot];
-            if (s->k != e.k || s->state != RUNNING) continue;
-            s->blocks++;
-            if (ring_push(&c->block_due, t, t + c->block_size, e.slot, e.k) < 0) return -1;
-        }
-        ring_clear(&c->block_due, due);
+        if (cross_pass(c, t) < 0) return -1;
     }
     int64_t k = horizon - tick;
     if (k <= 0) return 0;

@@ -53,7 +53,7 @@ class _Registry(MutableMapping[str, type]):
         return len(self._paths)
 
 
-BUILTIN: MutableMapping[str, type] = _Registry({
+_BUILTIN_PATHS = {
     "fcfs": "kvsched.policies.fcfs:Fcfs",
     "spf": "kvsched.policies.spf:ShortestPromptFirst",
     "priority": "kvsched.policies.priority:PriorityFirst",
@@ -62,11 +62,10 @@ BUILTIN: MutableMapping[str, type] = _Registry({
     "lpm": "kvsched.policies.lpm:LongestPrefixMatch",
     "dfs-weight": "kvsched.policies.dfs_weight:DfsWeight",
     "hrrn": "kvsched.policies.hrrn:HighestResponseRatio",
-})
+}
+BUILTIN: MutableMapping[str, type] = _Registry(_BUILTIN_PATHS)
 
-_CLASS_NAMES = {"Fcfs": "fcfs", "ShortestPromptFirst": "spf", "PriorityFirst": "priority",
-                "LongestOutputFirst": "lof", "Random": "random", "LongestPrefixMatch": "lpm",
-                "DfsWeight": "dfs-weight", "HighestResponseRatio": "hrrn"}
+_CLASS_NAMES = {path.rpartition(":")[2]: name for name, path in _BUILTIN_PATHS.items()}
 
 
 def __getattr__(name: str) -> type:
