@@ -39,7 +39,7 @@ ABORT_EVERY = 1024
 
 
 def simulate_python(requests: Sequence[Request], config: EngineConfig, policy: Policy,
-                    clock: TimeModel, admission: SloAdmission | None, slo: Slo | None,
+                    clock: TimeModel, *, admission: SloAdmission | None, slo: Slo | None,
                     backpressure: Backpressure | None, record_batches: bool,
                     step_log: StepLog | None, event_sink: EventSink | None, stretches: bool,
                     progress: Progress | None, abort: Abort | None, utilisation: bool,

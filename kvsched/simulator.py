@@ -71,9 +71,10 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
 
     from kvsched.loop import simulate_python  # (the engine's modules: only when it runs)
 
-    return simulate_python(requests, config, policy, clock, admission, slo, backpressure,
-                           record_batches, step_log, event_sink, stretches, progress, abort,
-                           utilisation, itl)
+    return simulate_python(requests, config, policy, clock, admission=admission, slo=slo,
+                           backpressure=backpressure, record_batches=record_batches,
+                           step_log=step_log, event_sink=event_sink, stretches=stretches,
+                           progress=progress, abort=abort, utilisation=utilisation, itl=itl)
 
 
 def _simulate_compiled(requests: RequestColumns, config: EngineConfig, clock: TimeModel,
