@@ -11,6 +11,7 @@ parent's hash and its own tokens, as vLLM hashes them) and the pieces a radix tr
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -28,6 +29,7 @@ class Prefix:
     # block size -> hashes of every full block (a request's identity is hashed once)
     _memo: dict[int, list[int]] = field(default_factory=dict, compare=False, hash=False,
                                         repr=False)
+    _starts: list[int] = field(default_factory=list, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         for seg_id, length in self.segments:
@@ -58,6 +60,34 @@ class Prefix:
         if upto is None or upto >= self.num_tokens:
             return hashes
         return hashes[:max(0, upto) // block_size]
+
+    def block_key(self, block_size: int, position: int) -> tuple:
+        """The tokens of block `position` as a key: two prefixes that agree before this block
+        hold the same block exactly when its keys are equal ((segment id, first offset) for a
+        block inside one segment, else its (segment id, start, end) pieces)."""
+        starts = self._starts
+        if not starts:
+            total = 0
+            for _, length in self.segments:
+                starts.append(total)
+                total += length
+        first = position * block_size
+        i = bisect_right(starts, first) - 1
+        seg_id, length = self.segments[i]
+        offset = first - starts[i]
+        if offset + block_size <= length:
+            return seg_id, offset
+        pieces = []
+        left = block_size
+        segments = self.segments
+        while left:
+            seg_id, length = segments[i]
+            take = min(length - offset, left)
+            pieces.append((seg_id, offset, offset + take))
+            left -= take
+            i += 1
+            offset = 0
+        return tuple(pieces)
 
     def _hash_blocks(self, block_size: int, total: int) -> list[int]:
         hashes: list[int] = []

@@ -1,34 +1,83 @@
-"""vLLM V1's prefix cache (`vllm/v1/core/block_pool.py`, `kv_cache_manager.py`), in blocks.
+"""vLLM V1's prefix cache (`vllm/v1/core/block_pool.py`, `kv_cache_manager.py`), on runs of blocks.
 
-A full block is identified by the hash of its parent's hash and its tokens (conformance/
-RULES.md P1-P7, read from vLLM 0.33 and checked against it). The free queue is always
-[free blocks without a hash][free cached blocks, least recently freed first]: a freed block
-without a hash goes to the front and is reused first, a cached one to the back; a new block
-is popped from the front, so a cached block is evicted (its hash forgotten) only once no
-uncached block is free. A request frees its blocks tail first, so its last blocks are
-evicted before its first ones. A hit is the longest run of cached full blocks from the
-start, at most `num_tokens - 1` tokens. Blocks shared by running requests are held once,
-with a reference count; blocks are not de-duplicated (two requests computing the same
-block cache both copies, and a lookup takes the first cached).
+The rules (conformance/RULES.md P1-P7, read from vLLM 0.33 and checked against it): a full
+block is identified by its parent's hash and its tokens. The free queue is always [free
+blocks without a hash][free cached blocks, least recently freed first]: a freed block without
+a hash goes to the front and is reused first, a cached one to the back; a new block is popped
+from the front, so a cached block is evicted (its hash forgotten) only once no uncached block
+is free. A request frees its blocks tail first, so its last blocks are evicted before its
+first ones. A hit is the longest run of cached full blocks from the start, at most
+`num_tokens - 1` tokens. Blocks shared by running requests are held once, with a reference
+count; blocks are not de-duplicated (two requests computing the same block cache both
+copies, and a lookup takes the first cached).
 
-Uncached free blocks are interchangeable, so they are a count: only blocks that carry a
-hash, or are held, are objects.
+How it is kept, so that the work is per run of blocks, never per block: a block is cached
+only while the block before it is (a request takes, holds and frees its blocks as a prefix,
+tail first), so the cached blocks form a tree over the requests' segment chains, a node per
+run of block positions that the same requests hold (`_Node`). A node's `copies` are the
+physical runs holding its positions, oldest first (more than one only when two requests
+computed the same blocks); a copy is held by its owners or waits, whole, in the free queue of
+cached blocks (a linked list of copies; a copy there stands for its blocks tail first). Nodes
+split where a hit, a divergence or an eviction ends inside them; a request's own blocks
+extend its leaf in place as it commits them. Blocks without a hash are counts.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 
-from kvsched.prefix import Prefix
+from kvsched.prefix import Prefix, common_prefix
 
 
-class _Block:
-    __slots__ = ("ref", "hash")
+class _Node:
+    """Block positions `start` .. `end - 1` along the path from the root; `chain` is a prefix
+    that agrees with that path through `end`; `key` is the first block's key in the parent's
+    `children`."""
+
+    __slots__ = ("parent", "key", "chain", "start", "end", "children", "copies")
+
+    def __init__(self, parent: _Node | None, key: tuple, chain: Prefix | None, start: int,
+                 end: int) -> None:
+        self.parent = parent
+        self.key = key
+        self.chain = chain
+        self.start = start
+        self.end = end
+        self.children: dict[tuple, _Node] = {}
+        self.copies: list[_Copy] = []
+
+
+class _Copy:
+    """One physical run of blocks holding a node's positions: held by `owners` (its reference
+    count), or, with none, in the free queue between `prev` and `next`."""
+
+    __slots__ = ("node", "owners", "prev", "next")
+
+    def __init__(self, node: _Node | None, owners: list[_Owner]) -> None:
+        self.node = node
+        self.owners = owners
+        self.prev: _Copy = self
+        self.next: _Copy = self
+
+
+class _Owner:
+    """A request's blocks: `copies` cover its first `covered` positions, then `tail` blocks
+    without a hash; `committed` is how many leading blocks it has committed (as vLLM counts
+    them: it may pass `covered` at a block no hash covers)."""
+
+    __slots__ = ("copies", "covered", "tail", "committed")
 
     def __init__(self) -> None:
-        self.ref = 1
-        self.hash: int | None = None
+        self.copies: list[_Copy] = []
+        self.covered = 0
+        self.tail = 0
+        self.committed = 0
+
+
+def _size(copy: _Copy) -> int:
+    node = copy.node
+    assert node is not None
+    return node.end - node.start
 
 
 class HashedBlockCache:
@@ -37,21 +86,17 @@ class HashedBlockCache:
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
+        self.root = _Node(None, (), None, 0, 0)
         self._uncached_free = num_blocks
-        # free cached blocks, least recently freed first (an OrderedDict: popping its head is
-        # O(1), where a dict's first key is found past every slot deleted before it)
-        self._lru: OrderedDict[_Block, None] = OrderedDict()
-        self._cached: dict[int, list[_Block]] = {}  # hash -> blocks holding it, oldest first
+        self._lru = _Copy(None, [])  # the free queue's sentinel: next is evicted first
+        self._lru_blocks = 0
         self._num_cached = 0
-        self._owned: dict[int, list[_Block]] = {}
-        self._committed: dict[int, int] = {}  # owner -> leading blocks with a hash
+        self._owners: dict[int, _Owner] = {}
         self.evicted = 0  # cached blocks evicted so far
-        self._version = 0  # bumped by every change a lookup could see
-        self._memo: tuple[Prefix | None, int, list[_Block]] = (None, -1, [])
 
     @property
     def num_free(self) -> int:
-        return self._uncached_free + len(self._lru)
+        return self._uncached_free + self._lru_blocks
 
     @property
     def num_cached(self) -> int:
@@ -61,147 +106,280 @@ class HashedBlockCache:
     def evicted_blocks(self) -> int:
         return self.evicted
 
-    def _hit_blocks(self, prefix: Prefix | None, hit_tokens: int) -> list[_Block]:
-        if prefix is None or hit_tokens <= 0:
-            return []
-        memo_prefix, version, run = self._memo
-        if memo_prefix is not prefix or version != self._version:
-            # The whole cached run of this prefix, kept until the cache changes: a lookup,
-            # its cost and its allocation read it once.
-            run = []
-            cached = self._cached
-            for block_hash in prefix.block_hashes(self.block_size):
-                holders = cached.get(block_hash)
-                if not holders:
+    # -- the tree ------------------------------------------------------------------------
+
+    def _path(self, prefix: Prefix, limit: int) -> list[tuple[_Node, int]]:
+        """The nodes holding `prefix`'s first cached blocks (at most `limit`), each with the
+        position its match ends at (the last may end inside it)."""
+        out: list[tuple[_Node, int]] = []
+        node, position, size = self.root, 0, self.block_size
+        segments = prefix.segments
+        limit = min(limit, prefix.num_tokens // size)  # (its full blocks only)
+        while position < limit:
+            child = node.children.get(prefix.block_key(size, position))
+            if child is None:
+                break
+            chain = child.chain
+            assert chain is not None and child.start == position
+            end = child.end
+            if chain is not prefix:
+                end = min(end, common_prefix(chain.segments, segments) // size)
+            if end > limit:
+                end = limit
+            out.append((child, end))
+            if end < child.end:
+                break
+            node, position = child, end
+        return out
+
+    def _split(self, node: _Node, position: int) -> _Node:
+        """Cut `node` at `position`: returns the new upper node; `node` keeps the rest. Each
+        copy is cut in two: its owners hold both halves, and a free one keeps its place in
+        the free queue (its upper half right behind it: a copy's tail is evicted first)."""
+        parent = node.parent
+        chain = node.chain
+        assert parent is not None and chain is not None and node.start < position < node.end
+        upper = _Node(parent, node.key, chain, node.start, position)
+        parent.children[node.key] = upper
+        node.start = position
+        node.key = chain.block_key(self.block_size, position)
+        node.parent = upper
+        upper.children[node.key] = node
+        for copy in node.copies:
+            half = _Copy(upper, list(copy.owners))
+            upper.copies.append(half)
+            if copy.owners:
+                for owner in copy.owners:
+                    held = owner.copies
+                    held.insert(held.index(copy), half)
+            else:  # behind the lower half
+                after = copy.next
+                half.prev, half.next = copy, after
+                copy.next = after.prev = half
+        return upper
+
+    def _free_copy(self, copy: _Copy) -> None:
+        """A copy nobody holds joins the back of the free queue."""
+        last = self._lru.prev
+        copy.prev, copy.next = last, self._lru
+        last.next = self._lru.prev = copy
+        self._lru_blocks += _size(copy)
+
+    def _take_copy(self, copy: _Copy) -> None:
+        """A free copy leaves the free queue (touched by a hit, or evicted)."""
+        copy.prev.next = copy.next
+        copy.next.prev = copy.prev
+        copy.prev = copy.next = copy
+        self._lru_blocks -= _size(copy)
+
+    def _evict(self, num_blocks: int) -> None:
+        """Pop `num_blocks` cached blocks from the front of the free queue: each copy's
+        blocks tail first; their hashes are forgotten."""
+        left = num_blocks
+        while left:
+            copy = self._lru.next
+            node = copy.node
+            assert node is not None and node.parent is not None, "eviction past the free queue"
+            size = node.end - node.start
+            if size > left:
+                if len(node.copies) == 1 and not node.children:  # a lone leaf: shorten it
+                    node.end -= left
+                    self._lru_blocks -= left
                     break
-                run.append(holders[0])
-            self._memo = (prefix, self._version, run)
-        return run[:hit_tokens // self.block_size]
+                self._split(node, node.end - left)  # the copy keeps the evicted tail
+                size = left
+            self._take_copy(copy)
+            node.copies.remove(copy)
+            copy.node = None
+            if not node.copies:
+                assert not node.children, "a cached block outlived its parent block"
+                del node.parent.children[node.key]
+                node.parent = None
+            left -= size
+        self._num_cached -= num_blocks
+        self.evicted += num_blocks
+
+    # -- lookups -------------------------------------------------------------------------
 
     def match(self, prefix: Prefix | None, num_tokens: int) -> int:
         if prefix is None or num_tokens <= 1:
             return 0
-        return len(self._hit_blocks(prefix, num_tokens - 1)) * self.block_size
+        size = self.block_size
+        path = self._path(prefix, (num_tokens - 1) // size)
+        return path[-1][1] * size if path else 0
 
     def idle_hits(self, prefix: Prefix | None, hit_tokens: int) -> int:
         """Hit blocks no one holds: taking them takes them out of the free queue."""
-        return sum(1 for block in self._hit_blocks(prefix, hit_tokens) if not block.ref)
+        if prefix is None or hit_tokens <= 0:
+            return 0
+        idle, start = 0, 0
+        for node, end in self._path(prefix, hit_tokens // self.block_size):
+            if not node.copies[0].owners:
+                idle += end - start
+            start = end
+        return idle
 
     def can_allocate(self, prefix: Prefix | None, hit_tokens: int, num_new: int) -> bool:
         return num_new <= self.num_free - self.idle_hits(prefix, hit_tokens)
 
+    # -- an owner's blocks -----------------------------------------------------------------
+
     def allocate(self, owner: int, prefix: Prefix | None, hit_tokens: int,
                  num_new: int) -> None:
-        hits = self._hit_blocks(prefix, hit_tokens)
-        if len(hits) * self.block_size != max(0, hit_tokens):
+        size = self.block_size
+        path: list[tuple[_Node, int]] = []
+        hit_blocks = 0
+        if prefix is not None and hit_tokens > 0:
+            path = self._path(prefix, hit_tokens // size)
+            hit_blocks = path[-1][1] if path else 0
+        if hit_blocks * size != max(0, hit_tokens):
             raise ValueError(f"owner {owner}: {hit_tokens} hit tokens are not cached")
         if not self.can_allocate(prefix, hit_tokens, num_new):
             raise ValueError(f"owner {owner}: {num_new} new blocks, {self.num_free} free")
-        blocks = self._owned.setdefault(owner, [])
-        if blocks and hits:
+        held = self._owners.get(owner)
+        if held is None:
+            held = self._owners[owner] = _Owner()
+        elif path and (held.covered or held.tail):
             raise ValueError(f"owner {owner}: hits only on a first allocation")
-        self._version += 1
-        lru = self._lru
-        for block in hits:  # touch: a cached block in use leaves the free queue
-            if not block.ref:
-                del lru[block]
-            block.ref += 1
-            blocks.append(block)
-        if hits:
-            self._committed[owner] = len(hits)
+        if path:
+            node, end = path[-1]
+            if end < node.end:
+                path[-1] = (self._split(node, end), end)
+            copies = held.copies
+            for node, _ in path:  # touch: a cached block in use leaves the free queue
+                copy = node.copies[0]
+                if not copy.owners:
+                    self._take_copy(copy)
+                copy.owners.append(held)
+                copies.append(copy)
+            held.covered = held.committed = hit_blocks
         fresh = min(num_new, self._uncached_free)
         self._uncached_free -= fresh
-        blocks.extend(_Block() for _ in range(fresh))
-        evict = num_new - fresh
-        if evict:  # evicted only now that the blocks are needed
-            cached = self._cached
-            pop = lru.popitem
-            for _ in range(evict):
-                block = pop(last=False)[0]
-                holders = cached[block.hash]  # type: ignore[index]
-                if len(holders) == 1:
-                    del cached[block.hash]  # type: ignore[arg-type]
-                else:
-                    holders.remove(block)
-                block.hash = None
-                block.ref = 1
-                blocks.append(block)
-            self._num_cached -= evict
-            self.evicted += evict
+        if num_new > fresh:  # evicted only now that the blocks are needed
+            self._evict(num_new - fresh)
+        held.tail += num_new
 
     def commit(self, owner: int, prefix: Prefix | None, num_tokens: int) -> None:
         if prefix is None:
             return
-        blocks = self._owned.get(owner)
-        if not blocks:
+        held = self._owners.get(owner)
+        if held is None or not (held.covered or held.tail):
             return
-        full = min(num_tokens // self.block_size, len(blocks))
-        done = self._committed.get(owner, 0)
+        size = self.block_size
+        full = min(num_tokens // size, held.covered + held.tail)
+        done = held.committed
         if full <= done:
             return
-        self._version += 1
-        hashes = prefix.block_hashes(self.block_size)
-        cached = self._cached
-        added = 0
-        for j in range(done, min(full, len(hashes))):
-            block = blocks[j]
-            if block.hash is None:
-                block_hash = block.hash = hashes[j]
-                holders = cached.get(block_hash)
-                if holders is None:
-                    cached[block_hash] = [block]
-                else:
-                    holders.append(block)
-                added += 1
-        self._num_cached += added
-        self._committed[owner] = full
+        top = min(full, prefix.num_tokens // size)
+        if top > done:
+            assert done == held.covered
+            self._attach(held, prefix, done, top)
+            held.tail -= top - done
+            held.covered = top
+            self._num_cached += top - done
+        held.committed = full
 
-    def _release(self, block: _Block) -> None:
-        block.ref -= 1
-        if not block.ref:
-            if block.hash is None:
-                self._uncached_free += 1  # the front: reused first
-            else:
-                self._lru[block] = None  # the back: evicted last among the cached
+    def _attach(self, held: _Owner, prefix: Prefix, start: int, end: int) -> None:
+        """`held`'s blocks `start` .. `end - 1`, uncached so far, now hold `prefix`'s hashes:
+        new copies on the nodes that already hold them (after the older ones), and a new
+        node beyond; its own leaf simply grows."""
+        copies = held.copies
+        parent = copies[-1].node if copies else self.root
+        assert parent is not None and parent.end == start
+        position, size = start, self.block_size
+        while position < end:
+            if (parent.parent is not None and not parent.children and len(parent.copies) == 1
+                    and parent.copies[0] is copies[-1] and len(copies[-1].owners) == 1):
+                parent.end = end  # its own leaf: it grows in place
+                parent.chain = prefix
+                return
+            key = prefix.block_key(size, position)
+            child = parent.children.get(key)
+            if child is None:
+                child = parent.children[key] = _Node(parent, key, prefix, position, end)
+                copy = _Copy(child, [held])
+                child.copies.append(copy)
+                copies.append(copy)
+                return
+            chain = child.chain
+            assert chain is not None
+            stop = min(child.end, end, common_prefix(chain.segments, prefix.segments) // size)
+            if stop < child.end:
+                child = self._split(child, stop)
+            copy = _Copy(child, [held])  # a second copy of these blocks: after the first
+            child.copies.append(copy)
+            copies.append(copy)
+            position, parent = stop, child
 
     def free(self, owner: int) -> None:
-        self._version += 1
-        lru = self._lru
-        uncached = 0
-        for block in reversed(self._owned.pop(owner, [])):
-            block.ref -= 1
-            if not block.ref:
-                if block.hash is None:
-                    uncached += 1  # the front: reused first
-                else:
-                    lru[block] = None  # the back: evicted last among the cached
-        self._uncached_free += uncached
-        self._committed.pop(owner, None)
+        held = self._owners.pop(owner, None)
+        if held is None:
+            return
+        self._uncached_free += held.tail  # the front: reused first
+        for copy in reversed(held.copies):  # tail first
+            copy.owners.remove(held)
+            if not copy.owners:
+                self._free_copy(copy)  # the back: evicted last among the cached
 
     def shrink(self, owner: int, num_blocks: int) -> None:
         """`owner` gives back its last `num_blocks` blocks (taken this step, holding nothing)."""
-        self._version += 1
-        blocks = self._owned[owner]
-        for _ in range(num_blocks):
-            self._release(blocks.pop())
-        self._committed[owner] = min(self._committed.get(owner, 0), len(blocks))
+        held = self._owners[owner]
+        take = min(num_blocks, held.tail)
+        held.tail -= take
+        self._uncached_free += take
+        left = num_blocks - take
+        while left:
+            copy = held.copies[-1]
+            node = copy.node
+            assert node is not None
+            if node.end - node.start > left:
+                self._split(node, node.end - left)
+            held.copies.pop()
+            held.covered -= node.end - node.start
+            left -= node.end - node.start
+            copy.owners.remove(held)
+            if not copy.owners:
+                self._free_copy(copy)
+        held.committed = min(held.committed, held.covered + held.tail)
 
-    def blocks_of(self, owner: int) -> Sequence[int]:
+    def blocks_of(self, owner: int) -> Sequence[tuple[int, int]]:
         """Stable ids of `owner`'s blocks (equal ids: one shared block)."""
-        return tuple(id(block) for block in self._owned.get(owner, ()))
+        held = self._owners.get(owner)
+        if held is None:
+            return ()
+        out: list[tuple[int, int]] = []
+        for copy in held.copies:
+            node = copy.node
+            assert node is not None
+            out.extend((id(copy), position) for position in range(node.start, node.end))
+        out.extend((id(held), -1 - i) for i in range(held.tail))
+        return tuple(out)
 
     def check(self) -> None:
-        """Invariants (for tests): every block free xor referenced, counts agree."""
-        held: dict[_Block, int] = {}
-        for blocks in self._owned.values():
-            for block in blocks:
-                held[block] = held.get(block, 0) + 1
-        for block, count in held.items():
-            assert block.ref == count and block not in self._lru, "held block miscounted"
-        for block in self._lru:
-            assert block.ref == 0 and block.hash is not None, "free queue holds a used block"
-        assert self._uncached_free >= 0
-        assert len(held) + self.num_free == self.num_blocks, "a block leaked"
-        hashed = {block for blocks in self._cached.values() for block in blocks}
-        assert self._num_cached == len(hashed) == sum(map(len, self._cached.values()))
-        assert all(block.hash is not None for block in hashed)
+        """Invariants (for tests): blocks conserved, copies held xor free, the tree sound."""
+        cached = held_blocks = 0
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            for key, child in node.children.items():
+                assert child.parent is node and child.key == key and child.start == node.end
+                assert child.copies and child.start < child.end
+                stack.append(child)
+            for copy in node.copies:
+                assert copy.node is node
+                cached += node.end - node.start
+                if copy.owners:
+                    held_blocks += node.end - node.start
+        assert cached == self._num_cached
+        free, copy = 0, self._lru.next
+        while copy is not self._lru:
+            assert not copy.owners and copy.node is not None and copy.next.prev is copy
+            free += _size(copy)
+            copy = copy.next
+        assert free == self._lru_blocks and self._uncached_free >= 0
+        tails = 0
+        for held in self._owners.values():
+            assert held.covered == sum(map(_size, held.copies))
+            assert all(held in copy.owners for copy in held.copies)
+            tails += held.tail
+        assert held_blocks + tails + self.num_free == self.num_blocks, "a block leaked"

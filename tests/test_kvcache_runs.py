@@ -1,0 +1,94 @@
+"""The hashed cache on runs of blocks answers every question exactly as vLLM's block-by-block
+free queue does (tests/reference_hashed.py, the cache as it was kept before): the same hits,
+idle hits, free and cached counts and evictions after any sequence of admissions, growth,
+commits, shrinks and frees."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from reference_hashed import HashedBlockCache as BlockByBlock
+
+from kvsched.kvcache import HashedBlockCache
+from kvsched.prefix import Prefix
+
+
+def chains():
+    """Prefixes from a few shared segments (some repeated, some cut short) and a private
+    tail, so that chains share, diverge inside blocks and repeat whole prompts."""
+    shared = st.lists(st.tuples(st.integers(1, 4), st.integers(1, 9)), max_size=4)
+    return st.builds(lambda head, tail: Prefix(tuple(head) + tail), shared,
+                     st.one_of(st.just(()), st.tuples(st.tuples(st.integers(50, 53),
+                                                               st.integers(1, 9)))))
+
+
+steps = st.lists(st.tuples(
+    st.sampled_from(["admit", "admit", "grow", "commit", "commit", "free", "shrink", "touch"]),
+    st.integers(0, 5), st.integers(0, 40), st.integers(0, 7)), max_size=60)
+
+
+def observe(cache, pool: list[Prefix]) -> tuple:
+    seen = [cache.num_free, cache.num_cached, cache.evicted]
+    for prefix in pool:
+        for tokens in (prefix.num_tokens, prefix.num_tokens + 1, 5):
+            hit = cache.match(prefix, tokens)
+            seen += [hit, cache.idle_hits(prefix, hit), cache.idle_hits(prefix, hit + 4)]
+    return tuple(seen)
+
+
+def apply(cache, step: tuple, prefixes: list[Prefix], held: dict[int, int], bs: int):
+    """One operation as the scheduler makes them; returns what it answered or raised."""
+    op, owner, a, b = step
+    prefix = prefixes[owner]
+    try:
+        if op == "admit" and owner not in held:
+            tokens = min(max(1, a), prefix.num_tokens)
+            hit = cache.match(prefix, tokens)
+            need = -(-tokens // bs) - hit // bs
+            if b == 7:  # a stale hit: the cache says no
+                hit += bs
+            if not cache.can_allocate(prefix, hit, need):
+                return "full"
+            cache.allocate(owner, prefix, hit, need)
+            held[owner] = hit // bs + need
+            cache.commit(owner, prefix, min(tokens, hit + b * bs))
+        elif op == "grow" and owner in held:
+            if not cache.can_allocate(None, 0, b):
+                return "full"
+            cache.allocate(owner, None, 0, b)
+            held[owner] += b
+        elif op == "commit" and owner in held:
+            cache.commit(owner, prefix, a)
+        elif op == "shrink" and owner in held and held[owner]:
+            n = 1 + b % held[owner]
+            cache.shrink(owner, n)
+            held[owner] -= n
+        elif op == "free":
+            cache.free(owner)
+            held.pop(owner, None)
+        elif op == "touch":
+            return cache.match(prefix, a), cache.idle_hits(prefix, a)
+    except ValueError as error:
+        return f"error: {str(error).split(':')[0]}"
+    return None
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(chains(), min_size=6, max_size=6), steps, st.integers(2, 4),
+       st.integers(4, 40))
+def test_runs_answer_as_block_by_block(prefixes, operations, block_size, num_blocks):
+    """After every operation both caches agree on everything a scheduler can ask."""
+    runs, blocks = HashedBlockCache(num_blocks, block_size), BlockByBlock(num_blocks, block_size)
+    held_runs: dict[int, int] = {}
+    held_blocks: dict[int, int] = {}
+    for step in operations:
+        assert apply(runs, step, prefixes, held_runs, block_size) == apply(
+            blocks, step, prefixes, held_blocks, block_size), step
+        runs.check()
+        assert observe(runs, prefixes) == observe(blocks, prefixes), step
+    for owner in list(held_runs):
+        runs.free(owner)
+        blocks.free(owner)
+    runs.check()
+    assert runs.num_free == num_blocks
+    assert observe(runs, prefixes) == observe(blocks, prefixes)
