@@ -19,6 +19,23 @@ simulation, CSV writing), on the engine of the speed issue (budget 2048, 256 seq
   (60..259 blocks), with -j 2 and with --backend ray (a local Ray, its start-up included);
   run once each.
 
+The one-engine issue's cases (`--records compact`, FCFS, seed 0), the real engines:
+- cmd-r1-compact: `{preset: vllm_v1, max_num_batched_tokens: 2048, max_num_seqs: 256,
+  num_blocks: auto}` on the Llama-3.1-8B / H100 roofline (tp 1), the Azure conversation hour;
+- cmd-r2-compact: `{preset: vllm_v1, num_blocks: 250000, max_num_batched_tokens: 8192,
+  enable_prefix_caching: true}`, the same roofline, the whole Mooncake conversation trace at
+  `time_scale: 4`;
+- cmd-r3-compact: R2 under `{preset: sglang, num_blocks: 250000, max_num_batched_tokens:
+  8192}` (its radix cache);
+- cmd-r4-compact: the lesson engine (budget 2048, 256 sequences, 600 blocks of 16, watermark
+  0, chunked, recompute, constant 3.9 ms steps) on the Azure hour: it preempts all hour;
+- cmd-r5-compact: R1's engine on 4 replicas behind `least_outstanding`, the Azure hour at
+  `time_scale: 0.25`;
+- cmd-r2-1m-compact (once): 1,000,000 synthetic requests (the 1M case's lengths) under R2's
+  engine, 8 shared system prompts of 1,024 tokens before 80% of them;
+- capacity-hardware (once): `kvsched capacity scenarios/hardware.yaml --slo ttft_p99=1
+  --slo e2e_p99=30 -j 2`.
+
 Library cases (`kvsched.simulate` only, records kept in memory), on the first engine's
 setup (budget 16384, 20,000 blocks of 16, 256 sequences, 25 ms steps):
 - azure, busy (30,000 chat requests at 20 req/s, ~140 running), synthetic-100k; each also
@@ -53,13 +70,16 @@ WORKLOADS = ("azure", "busy", "synthetic-100k")
 LIBRARY_CASES = tuple(f"{w}{suffix}" for w in WORKLOADS for suffix in ("", "-plain"))
 COMMAND_CASES = ("cmd-azure-full", "cmd-azure-compact", "cmd-azure25-full", "cmd-tight-full",
                  "cmd-100k-compact", "cmd-1m-compact", "cmd-mooncake-compact",
-                 "cmd-mooncake-nocache-compact")
+                 "cmd-mooncake-nocache-compact", "cmd-r1-compact", "cmd-r2-compact",
+                 "cmd-r3-compact", "cmd-r4-compact", "cmd-r5-compact", "cmd-r2-1m-compact")
 BIG_CASES = ("cmd-10m-compact",)
-ONCE_CASES = ("cmd-1m-compact",)  # a minute or more: measured once
+ONCE_CASES = ("cmd-1m-compact", "cmd-r2-1m-compact", "capacity-hardware")  # measured once
 ROOFLINE_CASES = ("azure-roofline", "azure-8.6ms")
 # 200-point sweeps of pool60's baseline (num_blocks 60..259), once each: -j 2, Ray.
 SWEEP_CASES = ("sweep200-j2", "sweep200-ray")
-CASES = COMMAND_CASES + LIBRARY_CASES + ROOFLINE_CASES + SWEEP_CASES + BIG_CASES
+CAPACITY_CASES = ("capacity-hardware",)
+CASES = (COMMAND_CASES + LIBRARY_CASES + ROOFLINE_CASES + SWEEP_CASES + CAPACITY_CASES
+         + BIG_CASES)
 SCRATCH = ROOT / "results" / "bench-scratch"
 
 ISSUE_ENGINE = ("{max_num_batched_tokens: 2048, max_num_seqs: 256, block_size: 16, "
@@ -71,6 +91,11 @@ SYNTHETIC = """
   prompt_len: {kind: lognormal, median: 1020, sigma: 0.8, max: 14000}
   output_len: {kind: lognormal, median: 129, sigma: 0.9, max: 1000}
 """
+ROOFLINE = "{kind: roofline, model: meta-llama/Llama-3.1-8B, gpu: h100-sxm, tp: 1}"
+V1_ENGINE = ("{preset: vllm_v1, max_num_batched_tokens: 2048, max_num_seqs: 256, "
+             "num_blocks: auto}")
+R2_ENGINE = ("{preset: vllm_v1, num_blocks: 250000, max_num_batched_tokens: 8192, "
+             "enable_prefix_caching: true}")
 
 
 def command_scenario(case: str) -> Path:
@@ -91,6 +116,28 @@ def command_scenario(case: str) -> Path:
     name = case.removeprefix("cmd-").replace("-", "_")
     text = (f"name: {name}\nseed: 0\nengine: {ISSUE_ENGINE % blocks}\npolicy: fcfs\n"
             f"time: {{kind: constant, step_time: {step}}}\nworkload: {workload}\n")
+    mooncake = (f"{{kind: trace, format: mooncake, path: {MOONCAKE_TRACE}, "
+                "time_scale: 4}")
+    issue = {  # the one-engine issue's cases: (engine, time, workload, cluster)
+        "cmd-r1-compact": (V1_ENGINE, ROOFLINE, azure, None),
+        "cmd-r2-compact": (R2_ENGINE, ROOFLINE, mooncake, None),
+        "cmd-r3-compact": ("{preset: sglang, num_blocks: 250000, max_num_batched_tokens: 8192}",
+                           ROOFLINE, mooncake, None),
+        "cmd-r4-compact": ("{max_num_batched_tokens: 2048, max_num_seqs: 256, block_size: 16, "
+                           "num_blocks: 600, watermark: 0, chunked_prefill: true, "
+                           "preemption: recompute}", "{kind: constant, step_time: 0.0039}",
+                           azure, None),
+        "cmd-r5-compact": (V1_ENGINE, ROOFLINE, azure.replace("}", ", time_scale: 0.25}"),
+                           "{replicas: 4, router: least_outstanding}"),
+        "cmd-r2-1m-compact": (R2_ENGINE, ROOFLINE, SYNTHETIC % 1_000_000 + "  system_prompts: "
+                              "{groups: 8, prefix_len: 1024, share: 0.8}\n", None),
+    }
+    if case in issue:
+        engine, time_model, workload, cluster = issue[case]
+        text = (f"name: {name}\nseed: 0\nengine: {engine}\npolicy: fcfs\n"
+                f"time: {time_model}\nworkload: {workload}\n")
+        if cluster:
+            text += f"cluster: {cluster}\n"
     if case.startswith("cmd-mooncake"):
         caching = "false" if "nocache" in case else "true"
         text = (f"name: {name}\nseed: 0\nengine: {{preset: vllm_v1, num_blocks: 250000, "
@@ -132,6 +179,22 @@ def run_command_case(case: str, baseline: Path | None = None) -> dict:
             "seconds": round(seconds, 3), "cpu_seconds": round(cpu, 3)} | _rates(
         summary["num_requests"], summary["decode_tokens"], seconds, summary["num_steps"],
         events) | {"peak_rss_mib": round(peak_mib, 1)}
+
+
+def run_capacity_case(case: str, baseline: Path | None = None) -> dict:
+    """Time `kvsched capacity scenarios/hardware.yaml` as a whole process."""
+    out = SCRATCH / ("out-baseline" if baseline else "out")
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "kvsched", "capacity",
+                    str(ROOT / "scenarios/hardware.yaml"), "--slo", "ttft_p99=1", "--slo",
+                    "e2e_p99=30", "-j", "2", "--out", str(out), "--name", case],
+                   check=True, capture_output=True, cwd=baseline)
+    seconds = time.perf_counter() - start
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"case": case, "requests": 0, "finished": 0, "steps": 0, "events": 0,
+            "decode_tokens": 0, "seconds": round(seconds, 3),
+            "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 3)} | _rates(
+                1, 0, seconds, 1, 0) | {"peak_rss_mib": round(usage.ru_maxrss / 1024, 1)}
 
 
 def run_sweep_case(case: str) -> dict:
@@ -254,6 +317,8 @@ def run_case(case: str, baseline: Path | None = None) -> dict:
         return run_command_case(case, baseline)
     if case in SWEEP_CASES:
         return run_sweep_case(case)
+    if case in CAPACITY_CASES:
+        return run_capacity_case(case, baseline)
     requests = requests_for(case.split("-")[0] if case.startswith("azure") else
                             case.removesuffix("-plain"))
     time_model = ConstantStep(0.0086 if case == "azure-8.6ms" else 0.025)

@@ -24,6 +24,7 @@ import numpy as np
 
 from kvsched.arrow import int64s
 from kvsched.floatfmt import format_floats
+from kvsched.floatsum import fold
 from kvsched.records import STEP_COLUMNS
 from kvsched.steplog import COMPACT_COLUMNS, RecordMode, Segment, SegmentBlock, Stretch
 
@@ -386,11 +387,11 @@ def _stretch_columns(stretches: list[Stretch], num_blocks: int) -> list[Any]:
     num_steps = ints(s.num_steps for s in stretches)
     decoded = ints(s.num_decodes for s in stretches) * num_steps
     used = ints(s.blocks_used[-1] for s in stretches)
-    durations = [sum(s.durations) for s in stretches]
+    durations = [fold(s.durations) for s in stretches]
     mfu: Any = [None] * n
     mbu: Any = [None] * n
     if stretches[0].mfu is not None:
-        mfu, mbu = (np.array([sum(map(mul, getattr(s, name), s.durations)) / duration
+        mfu, mbu = (np.array([fold(map(mul, getattr(s, name), s.durations)) / duration
                               for s, duration in zip(stretches, durations, strict=True)])
                     for name in ("mfu", "mbu"))
     return [ints(s.step for s in stretches), num_steps,

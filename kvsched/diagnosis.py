@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from kvsched.admission import Slo
+from kvsched.floatsum import fold
 from kvsched.metrics import slo_met
 from kvsched.quantile import median
 from kvsched.record_table import (
@@ -357,7 +358,7 @@ def overload(result: RunResult, thresholds: Thresholds) -> Incident | None:
     buckets = [(t, b, w, c) for t, b, w, c in zip(
         timeline.bucket_starts(), timeline.busy, timeline.waiting, timeline.count,
         strict=True) if start <= t < last]
-    busy = sum(b for _, b, _, _ in buckets) / span
+    busy = fold(b for _, b, _, _ in buckets) / span
     if busy < _OVERLOAD_BUSY_SHARE:
         return None
     quarter = span / 4

@@ -17,7 +17,6 @@ from __future__ import annotations
 import gc
 import math
 import os
-import sys
 from typing import Any
 
 import numpy as np
@@ -82,8 +81,6 @@ def carries(requests: Any, config: EngineConfig, policy: Policy, clock: TimeMode
             admission: SloAdmission | None, record_batches: bool) -> bool:
     """Whether the compiled loop runs these rules (it may still give up on the way)."""
     if not available() or type(requests) is not RequestColumns or not len(requests):
-        return False
-    if sys.version_info >= (3, 12):  # sum() of floats is compensated there: not C's sums
         return False
     if type(policy) is not Fcfs or admission is not None or record_batches:
         return False

@@ -27,6 +27,7 @@ from operator import mul, sub
 
 import numpy as np
 
+from kvsched.floatsum import fold
 from kvsched.quantile import lerp
 
 MAX_EXACT = 4096  # distinct values kept exactly before switching to buckets
@@ -233,7 +234,7 @@ class GapHistogram:
             out.total += part.total
             for key, n in part._buckets.items():
                 out._buckets[key] = out._buckets.get(key, 0) + n
-        out.total = sum(part.total for part in parts)  # each part's own sum, unchanged
+        out.total = fold(part.total for part in parts)  # each part's own sum, unchanged
         return out
 
     # -- buckets -------------------------------------------------------------------------

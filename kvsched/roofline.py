@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kvsched.floatsum import fold
 from kvsched.hardware import Calibration, Gpu, Model, load_calibration, load_gpu, load_model
 
 DTYPE_BYTES = 2  # bf16 weights, activations and KV cache
@@ -184,7 +185,7 @@ class RooflineStep:
             return cached
         value = 0.0
         if tokens:
-            value = sum(self.gemm_times(tokens)) + self.elementwise_time(tokens)
+            value = fold(self.gemm_times(tokens)) + self.elementwise_time(tokens)
             value += self.allreduce_time(tokens)
         if len(self._layer_cache) < 65536:
             self._layer_cache[tokens] = value
@@ -295,7 +296,7 @@ class RooflineStep:
         model = self.model
         assert isinstance(model, Model)
         dense = 2 * (model.layer_params / self.tp) * shape.num_tokens
-        pairs = sum(c * (k + (c + 1) / 2) for c, k in shape.prefill_chunks)  # causal, useful
+        pairs = fold(c * (k + (c + 1) / 2) for c, k in shape.prefill_chunks)  # causal, useful
         attention = 4 * model.heads / self.tp * model.head_dim * (pairs + shape.decode_kv_tokens)
         rows = len(shape.prefill_chunks) + shape.num_decodes
         return model.layers * (dense + attention) + 2 * model.hidden * model.vocab / self.tp * rows

@@ -18,6 +18,7 @@ from typing import cast
 
 import numpy as np
 
+from kvsched.floatsum import fold
 from kvsched.record_mode import RecordMode as RecordMode  # (importable from here too)
 from kvsched.records import STEP_COLUMNS
 
@@ -112,7 +113,7 @@ class Timeline:
             top = len(self.busy) - 1
             first = min(top, int((begin - self.start) / width))
             if first == min(top, int((end - self.start) / width)):
-                self.busy[first] += sum(stretch.durations)
+                self.busy[first] += fold(stretch.durations)
                 self.waiting[first] += stretch.num_waiting * len(starts)
                 self.count[first] += len(starts)
                 return
@@ -131,7 +132,7 @@ class Timeline:
                 break
             hi = bisect_right(starts, k, lo, key=key)
             if k >= 0:
-                self.busy[k] += sum(durations[lo:hi])
+                self.busy[k] += fold(durations[lo:hi])
                 self.waiting[k] += waiting * (hi - lo)
                 self.count[k] += hi - lo
             lo = hi
@@ -166,11 +167,11 @@ class StepStats:
             self.timeline.add_rows(columns[1], columns[2], columns[4])
         self.num_steps += len(rows)
         self.end = rows[-1][1] + rows[-1][2]
-        self.busy_time = sum(columns[2], self.busy_time)
+        self.busy_time = fold(columns[2], self.busy_time)
         self._add_exact(columns)
         if columns[19][0] is not None:  # one time model per run: all steps or none
-            self.mfu_sum = sum(columns[19], self.mfu_sum or 0.0)
-            self.mbu_sum = sum(columns[20], self.mbu_sum or 0.0)
+            self.mfu_sum = fold(columns[19], self.mfu_sum or 0.0)
+            self.mbu_sum = fold(columns[20], self.mbu_sum or 0.0)
 
     def _add_exact(self, columns: list[tuple]) -> None:
         """Exact steps' counts and maxima, by column (whole numbers: any order gives them)."""
@@ -202,7 +203,7 @@ class StepStats:
         stretches = cast(list[Stretch], [s for s in chunk if type(s) is not tuple])
         last = chunk[-1]
         self.end = last[1] + last[2] if type(last) is tuple else last.end  # type: ignore
-        self.busy_time = sum(chain.from_iterable(
+        self.busy_time = fold(chain.from_iterable(
             (segment[2],) if type(segment) is tuple else segment.durations  # type: ignore
             for segment in chunk), self.busy_time)
         self.num_steps += len(rows) + sum(map(_NUM_STEPS, stretches))
@@ -220,7 +221,7 @@ class StepStats:
         if (first[19] if type(first) is tuple else first.mfu) is not None:  # type: ignore
             # one time model per run: every step has a figure (or none does)
             for index, name, total in ((19, "mfu", self.mfu_sum), (20, "mbu", self.mbu_sum)):
-                value = sum(chain.from_iterable(
+                value = fold(chain.from_iterable(
                     (segment[index],) if type(segment) is tuple
                     else getattr(segment, name) for segment in chunk), total or 0.0)
                 if index == 19:
@@ -237,7 +238,7 @@ class StepStats:
                 timeline.add_stretch(stretch)
         self.num_steps += sum(map(_NUM_STEPS, stretches))
         self.end = stretches[-1].end
-        self.busy_time = sum(chain.from_iterable(map(_DURATIONS, stretches)), self.busy_time)
+        self.busy_time = fold(chain.from_iterable(map(_DURATIONS, stretches)), self.busy_time)
         self.decode_tokens += sum(map(mul, map(_NUM_DECODES, stretches),
                                       map(_NUM_STEPS, stretches)))
         blocks = list(map(_BLOCKS_USED, stretches))
@@ -245,8 +246,8 @@ class StepStats:
         self.peak_blocks_used = max(self.peak_blocks_used, *(used[-1] for used in blocks))
         rated = [(s.mfu, s.mbu) for s in stretches if s.mfu is not None and s.mbu is not None]
         if rated:
-            self.mfu_sum = sum(chain.from_iterable(mfu for mfu, _ in rated), self.mfu_sum or 0.0)
-            self.mbu_sum = sum(chain.from_iterable(mbu for _, mbu in rated), self.mbu_sum or 0.0)
+            self.mfu_sum = fold(chain.from_iterable(mfu for mfu, _ in rated), self.mfu_sum or 0.0)
+            self.mbu_sum = fold(chain.from_iterable(mbu for _, mbu in rated), self.mbu_sum or 0.0)
         self.evicted_blocks += sum(sum(s.evicted_blocks) for s in stretches
                                    if s.evicted_blocks)
 
@@ -270,11 +271,11 @@ def compact_row(stretch: Stretch, num_blocks: int) -> tuple:
     """A stretch as one COMPACT_COLUMNS row."""
     n, steps = stretch.num_decodes, stretch.num_steps
     used = stretch.blocks_used[-1]
-    duration = sum(stretch.durations)
+    duration = fold(stretch.durations)
     mfu = mbu = None
     if stretch.mfu is not None and stretch.mbu is not None:
-        mfu = sum(map(mul, stretch.mfu, stretch.durations)) / duration
-        mbu = sum(map(mul, stretch.mbu, stretch.durations)) / duration
+        mfu = fold(map(mul, stretch.mfu, stretch.durations)) / duration
+        mbu = fold(map(mul, stretch.mbu, stretch.durations)) / duration
     return (stretch.step, steps, stretch.starts[0], duration,
             stretch.num_running, stretch.num_waiting, 0, 0, n * steps, 0, n * steps, used,
             num_blocks - used, 0, 0, stretch.num_finished, 0, 0, 0.0, 0, mfu, mbu,
