@@ -30,15 +30,15 @@ class Prefix:
     _memo: dict[int, list[int]] = field(default_factory=dict, compare=False, hash=False,
                                         repr=False)
     _starts: list[int] = field(default_factory=list, compare=False, hash=False, repr=False)
+    num_tokens: int = field(default=0, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        total = 0
         for seg_id, length in self.segments:
             if length < 1:
                 raise ValueError(f"segment {seg_id} has {length} tokens; expected >= 1")
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(length for _, length in self.segments)
+            total += length
+        object.__setattr__(self, "num_tokens", total)  # (asked on every cache lookup)
 
     def pieces(self, upto: int) -> Iterator[tuple[int, int, int]]:
         """(segment id, first offset, end offset) covering the first `upto` tokens."""
@@ -61,25 +61,34 @@ class Prefix:
             return hashes
         return hashes[:max(0, upto) // block_size]
 
-    def block_key(self, block_size: int, position: int) -> tuple:
-        """The tokens of block `position` as a key: two prefixes that agree before this block
-        hold the same block exactly when its keys are equal ((segment id, first offset) for a
-        block inside one segment, else its (segment id, start, end) pieces)."""
+    def _locate(self, token: int) -> tuple[int, int]:
+        """The index of the segment holding token `token`, and the token's offset in it."""
         starts = self._starts
         if not starts:
             total = 0
             for _, length in self.segments:
                 starts.append(total)
                 total += length
-        first = position * block_size
-        i = bisect_right(starts, first) - 1
-        seg_id, length = self.segments[i]
-        offset = first - starts[i]
+        i = bisect_right(starts, token) - 1
+        return i, token - starts[i]
+
+    def token_key(self, token: int) -> tuple[int, int]:
+        """Token `token` as (segment id, offset): two prefixes that agree before it hold the
+        same token there exactly when its keys are equal."""
+        i, offset = self._locate(token)
+        return self.segments[i][0], offset
+
+    def block_key(self, block_size: int, position: int) -> tuple:
+        """The tokens of block `position` as a key: two prefixes that agree before this block
+        hold the same block exactly when its keys are equal ((segment id, first offset) for a
+        block inside one segment, else its (segment id, start, end) pieces)."""
+        segments = self.segments
+        i, offset = self._locate(position * block_size)
+        seg_id, length = segments[i]
         if offset + block_size <= length:
             return seg_id, offset
         pieces = []
         left = block_size
-        segments = self.segments
         while left:
             seg_id, length = segments[i]
             take = min(length - offset, left)

@@ -1,15 +1,16 @@
-"""The hashed cache on runs of blocks answers every question exactly as vLLM's block-by-block
-free queue does (tests/reference_hashed.py, the cache as it was kept before): the same hits,
-idle hits, free and cached counts and evictions after any sequence of admissions, growth,
-commits, shrinks and frees."""
+"""The prefix caches kept on runs answer every question exactly as they did kept block by block
+or piece by piece (tests/reference_hashed.py, tests/reference_radix.py): the same hits, idle
+hits, free and cached counts and evictions after any sequence of admissions, growth, commits,
+shrinks and frees."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference_hashed import HashedBlockCache as BlockByBlock
+from reference_radix import RadixCache as PieceTree
 
-from kvsched.kvcache import HashedBlockCache
+from kvsched.kvcache import HashedBlockCache, RadixCache
 from kvsched.prefix import Prefix
 
 
@@ -36,8 +37,10 @@ def observe(cache, pool: list[Prefix]) -> tuple:
     return tuple(seen)
 
 
-def apply(cache, step: tuple, prefixes: list[Prefix], held: dict[int, int], bs: int):
-    """One operation as the scheduler makes them; returns what it answered or raised."""
+def apply(cache, step: tuple, prefixes: list[Prefix], held: dict[int, int], bs: int,
+          within: bool = False):
+    """One operation as the scheduler makes them; returns what it answered or raised.
+    `within`: commits stay within the blocks held (SGLang's tree does not cap them)."""
     op, owner, a, b = step
     prefix = prefixes[owner]
     try:
@@ -58,7 +61,7 @@ def apply(cache, step: tuple, prefixes: list[Prefix], held: dict[int, int], bs: 
             cache.allocate(owner, None, 0, b)
             held[owner] += b
         elif op == "commit" and owner in held:
-            cache.commit(owner, prefix, a)
+            cache.commit(owner, prefix, min(a, held[owner] * bs) if within else a)
         elif op == "shrink" and owner in held and held[owner]:
             n = 1 + b % held[owner]
             cache.shrink(owner, n)
@@ -73,7 +76,7 @@ def apply(cache, step: tuple, prefixes: list[Prefix], held: dict[int, int], bs: 
     return None
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.lists(chains(), min_size=6, max_size=6), steps, st.integers(2, 4),
        st.integers(4, 40))
 def test_runs_answer_as_block_by_block(prefixes, operations, block_size, num_blocks):
@@ -92,3 +95,33 @@ def test_runs_answer_as_block_by_block(prefixes, operations, block_size, num_blo
     runs.check()
     assert runs.num_free == num_blocks
     assert observe(runs, prefixes) == observe(blocks, prefixes)
+
+
+def observe_radix(cache, pool: list[Prefix]) -> tuple:
+    seen = [cache.num_free, cache.num_cached, cache.evicted, cache.free_tokens,
+            cache.tree_tokens, cache.evictable_tokens()]
+    for prefix in pool:
+        for tokens in (prefix.num_tokens, prefix.num_tokens + 1, 5):
+            hit = cache.match(prefix, tokens)
+            seen += [hit, cache.idle_hits(prefix, hit), cache.idle_hits(prefix, hit + 3),
+                     cache.can_allocate(prefix, hit, 2)]
+    return tuple(seen)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(chains(), min_size=6, max_size=6), steps, st.integers(1, 4),
+       st.integers(4, 40))
+def test_radix_on_token_ranges_answers_as_on_pieces(prefixes, operations, block_size,
+                                                    num_blocks):
+    """SGLang's tree with edges as token ranges of a chain: after every operation it agrees
+    with the tree of piece tuples on hits, locks, free and evictable tokens, evictions."""
+    ranges, pieces = RadixCache(num_blocks, block_size), PieceTree(num_blocks, block_size)
+    held_ranges: dict[int, int] = {}
+    held_pieces: dict[int, int] = {}
+    for step in operations:
+        if step[0] == "shrink":  # (SGLang's tree gives back only a block just taken)
+            step = ("grow", *step[1:])
+        assert apply(ranges, step, prefixes, held_ranges, block_size, True) == apply(
+            pieces, step, prefixes, held_pieces, block_size, True), step
+        ranges.check()
+        assert observe_radix(ranges, prefixes) == observe_radix(pieces, prefixes), step

@@ -19,62 +19,40 @@ import heapq
 from collections.abc import Iterator, Sequence
 from itertools import count
 
-from kvsched.prefix import Prefix
-
-Piece = tuple[int, int, int]  # (segment id, start, end)
+from kvsched.prefix import Prefix, common_prefix
 
 
 class _Node:
-    __slots__ = ("key", "parent", "children", "lock", "last_access", "num_tokens")
+    """An edge of tokens `start` .. `end - 1` (depths from the root) of `chain`, a prefix
+    that agrees with the path to it; `key` names its first token in its parent's
+    `children`."""
 
-    def __init__(self, key: tuple[Piece, ...], parent: _Node | None) -> None:
+    __slots__ = ("chain", "start", "end", "key", "parent", "children", "lock", "last_access")
+
+    def __init__(self, chain: Prefix | None, start: int, end: int, key: tuple[int, int],
+                 parent: _Node | None) -> None:
+        self.chain = chain
+        self.start = start
+        self.end = end
         self.key = key
         self.parent = parent
         self.children: dict[tuple[int, int], _Node] = {}
         self.lock = 0
         self.last_access = 0
-        self.num_tokens = sum(end - start for _, start, end in key)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.end - self.start
 
 
-def _common(edge: Sequence[Piece], query: list[Piece], qi: int) -> tuple[int, int]:
-    """Tokens `edge` shares with `query[qi:]` from their starts, and the query index after
-    the whole pieces consumed (a partial piece is not consumed)."""
-    shared = 0
-    for seg, start, end in edge:
-        if qi >= len(query):
-            break
-        q_seg, q_start, q_end = query[qi]
-        if seg != q_seg or start != q_start:
-            break
-        take = min(end - start, q_end - q_start)
-        shared += take
-        if take < q_end - q_start:  # the query piece continues beyond this edge piece
-            query[qi] = (q_seg, q_start + take, q_end)
-            if take < end - start:
-                break
-            continue
-        qi += 1
-        if take < end - start:
-            break
-    return shared, qi
-
-
-def _split_pieces(key: tuple[Piece, ...], tokens: int) -> tuple[tuple[Piece, ...],
-                                                                 tuple[Piece, ...]]:
-    head: list[Piece] = []
-    tail: list[Piece] = []
-    left = tokens
-    for seg, start, end in key:
-        if left <= 0:
-            tail.append((seg, start, end))
-        elif end - start <= left:
-            head.append((seg, start, end))
-            left -= end - start
-        else:
-            head.append((seg, start, start + left))
-            tail.append((seg, start + left, end))
-            left = 0
-    return tuple(head), tuple(tail)
+def _agreement(node: _Node, prefix: Prefix, limit: int) -> int:
+    """How far (in depth, at most `limit`) `prefix` follows `node`'s edge."""
+    chain = node.chain
+    assert chain is not None
+    end = min(node.end, limit)
+    if chain is not prefix:
+        end = min(end, common_prefix(chain.segments, prefix.segments))
+    return end
 
 
 class RadixCache:
@@ -84,7 +62,7 @@ class RadixCache:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.capacity = num_blocks * block_size
-        self.root = _Node((), None)
+        self.root = _Node(None, 0, 0, (0, 0), None)
         self.root.lock = 1  # never evicted
         self.tree_tokens = 0
         self._private: dict[int, int] = {}  # owner -> tokens allocated, not in the tree
@@ -125,29 +103,28 @@ class RadixCache:
 
     # -- the tree ------------------------------------------------------------------------
 
-    def _path(self, pieces: list[Piece]) -> Iterator[tuple[_Node, int]]:
-        """The nodes matching `pieces` from the root, each with the tokens it matches (only
-        the last may match part of its edge). Reads the tree, changes nothing."""
-        node, qi = self.root, 0
-        while qi < len(pieces):
-            seg, start, _ = pieces[qi]
-            child = node.children.get((seg, start))
+    def _path(self, prefix: Prefix, limit: int) -> Iterator[tuple[_Node, int]]:
+        """The nodes matching `prefix`'s first `limit` tokens from the root, each with the
+        tokens it matches (only the last may match part of its edge). Reads the tree,
+        changes nothing."""
+        limit = min(limit, prefix.num_tokens)
+        node, depth = self.root, 0
+        while depth < limit:
+            child = node.children.get(prefix.token_key(depth))
             if child is None:
                 return
-            shared, qi = _common(child.key, pieces, qi)
-            if not shared:
+            end = _agreement(child, prefix, limit)
+            yield child, end - depth
+            if end < child.end:
                 return
-            yield child, shared
-            if shared < child.num_tokens:
-                return
-            node = child
+            node, depth = child, end
 
-    def _walk(self, pieces: list[Piece], split: bool) -> tuple[_Node, int]:
-        """The deepest node matching `pieces` from the root and the tokens matched; with
-        `split`, a match ending inside an edge splits it there (SGLang's match_prefix)."""
+    def _walk(self, prefix: Prefix, limit: int, split: bool) -> tuple[_Node, int]:
+        """The deepest node matching `prefix`'s first `limit` tokens and the tokens matched;
+        with `split`, a match ending inside an edge splits it there (SGLang's match_prefix)."""
         node, matched = self.root, 0
         now = next(self._clock)
-        for child, shared in self._path(pieces):
+        for child, shared in self._path(prefix, limit):
             child.last_access = now
             if not child.lock and not child.children:
                 self._candidate(child)
@@ -160,23 +137,19 @@ class RadixCache:
         return node, matched
 
     def _split(self, child: _Node, tokens: int) -> _Node:
-        head, tail = _split_pieces(child.key, tokens)
         parent = child.parent
-        assert parent is not None
-        middle = _Node(head, parent)
+        assert parent is not None and child.chain is not None
+        middle = _Node(child.chain, child.start, child.start + tokens, child.key, parent)
         middle.lock = child.lock
         middle.last_access = child.last_access
-        parent.children[head[0][:2]] = middle
-        child.key = tail
-        child.num_tokens -= middle.num_tokens
+        parent.children[middle.key] = middle
+        child.start = middle.end
+        child.key = child.chain.token_key(child.start)
         child.parent = middle
-        middle.children[tail[0][:2]] = child
+        middle.children[child.key] = child
         if not child.lock:  # the tail leaf keeps its place in the heap under a new key
             self._candidate(child)
         return middle
-
-    def _pieces(self, prefix: Prefix, num_tokens: int) -> list[Piece]:
-        return list(prefix.pieces(num_tokens))
 
     def _lock(self, node: _Node, delta: int) -> None:
         walk: _Node | None = node
@@ -195,15 +168,14 @@ class RadixCache:
     def _candidate(self, leaf: _Node) -> None:
         heapq.heappush(self._heap, (leaf.last_access, next(self._tie), leaf))
 
-    def _insert(self, pieces: list[Piece]) -> int:
-        """Insert a sequence; the tokens that were already in the tree."""
-        node, matched = self._walk(list(pieces), split=True)
-        total = sum(end - start for _, start, end in pieces)
+    def _insert(self, prefix: Prefix, total: int) -> int:
+        """Insert `prefix`'s first `total` tokens; the tokens that were already in the tree."""
+        total = min(total, prefix.num_tokens)
+        node, matched = self._walk(prefix, total, split=True)
         if matched < total:
-            _, rest = _split_pieces(tuple(pieces), matched)
-            leaf = _Node(rest, node)
+            leaf = _Node(prefix, matched, total, prefix.token_key(matched), node)
             leaf.last_access = next(self._clock)
-            node.children[rest[0][:2]] = leaf
+            node.children[leaf.key] = leaf
             self.tree_tokens += leaf.num_tokens
             self._evictable += leaf.num_tokens
             self._candidate(leaf)
@@ -217,9 +189,9 @@ class RadixCache:
             access, _, leaf = heapq.heappop(heap)
             parent = leaf.parent
             if (parent is None or leaf.lock or leaf.children or access != leaf.last_access
-                    or parent.children.get(leaf.key[0][:2]) is not leaf):
+                    or parent.children.get(leaf.key) is not leaf):
                 continue  # stale: locked, grown, touched since, or already gone
-            del parent.children[leaf.key[0][:2]]
+            del parent.children[leaf.key]
             leaf.parent = None
             self.tree_tokens -= leaf.num_tokens
             self._evictable -= leaf.num_tokens
@@ -243,7 +215,7 @@ class RadixCache:
     def match(self, prefix: Prefix | None, num_tokens: int) -> int:
         if prefix is None or num_tokens <= 1:
             return 0
-        _, matched = self._walk(self._pieces(prefix, num_tokens - 1), split=False)
+        _, matched = self._walk(prefix, num_tokens - 1, split=False)
         return matched // self.block_size * self.block_size
 
     def can_allocate(self, prefix: Prefix | None, hit_tokens: int, num_new: int) -> bool:
@@ -266,8 +238,7 @@ class RadixCache:
         """Tokens of the first `hit_tokens` of `prefix` held by unlocked nodes."""
         if prefix is None or hit_tokens <= 0:
             return 0
-        return sum(shared for node, shared in self._path(self._pieces(prefix, hit_tokens))
-                   if not node.lock)
+        return sum(shared for node, shared in self._path(prefix, hit_tokens) if not node.lock)
 
     def allocate(self, owner: int, prefix: Prefix | None, hit_tokens: int,
                  num_new: int) -> None:
@@ -275,7 +246,7 @@ class RadixCache:
         if owner not in self._private:
             node = self.root
             if prefix is not None and hit_tokens > 0:
-                node, matched = self._walk(self._pieces(prefix, hit_tokens), split=True)
+                node, matched = self._walk(prefix, hit_tokens, split=True)
                 if matched != hit_tokens:
                     raise ValueError(f"owner {owner}: {hit_tokens} hit tokens are not cached")
             self._lock(node, +1)
@@ -297,13 +268,13 @@ class RadixCache:
         if tokens <= self._inserted[owner]:
             return
         before = self.tree_tokens
-        self._insert(self._pieces(prefix, tokens))
+        self._insert(prefix, tokens)
         added = self.tree_tokens - before
         dup = tokens - self._inserted[owner] - added  # computed twice: back to the pool
         back = min(self._private[owner], added + dup)
         self._private[owner] -= back
         self._private_total -= back
-        node, _ = self._walk(self._pieces(prefix, tokens), split=True)
+        node, _ = self._walk(prefix, tokens, split=True)
         self._lock(node, +1)
         self._lock(self._node[owner], -1)
         self._node[owner] = node
