@@ -1,5 +1,5 @@
-"""SGLang's radix cache kept with piece tuples on its edges, as kvsched kept it until its edges became
-token ranges of a chain: the oracle that tests/test_kvcache_runs.py holds
+"""SGLang's radix cache kept with piece tuples on its edges, as kvsched kept it until its edges
+became token ranges of a chain: the oracle that tests/test_kvcache_runs.py holds
 `kvsched.kvcache.RadixCache` to.
 
 SGLang's radix cache (`python/sglang/srt/mem_cache/radix_cache.py`), over token segments.
