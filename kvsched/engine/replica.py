@@ -10,9 +10,12 @@ from __future__ import annotations
 from kvsched.admission import AdmissionController, SloAdmission
 from kvsched.backpressure import Action, Backpressure, ThrashMonitor
 from kvsched.config import EngineConfig, StepOrder
+from kvsched.engine import arrivals
+from kvsched.engine.plan import StepPlan
+from kvsched.engine.rules import scheduler_class
+from kvsched.engine.stretch import decode_stretch
 from kvsched.histogram import NoGaps
 from kvsched.policies.base import Policy
-from kvsched.scheduler import Scheduler, StepPlan
 from kvsched.sequence import Seq
 from kvsched.steplog import Stretch
 from kvsched.timing import TimeModel
@@ -45,7 +48,7 @@ class Engine:
         has_utilisation = utilisation and self._duration_shape is not None and hasattr(
             clock, "stretch_utilisation")
         self._utilisation = getattr(clock, "utilisation", None) if has_utilisation else None
-        self.sched = Scheduler(config, policy, events, record_batches)
+        self.sched = scheduler_class(config)(config, policy, events, record_batches)
         if not itl:  # nobody reads the itl_* figures: count no gaps
             self.sched.gaps.itl = NoGaps()
         self.events = self.sched.events
@@ -63,13 +66,13 @@ class Engine:
         """A request reaches this replica: through the admission gate into the queue."""
         self._steady = False
         sched = self.sched
-        if self.gate is not None and not sched.unschedulable_reason(seq):
+        if self.gate is not None and not arrivals.unschedulable_reason(sched, seq):
             reason = self.gate.rejects(seq, sched, now)
             if reason:
                 seq.join_step = step
                 sched.reject(seq, step, reason)
                 return
-        sched.add(seq, step)
+        arrivals.arrive(sched, seq, step)
 
     # -- steps ----------------------------------------------------------------------------
 
@@ -136,7 +139,7 @@ class Engine:
         None when the next step must run on its own. Identical records either way."""
         if not self._steady or not self.monitor.is_quiet:
             return None
-        stretch = self.sched.decode_stretch(step, now, self.clock, next_arrival,
+        stretch = decode_stretch(self.sched, step, now, self.clock, next_arrival,
                                             max_steps)
         if stretch is None:
             return None

@@ -1,0 +1,84 @@
+"""The arrival guard: what happens to a request as it reaches the engine (queued, capped at
+`max_model_len`, or turned away with the real engine's words) and why one can never run."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kvsched.blocks import blocks_for
+from kvsched.config import RejectionTexts, StepOrder, Unschedulable
+from kvsched.engine.texts import model_len_rejection, v0_rejection
+from kvsched.reservation import CLIP_MAX_NEW_TOKENS
+from kvsched.sequence import SeqState
+
+if TYPE_CHECKING:
+    from kvsched.engine.mechanism import Scheduler
+    from kvsched.sequence import Seq
+
+
+def arrive(sched: Scheduler, seq: Seq, step: int) -> None:
+    """A request arrives: queue it, or reject it if it can never run and the engine says so."""
+    request = seq.request
+    seq.join_step = step
+    max_queued = sched.config.max_queued_requests
+    if max_queued is not None and len(sched.waiting) >= max_queued:
+        sched.reject(seq, step, "The request queue is full.")  # SGLang's text (HTTP 503)
+        return
+    max_model_len = sched.config.max_model_len
+    if max_model_len is not None:
+        too_long = model_len_rejection(seq.prompt_len, max_model_len)
+        v0 = sched.config.rejection_texts is RejectionTexts.VLLM_V0
+        if v0 and seq.prompt_len == max_model_len:
+            too_long = None  # vLLM 0.8.5 runs a prompt of exactly max_model_len
+        if too_long:
+            sched.reject(seq, step, too_long)
+            return
+        # V1 stops once the sequence holds max_model_len tokens; V0's stop checker
+        # once it holds more (RULES.md V0-3): one token later.
+        cap = max_model_len - seq.prompt_len + (1 if v0 else 0)
+        if seq.output_len > cap:
+            seq.output_len = max(cap, 1)
+            seq.lifetime_blocks = blocks_for(seq.prompt_len + seq.output_len - 1,
+                                             sched._block_size)
+    seq.unschedulable = unschedulable_reason(sched, seq)
+    if seq.unschedulable and sched.config.on_unschedulable is Unschedulable.REJECT:
+        sched.reject(seq, step, seq.unschedulable)
+        return
+    seq.state = SeqState.WAITING
+    sched.waiting.push(seq, request.arrival_time)
+    sched.events.append((step, request.arrival_time, request.request_id, "arrive",
+                        f"unschedulable: {seq.unschedulable}" if seq.unschedulable else ""))
+
+def unschedulable_reason(sched: Scheduler, seq: Seq) -> str | None:
+    """Why `seq` can never run under this engine, or None."""
+    cfg = sched.config
+    if cfg.rejection_texts is RejectionTexts.VLLM_V0:
+        v0 = v0_rejection(seq.prompt_len, cfg)
+        if v0 is not None:
+            return v0
+    if not cfg.chunked_prefill and seq.prompt_len > cfg.max_num_batched_tokens:
+        return (f"prompt_len {seq.prompt_len} > max_num_batched_tokens "
+                f"{cfg.max_num_batched_tokens}")
+    if cfg.step_order is StepOrder.RUNNING_LOOP:
+        # vLLM V1 looks at the pool only at the full-prompt gate, and without the
+        # watermark when nothing runs: only a prompt over the whole pool never runs.
+        need = blocks_for(seq.prompt_len, sched._block_size)
+        if cfg.scheduler_reserve_full_isl and need > cfg.usable_blocks:
+            return (f"needs {need} KV blocks for its prompt, the pool has "
+                    f"{cfg.usable_blocks} ({cfg.num_blocks} blocks - 1 null block)"
+                    if cfg.null_block else
+                    f"needs {need} KV blocks for its prompt, the pool has {cfg.num_blocks}")
+        return None
+    if sched.reservation is not None:  # SGLang admits only below the whole pool
+        need = seq.prompt_len + min(seq.output_len, CLIP_MAX_NEW_TOKENS) + sched._block_size
+        if need >= cfg.usable_blocks * sched._block_size:
+            return (f"needs {need} KV tokens free to be admitted (prompt + clipped "
+                    f"max_new_tokens + a page), the pool has "
+                    f"{cfg.usable_blocks * sched._block_size}")
+    usable = sched.pool.num_blocks - sched.pool.watermark_blocks  # (the config computes them)
+    if seq.lifetime_blocks > usable:
+        null = " - 1 null block" if cfg.null_block else ""
+        return (f"needs {seq.lifetime_blocks} KV blocks to finish, the pool admits at most "
+                f"{usable} ({cfg.num_blocks} blocks{null} - {cfg.watermark_blocks} "
+                "watermark)")
+    return None

@@ -1,0 +1,129 @@
+"""vLLM 0.33 V1's scheduler (`v1/core/sched/scheduler.py`, conformance/RULES.md R3-R12): one
+loop over the running requests in admission order, decodes and unfinished chunks alike
+(blocks per chunk, victims preempted until a request's tokens fit), then the waiting loop,
+which admits a head with its first chunk's blocks only and none in a step that preempted."""
+
+from __future__ import annotations
+
+from itertools import chain
+
+from kvsched.blocks import blocks_for
+from kvsched.engine import head_of_line
+from kvsched.engine.mechanism import Scheduler
+from kvsched.engine.plan import StepPlan
+from kvsched.sequence import Seq, SeqState
+
+RUNNING = SeqState.RUNNING
+PREFILLING = SeqState.PREFILLING
+
+
+class VllmV1Scheduler(Scheduler):
+    """The running loop, then admissions unless the step preempted."""
+
+    def _assemble(self, plan: StepPlan) -> None:
+        threshold = self.config.long_prefill_token_threshold
+        if len(self.running) + len(self.prefilling) + self.waiting.size <= 1:
+            threshold = 0  # R5: a request alone gets the whole budget
+        if self.prefilling:
+            budget = self._loop_exact(plan, self._budget, threshold)
+        else:  # only decodes: the decode pass (bulk when it fits) is the same loop
+            budget = self._decode(plan, self._budget)
+        if not plan.preempted or self.config.admit_after_preempt:
+            self._admit_chunk(plan, budget, threshold)
+            head_of_line.track(self, plan)
+
+    def _loop_exact(self, plan: StepPlan, budget: int, threshold: int) -> int:
+        """The running loop request by request when chunks are under way (RULES.md R3, R6).
+
+        Blocks are taken per request as it is reached; when they are short, victims are
+        preempted until they fit or the request itself was the victim. A victim scheduled
+        earlier in the step gives its tokens back. Chunks are applied after the loop."""
+        pool = self.pool
+        block_size = self._block_size
+        tick = self._open_pass(plan)
+        members = sorted(chain(self.running.values(), self.prefilling.values()),
+                         key=lambda s: s.admit_seq)
+        decoded: list[Seq] = []
+        chunks: dict[Seq, int] = {}
+        for seq in members:
+            state = seq.state
+            if state is not RUNNING and state is not PREFILLING:
+                continue  # preempted as a victim earlier in this step
+            if budget < 1:
+                break
+            if state is RUNNING:
+                n = 1
+                # the KV of its prompt and generated tokens: this decode writes the last one
+                need = 1 if seq.prompt_len + seq.base + tick - 1 > seq.blocks * block_size else 0
+            else:
+                n = seq.prefill_left
+                if 0 < threshold < n:
+                    n = threshold
+                n = min(n, budget)
+                done = seq.prompt_len + seq.generated - seq.prefill_left
+                need = blocks_for(done + n, block_size) - seq.blocks
+            while need > pool.free:
+                victim = self._pick_victim()
+                if victim.state is RUNNING and victim.decoded_tick == tick and tick:
+                    decoded.remove(victim)
+                    budget += 1
+                elif victim in chunks:
+                    budget += chunks.pop(victim)
+                self._preempt(victim, plan, cause=seq)
+                if victim is seq:
+                    break
+            if seq.state is not state:
+                continue  # it preempted itself; under fcfs nothing is left after it
+            if need:
+                self._grow(seq, need)
+            if state is PREFILLING and self.prefix is not None:
+                # vLLM caches the chunk's blocks as it allocates them: a victim preempted
+                # later in this loop leaves them cached (conformance/RULES.md P4)
+                self.prefix.computed(seq, seq.prompt_len + seq.generated - seq.prefill_left + n)
+            if state is RUNNING:
+                self._decoded(seq, tick, bool(need), decoded)
+            else:
+                chunks[seq] = n
+            budget -= n
+        self._end_pass(plan, tick, decoded, chunks)
+        return budget
+
+    def _admit_chunk(self, plan: StepPlan, budget: int, threshold: int) -> None:
+        """vLLM V1's waiting loop (RULES.md R4, R8, R10, R12): the head is admitted with its
+        first chunk's blocks only; the loop stops at the first head that does not fit."""
+        cfg = self.config
+        pool = self.pool
+        waiting = self.waiting
+        block_size = self._block_size
+        chunked = cfg.chunked_prefill
+        full_isl = cfg.scheduler_reserve_full_isl
+        prefix = self.prefix
+        self._stopped_at = None
+        while budget > 0 and len(self.running) + len(self.prefilling) < cfg.max_num_seqs:
+            seq = waiting.peek()
+            if seq is None or self._head_stops(seq, budget):
+                break
+            tokens = seq.prompt_len + seq.generated
+            hit = cost = 0
+            if prefix is not None:
+                hit = prefix.match(seq)
+                cost = prefix.hit_cost(seq, hit)
+            todo = tokens - hit
+            n = threshold if 0 < threshold < todo else todo
+            if not chunked and n > budget:
+                self._stopped_at = (seq, f"needs {n} tokens", budget)
+                break
+            n = min(n, budget)
+            # The watermark applies only when something else is running (has_scheduled_reqs).
+            floor = pool.watermark_blocks if self.running or self.prefilling else 0
+            held = hit // block_size
+            whole = blocks_for(tokens, block_size) - held + cost
+            if full_isl and whole + floor > pool.free:
+                self._stopped_at = (seq, f"needs {whole} blocks", budget)
+                break
+            need = blocks_for(hit + n, block_size) - held
+            if need + cost + floor > pool.free:
+                self._stopped_at = (seq, f"needs {need + cost} blocks", budget)
+                break
+            self._start_prefill(plan, seq, need, tokens, n, hit)
+            budget -= n
