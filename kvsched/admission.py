@@ -17,7 +17,7 @@ from kvsched.records import RequestRecord
 from kvsched.timing import TimeModel
 
 if TYPE_CHECKING:  # (the engine's modules: a compiled run imports none of them)
-    from kvsched.scheduler import Scheduler
+    from kvsched.engine.view import EngineView
     from kvsched.sequence import Seq
 
 
@@ -85,9 +85,10 @@ class SloAdmission:
 class AdmissionController:
     """Applies an `SloAdmission` during one run; keeps the recent admission rate."""
 
-    def __init__(self, policy: SloAdmission, clock: TimeModel) -> None:
+    def __init__(self, policy: SloAdmission, clock: TimeModel, budget: int) -> None:
         self.policy = policy
         self.clock = clock
+        self.budget = budget  # the engine's max_num_batched_tokens
         self._admitted: deque[tuple[float, float, int]] = deque()  # (start, end, admitted)
         self._admitted_sum = 0
 
@@ -108,7 +109,7 @@ class AdmissionController:
             if len(window) > keep:
                 self._admitted_sum -= window.popleft()[2]
 
-    def estimate(self, seq: Seq, sched: Scheduler, now: float) -> float:
+    def estimate(self, seq: Seq, engine: EngineView, now: float) -> float:
         """Predicted TTFT of `seq` if queued now (arrival at `seq.request.arrival_time`)."""
         wait = now - seq.request.arrival_time  # the step clock rounds arrivals up
         window = self._admitted
@@ -117,17 +118,17 @@ class AdmissionController:
             # A full window that admitted nothing: the queue is stalled; assume one admission
             # per window at best rather than the tokens estimate's optimism.
             span = window[-1][1] - window[0][0]
-            return wait + (len(sched.waiting) + 1) * span / max(1, self._admitted_sum)
-        running = len(sched.running)
-        per_step = max(1, sched.config.max_num_batched_tokens - running)
-        work = sched.waiting.queued_tokens + seq.prompt_len
+            return wait + (engine.num_waiting + 1) * span / max(1, self._admitted_sum)
+        running = engine.num_decoding
+        per_step = max(1, self.budget - running)
+        work = engine.queued_tokens + seq.prompt_len
         steps = math.ceil(work / per_step)
-        duration = self.clock.duration(min(work, per_step), running, sched.kv_tokens, 0)
+        duration = self.clock.duration(min(work, per_step), running, engine.kv_tokens, 0)
         return wait + steps * duration
 
-    def rejects(self, seq: Seq, sched: Scheduler, now: float) -> str | None:
+    def rejects(self, seq: Seq, engine: EngineView, now: float) -> str | None:
         """Why `seq` is turned away, or None to admit it to the queue."""
-        estimate = self.estimate(seq, sched, now)
+        estimate = self.estimate(seq, engine, now)
         if estimate <= self.policy.ttft_slo:
             return None
         return (f"estimated TTFT {estimate:.4g} > ttft_slo {self.policy.ttft_slo:g} "

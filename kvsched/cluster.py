@@ -29,8 +29,9 @@ from kvsched.admission import Slo, SloAdmission
 from kvsched.backpressure import Backpressure
 from kvsched.config import EngineConfig
 from kvsched.engine import Engine
+from kvsched.engine.view import RouteLike
 from kvsched.histogram import GapHistogram
-from kvsched.loop import explain_starvation, put_record
+from kvsched.loop import put_record
 from kvsched.metrics import summarize
 from kvsched.policies.base import Policy
 from kvsched.record_table import RecordTable
@@ -129,12 +130,9 @@ class _Replica:
         return EngineView(self.index, self.num_blocks, waiting + max(0, hi - lo), running,
                           free, self.lookup)
 
-    def lookup(self, request: RouteRequest) -> int:
+    def lookup(self, request: RouteLike) -> int:
         """Prompt tokens of `request` this replica's prefix cache holds now."""
-        tracker = self.engine.sched.prefix
-        if tracker is None or request.prefix is None:
-            return 0
-        return tracker.cache.match(request.prefix, request.prompt_len)
+        return self.engine.cached_prefix_len(request.prefix, request.prompt_len)
 
 
 def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], policies:
@@ -177,7 +175,7 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
                            replica_chunk(len(setups)))
         if signal_delay > 0:
             replica.history = [replica.snapshot]
-        engine.sched.on_done = _release_next_turns(queue)
+        engine.on_done(_release_next_turns(queue))
         replicas.append(replica)
     # Blocks of a request depend on the block size of the replica it lands on: a Seq is
     # made when the router has chosen.
@@ -186,7 +184,7 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
     loop = _Loop(replicas, router, signal_delay, queue)
     loop.run()
     for replica in replicas:
-        replica.engine.sched.on_done = None
+        replica.engine.on_done(None)
     for k, i in enumerate(loop.order):
         routed[i] = loop.routed[k]
         seqs[i] = loop.seqs[k]
@@ -199,26 +197,25 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
     replica_results = []
     records = RecordTable(requests)
     for replica in replicas:
-        sched = replica.engine.sched
         if replica.stopped:
-            sched.close_all_runs()
+            replica.engine.close_all_runs()
         else:
-            explain_starvation(sched, replica.step, replica.now)
+            replica.engine.explain_starvation(replica.step, replica.now)
         replica.events.close()
     for i in range(len(requests)):
         if routed[i] is None:
-            put_record(records, i, seqs[i], Status.UNFINISHED, replicas[0].engine.sched)  # type: ignore[arg-type]
+            put_record(records, i, seqs[i], Status.UNFINISHED, replicas[0].engine)  # type: ignore[arg-type]
             continue
         replica = replicas[routed[i]]  # type: ignore[index]
         leftover = Status.UNFINISHED if replica.stopped else Status.STARVED
-        put_record(records, i, seqs[i], leftover, replica.engine.sched)  # type: ignore[arg-type]
+        put_record(records, i, seqs[i], leftover, replica.engine)  # type: ignore[arg-type]
     listed = list(records)
     for replica in replicas:
         stats = replica.log.close()
         mine = [listed[i] for i in range(len(requests)) if routed[i] == replica.index]
-        pool = replica.engine.sched.pool
-        summary = summarize(mine, stats, slo, final_blocks_used=pool.num_blocks - pool.free,
-                            itl=replica.engine.sched.gaps.itl)
+        summary = summarize(mine, stats, slo,
+                            final_blocks_used=replica.engine.final_blocks_used,
+                            itl=replica.engine.itl)
         replica_results.append(RunResult(replica.engine.config, setups[replica.index].clock.unit,
                                          mine, replica.log, replica.events.kept, None,
                                          summary))
@@ -287,9 +284,7 @@ class _Loop:
         idle = [r for r in self.replicas if not r.stopped]
         if not idle:
             return False
-        held = [seq.request.request_id for r in idle for seq in (
-            *r.engine.sched.waiting, *r.engine.sched.running.values(),
-            *r.engine.sched.prefilling.values())]
+        held = [seq.request.request_id for r in idle for seq in r.engine.held()]
         return self.arrivals.release_stuck(held, max(r.now for r in idle))
 
     def _route(self, now: float, heap: list[tuple[float, int, int, int]]) -> None:
@@ -375,15 +370,15 @@ class _Loop:
             row = engine.step(replica.step, replica.now)
             if row is None:  # nothing runs, nothing can be admitted: wait for an arrival
                 replica.idle = True
-                sched = engine.sched
-                replica.observe(replica.now, len(sched.waiting),
-                                len(sched.running) + len(sched.prefilling), sched.pool.free)
+                view = engine.view()
+                replica.observe(replica.now, view.num_waiting, view.num_running,
+                                view.num_free_blocks)
                 return False
             replica.log.row(row)
-            replica.observe(row[1], row[4], row[3], row[11])
+            replica.observe(row.time, row.num_waiting, row.num_running, row.blocks_free)
             replica.step += 1
             replica.executed += 1
-            replica.now = row[1] + row[2]
+            replica.now = row.time + row.duration
         return replica.executed >= replica.max_steps
 
 
@@ -441,9 +436,9 @@ def _cluster_summary(records: Sequence[RequestRecord], replicas: Sequence[_Repli
     """SUMMARY_KEYS over every request (steps summed over the replicas: `num_steps` counts
     replica steps, `busy_fraction` is the mean replica's, `peak_blocks_used` the highest
     replica's), then CLUSTER_KEYS, then `replicas`: one entry per replica."""
-    final = sum(r.engine.sched.pool.num_blocks - r.engine.sched.pool.free for r in replicas)
+    final = sum(r.engine.final_blocks_used for r in replicas)
     stats = _merged_stats(replicas)
-    itl = GapHistogram.merged([r.engine.sched.gaps.itl for r in replicas])
+    itl = GapHistogram.merged([h for r in replicas if (h := r.engine.itl) is not None])
     summary = summarize(records, stats, slo, final_blocks_used=final, itl=itl)
     n = len(replicas)
     if stats.num_steps and stats.end:

@@ -30,7 +30,13 @@ from kvsched.request import Request
 from kvsched.routers import load_router, make_router
 from kvsched.scenario import Variant
 from kvsched.schema import ClusterSpec, EngineSpec, RunSpec
-from kvsched.steplog import COMPACT_COLUMNS, RecordMode, StepLog, compact_row, replica_chunk
+from kvsched.steplog import (
+    COMPACT_COLUMNS,
+    RecordMode,
+    StepLog,
+    compact_row,
+    replica_chunk,
+)
 
 ROUTER_SEED_TAG = 12  # the router's generator: the scenario seed, tagged apart from the workload's
 
@@ -207,7 +213,7 @@ def _step_rows(result: ClusterResult, records: RecordMode) -> Iterator[tuple]:
                 yield (*row, index)
             continue
         for segment in log.kept or ():
-            if type(segment) is tuple:
+            if isinstance(segment, tuple):
                 yield (segment[0], 1, *segment[1:], index)
             else:
                 yield (*compact_row(segment, log.num_blocks), index)

@@ -172,7 +172,7 @@ class StepCsv:
         rows = 0
         for segment in chunk:  # parts of about _ROWS steps: bounded scratch memory
             part.append(segment)
-            rows += 1 if type(segment) is tuple else segment.num_steps  # type: ignore[union-attr]
+            rows += 1 if isinstance(segment, tuple) else segment.num_steps
             if rows >= _ROWS:
                 self._write(self._full_columns(part))
                 part, rows = [], 0
@@ -293,9 +293,9 @@ class StepCsv:
         """One column per STEP_COLUMNS name, a row per step, built with numpy: what a
         stretch holds constant is repeated segment by segment; what changes per step (times,
         blocks, utilisation) is chained from the stretches' lists."""
-        rows = [segment for segment in chunk if type(segment) is tuple]
-        stretches = cast(list[Stretch], [s for s in chunk if type(s) is not tuple])
-        is_row = np.fromiter((type(segment) is tuple for segment in chunk), dtype=bool,
+        rows = [segment for segment in chunk if isinstance(segment, tuple)]
+        stretches = cast(list[Stretch], [s for s in chunk if not isinstance(s, tuple)])
+        is_row = np.fromiter((isinstance(segment, tuple) for segment in chunk), dtype=bool,
                              count=len(chunk))
         counts = np.ones(len(chunk), dtype=np.int64)
         counts[~is_row] = [s.num_steps for s in stretches]
@@ -326,7 +326,7 @@ class StepCsv:
         cols[14] = last
 
         def chained(index: int, attribute: str, dtype: Any) -> np.ndarray:
-            lists = [(segment[index],) if type(segment) is tuple
+            lists = [(segment[index],) if isinstance(segment, tuple)
                      else getattr(segment, attribute) for segment in chunk]
             return np.fromiter(chain.from_iterable(lists), dtype=dtype, count=total)
 
@@ -337,14 +337,14 @@ class StepCsv:
         cols[11][starts[is_row]] = row_columns[11]
         for index, attribute in ((19, "mfu"), (20, "mbu")):
             first = chunk[0]
-            if (first[index] if type(first) is tuple else getattr(first, attribute)) is None:
+            if (first[index] if isinstance(first, tuple) else getattr(first, attribute)) is None:
                 cols[index] = [None] * total  # one time model per run: all steps or none
             else:
                 cols[index] = chained(index, attribute, np.float64)
         for index, attribute in ((21, "cached_blocks"), (22, "evicted_blocks")):
-            lists = [(segment[index],) if type(segment) is tuple
+            lists = [(segment[index],) if isinstance(segment, tuple)
                      else getattr(segment, attribute)
-                     or repeat(0, segment.num_steps)  # type: ignore[union-attr]
+                     or repeat(0, segment.num_steps)
                      for segment in chunk]
             cols[index] = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=total)
         return cols
@@ -352,14 +352,14 @@ class StepCsv:
     def _compact_columns(self, chunk: list[Segment]) -> list[Any]:
         """One column per COMPACT_COLUMNS name, a row per segment (`compact_row`'s values
         for a stretch), built a column at a time rather than a tuple per segment."""
-        rows = [segment for segment in chunk if type(segment) is tuple]
-        stretches = cast(list[Stretch], [s for s in chunk if type(s) is not tuple])
+        rows = [segment for segment in chunk if isinstance(segment, tuple)]
+        stretches = cast(list[Stretch], [s for s in chunk if not isinstance(s, tuple)])
         if not stretches:
             return [list(values) for values in zip(*[(row[0], 1, *row[1:]) for row in rows],
                                                    strict=True)]
         if not rows:
             return _stretch_columns(stretches, self.num_blocks)
-        is_row = np.fromiter((type(segment) is tuple for segment in chunk), dtype=bool,
+        is_row = np.fromiter((isinstance(segment, tuple) for segment in chunk), dtype=bool,
                              count=len(chunk))
         row_columns = list(zip(*rows, strict=True))
         row_columns.insert(1, (1,) * len(rows))  # num_steps

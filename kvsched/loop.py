@@ -18,13 +18,11 @@ from kvsched.admission import Slo, SloAdmission
 from kvsched.backpressure import Backpressure
 from kvsched.config import EngineConfig
 from kvsched.engine import Engine
-from kvsched.histogram import NoGaps
 from kvsched.metrics import summarize
 from kvsched.policies.base import Policy
 from kvsched.record_table import RecordTable
 from kvsched.records import RunResult
 from kvsched.request import Request, Status
-from kvsched.scheduler import Scheduler
 from kvsched.sequence import Seq, SeqState
 from kvsched.simulator import EventStream
 from kvsched.steplog import StepLog, Timeline
@@ -48,17 +46,16 @@ def simulate_python(requests: Sequence[Request], config: EngineConfig, policy: P
     engine."""
     engine = Engine(config, policy, clock, admission, backpressure, record_batches,
                     stretches=stretches, utilisation=utilisation, itl=itl)
-    sched = engine.sched
     seqs = Arrivals(requests, config.block_size)
     order = seqs.order
     records = RecordTable(requests)
 
     def done(seq: Seq) -> None:  # a finished or rejected request's record, made at once
-        put_record(records, order[seq.index], seq, Status.STARVED, sched)
+        put_record(records, order[seq.index], seq, Status.STARVED, engine)
         del seqs.live[seq.index]
         seqs.ended(seq)
 
-    sched.on_done = done
+    engine.on_done(done)
     log = step_log if step_log is not None else StepLog(config.usable_blocks)
     if len(seqs.times):
         log.stats.timeline = Timeline(float(seqs.times[0]), float(seqs.times[-1]))
@@ -67,19 +64,17 @@ def simulate_python(requests: Sequence[Request], config: EngineConfig, policy: P
                                         clock.whole_steps, events, progress, abort)
     stats = log.close()
     if stopped_early:
-        sched.close_all_runs()
+        engine.close_all_runs()
     leftover = Status.UNFINISHED if stopped_early else Status.STARVED
     if not stopped_early:
-        explain_starvation(sched, step, now)
+        engine.explain_starvation(step, now)
     events.close()
-    sched.on_done = None
+    engine.on_done(None)
     for seq in seqs.remaining():  # still queued or running, or never arrived (max_steps)
         status = Status.UNFINISHED if seq.index in seqs.never_released else leftover
-        put_record(records, order[seq.index], seq, status, sched)
-    pool = sched.pool
-    summary = summarize(records, stats, slo,
-                        final_blocks_used=pool.num_blocks - pool.free,
-                        itl=None if isinstance(sched.gaps.itl, NoGaps) else sched.gaps.itl)
+        put_record(records, order[seq.index], seq, status, engine)
+    summary = summarize(records, stats, slo, final_blocks_used=engine.final_blocks_used,
+                        itl=engine.itl)
     return RunResult(config, clock.unit, records, log, events.kept, engine.batches,
                      summary)
 
@@ -208,32 +203,12 @@ def run_loop(engine: Engine, seqs: Arrivals, log: StepLog, max_steps: int,
             log_row(row)
             step += 1
             executed += 1
-            now = row[1] + row[2]
+            now = row.time + row.duration
         if executed >= max_steps:
             return step, now, True
 
 
-def explain_starvation(sched: Scheduler, step: int, now: float) -> None:
-    """Name, for every request still waiting at the end, why it never ran."""
-    queued = list(sched.waiting)
-    head = queued[0] if queued else None
-    budget = sched.config.max_num_batched_tokens
-    for seq in queued:
-        if seq.unschedulable:
-            reason = seq.unschedulable
-        elif seq.state is SeqState.PREEMPTED and not sched.config.chunked_prefill \
-                and seq.prompt_len + seq.generated > budget:
-            reason = (f"recompute of {seq.prompt_len + seq.generated} tokens after preemption "
-                      f"> max_num_batched_tokens {budget}")
-        elif head is not None and seq is not head:
-            reason = f"queued behind {head.request.request_id}, which can never run"
-        else:
-            reason = "never admitted"
-        seq.end_reason = reason
-        sched.events.append((step, now, seq.request.request_id, "starve", reason))
-
-
-def put_record(records: RecordTable, i: int, seq: Seq, leftover: Status, sched: Scheduler) -> None:
+def put_record(records: RecordTable, i: int, seq: Seq, leftover: Status, engine: Engine) -> None:
     state = seq.state
     if state is SeqState.FINISHED:
         status = _FINISHED
@@ -241,7 +216,7 @@ def put_record(records: RecordTable, i: int, seq: Seq, leftover: Status, sched: 
         status = _REJECTED
     else:
         status = leftover.value
-    records.put(i, seq, status, sched.generated(seq))
+    records.put(i, seq, status, engine.generated(seq))
 
 
 _FINISHED, _REJECTED = Status.FINISHED.value, Status.REJECTED.value

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from kvsched.config import EngineConfig
 
@@ -50,6 +50,39 @@ and weight + KV bytes, over the step's duration x the datasheet peaks); empty ot
 With prefix caching on, `cached_blocks` counts the blocks holding a cached prefix after the
 step (in use or free) and `evicted_blocks` the cached blocks the step evicted for new ones
 (both 0 otherwise)."""
+
+class StepOutcome(NamedTuple):
+    """One executed step, as its `STEP_COLUMNS` row (same names, same order): frozen, read
+    by name, and a tuple where the writers take rows."""
+
+    step: int
+    time: float
+    duration: float
+    num_running: int
+    num_waiting: int
+    num_prefill_requests: int
+    prefill_tokens: int
+    decode_tokens: int
+    recomputed_tokens: int
+    budget_used: int
+    blocks_used: int
+    blocks_free: int
+    num_preempted: int
+    num_admitted: int
+    num_finished: int
+    swapped_out_blocks: int
+    swapped_in_blocks: int
+    thrash_ratio: float
+    backpressure: int
+    mfu: float | None
+    mbu: float | None
+    cached_blocks: int
+    evicted_blocks: int
+
+    @property
+    def end(self) -> float:
+        return self.time + self.duration
+
 
 EVENT_COLUMNS = ("step", "time", "request_id", "event", "detail")
 """arrive, admit, preempt, swap_out, swap_in, finish, starve, reject, and backpressure

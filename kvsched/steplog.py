@@ -195,16 +195,16 @@ class StepStats:
         timeline = self.timeline
         if timeline is not None:
             for segment in chunk:
-                if type(segment) is tuple:
+                if isinstance(segment, tuple):
                     timeline.add_row(segment[1], segment[2], segment[4])
                 else:
-                    timeline.add_stretch(segment)  # type: ignore[arg-type]
-        rows = [segment for segment in chunk if type(segment) is tuple]
-        stretches = cast(list[Stretch], [s for s in chunk if type(s) is not tuple])
+                    timeline.add_stretch(segment)
+        rows = [segment for segment in chunk if isinstance(segment, tuple)]
+        stretches = cast(list[Stretch], [s for s in chunk if not isinstance(s, tuple)])
         last = chunk[-1]
-        self.end = last[1] + last[2] if type(last) is tuple else last.end  # type: ignore
+        self.end = last[1] + last[2] if isinstance(last, tuple) else last.end
         self.busy_time = fold(chain.from_iterable(
-            (segment[2],) if type(segment) is tuple else segment.durations  # type: ignore
+            (segment[2],) if isinstance(segment, tuple) else segment.durations
             for segment in chunk), self.busy_time)
         self.num_steps += len(rows) + sum(map(_NUM_STEPS, stretches))
         self.decode_tokens += sum(map(mul, map(_NUM_DECODES, stretches),
@@ -218,11 +218,11 @@ class StepStats:
         if rows:
             self._add_exact(list(zip(*rows, strict=True)))
         first = chunk[0]
-        if (first[19] if type(first) is tuple else first.mfu) is not None:  # type: ignore
+        if (first[19] if isinstance(first, tuple) else first.mfu) is not None:
             # one time model per run: every step has a figure (or none does)
             for index, name, total in ((19, "mfu", self.mfu_sum), (20, "mbu", self.mbu_sum)):
                 value = fold(chain.from_iterable(
-                    (segment[index],) if type(segment) is tuple
+                    (segment[index],) if isinstance(segment, tuple)
                     else getattr(segment, name) for segment in chunk), total or 0.0)
                 if index == 19:
                     self.mfu_sum = value
@@ -409,8 +409,8 @@ class StepLog:
                              "streamed to a file)")
         out: list[tuple] = []
         for segment in self.kept:
-            if type(segment) is tuple:
+            if isinstance(segment, tuple):
                 out.append(segment)
             else:
-                out.extend(stretch_rows(segment, self.num_blocks))  # type: ignore[arg-type]
+                out.extend(stretch_rows(segment, self.num_blocks))
         return out

@@ -434,7 +434,7 @@ def test_blocks_past_the_ring_stay_with_python():
     assert_same(*both(requests, config, StepClock()))
 
 
-ENGINE_MODULES = ("kvsched.loop", "kvsched.engine", "kvsched.scheduler", "kvsched.waiting",
+ENGINE_MODULES = ("kvsched.loop", "kvsched.engine", "kvsched.engine.mechanism", "kvsched.waiting",
                   "kvsched.kvcache", "kvsched.policies.spf", "kvsched.policies.lpm",
                   "kvsched.policies.dfs_weight")
 

@@ -82,3 +82,23 @@ def unschedulable_reason(sched: Scheduler, seq: Seq) -> str | None:
                 f"{usable} ({cfg.num_blocks} blocks{null} - {cfg.watermark_blocks} "
                 "watermark)")
     return None
+
+
+def explain_starvation(sched: Scheduler, step: int, now: float) -> None:
+    """Name, for every request still waiting at the end, why it never ran."""
+    queued = list(sched.waiting)
+    head = queued[0] if queued else None
+    budget = sched.config.max_num_batched_tokens
+    for seq in queued:
+        if seq.unschedulable:
+            reason = seq.unschedulable
+        elif seq.state is SeqState.PREEMPTED and not sched.config.chunked_prefill \
+                and seq.prompt_len + seq.generated > budget:
+            reason = (f"recompute of {seq.prompt_len + seq.generated} tokens after preemption "
+                      f"> max_num_batched_tokens {budget}")
+        elif head is not None and seq is not head:
+            reason = f"queued behind {head.request.request_id}, which can never run"
+        else:
+            reason = "never admitted"
+        seq.end_reason = reason
+        sched.events.append((step, now, seq.request.request_id, "starve", reason))

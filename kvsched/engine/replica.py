@@ -7,6 +7,8 @@ clock and the arrivals; an `Engine` only answers "run your next step starting at
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kvsched.admission import AdmissionController, SloAdmission
 from kvsched.backpressure import Action, Backpressure, ThrashMonitor
 from kvsched.config import EngineConfig, StepOrder
@@ -14,13 +16,14 @@ from kvsched.engine import arrivals
 from kvsched.engine.plan import StepPlan
 from kvsched.engine.rules import scheduler_class
 from kvsched.engine.stretch import decode_stretch
-from kvsched.histogram import NoGaps
+from kvsched.engine.view import EngineView
+from kvsched.histogram import GapHistogram, NoGaps
 from kvsched.policies.base import Policy
+from kvsched.prefix import Prefix
+from kvsched.records import StepOutcome
 from kvsched.sequence import Seq
 from kvsched.steplog import Stretch
 from kvsched.timing import TimeModel
-
-StepRow = tuple  # one row of STEP_COLUMNS
 
 
 class Engine:
@@ -53,12 +56,63 @@ class Engine:
             self.sched.gaps.itl = NoGaps()
         self.events = self.sched.events
         self.monitor = ThrashMonitor(backpressure or Backpressure())
-        self.gate = AdmissionController(admission, clock) if admission else None
+        self.gate = (AdmissionController(admission, clock, config.max_num_batched_tokens)
+                     if admission else None)
         self.record_batches = record_batches
         self.batches: list[tuple] | None = [] if record_batches else None
         # vLLM V1 lists a step's batch in running-list order, then admissions: by admission
         self._batch_in_admission_order = config.step_order is StepOrder.RUNNING_LOOP
         self._steady = False  # the last step was pure decode and nothing arrived since
+
+    # -- what the world outside the engine reads of it ----------------------------------------
+
+    def view(self, index: int = 0) -> EngineView:
+        """This replica's counts now, as its gate, its router and the loop read them."""
+        sched = self.sched
+        return EngineView(index, self.config.num_blocks, sched.waiting.size,
+                          len(sched.running) + len(sched.prefilling), sched.pool.free,
+                          num_decoding=len(sched.running),
+                          queued_tokens=sched.waiting.queued_tokens, kv_tokens=sched.kv_tokens)
+
+    def cached_prefix_len(self, prefix: Prefix | None, prompt_len: int) -> int:
+        """Tokens of a prompt of `prefix`'s tokens the prefix cache holds now (whole blocks);
+        0 without prefix caching or prefix identity."""
+        tracker = self.sched.prefix
+        if tracker is None or prefix is None:
+            return 0
+        return tracker.cache.match(prefix, prompt_len)
+
+    @property
+    def final_blocks_used(self) -> int:
+        pool = self.sched.pool
+        return pool.num_blocks - pool.free
+
+    @property
+    def itl(self) -> GapHistogram | None:
+        """The inter-token gaps counted so far (None when the engine counts none)."""
+        itl = self.sched.gaps.itl
+        return None if isinstance(itl, NoGaps) else itl
+
+    def on_done(self, callback: Callable[[Seq], None] | None) -> None:
+        """Call `callback` with each request as it finishes or is turned away."""
+        self.sched.on_done = callback
+
+    def generated(self, seq: Seq) -> int:
+        """Tokens `seq` has produced so far."""
+        return self.sched.generated(seq)
+
+    def held(self) -> list[Seq]:
+        """The requests in the engine: queued, decoding, prefilling."""
+        sched = self.sched
+        return [*sched.waiting, *sched.running.values(), *sched.prefilling.values()]
+
+    def close_all_runs(self) -> None:
+        """The run stops early: settle what the decode clock keeps lazily."""
+        self.sched.close_all_runs()
+
+    def explain_starvation(self, step: int, now: float) -> None:
+        """The run is over: name, for every request still waiting, why it never ran."""
+        arrivals.explain_starvation(self.sched, step, now)
 
     # -- arrivals -------------------------------------------------------------------------
 
@@ -67,7 +121,7 @@ class Engine:
         self._steady = False
         sched = self.sched
         if self.gate is not None and not arrivals.unschedulable_reason(sched, seq):
-            reason = self.gate.rejects(seq, sched, now)
+            reason = self.gate.rejects(seq, self.view(), now)
             if reason:
                 seq.join_step = step
                 sched.reject(seq, step, reason)
@@ -76,8 +130,8 @@ class Engine:
 
     # -- steps ----------------------------------------------------------------------------
 
-    def step(self, step: int, now: float) -> StepRow | None:
-        """Run step `step` from `now`: its STEP_COLUMNS row, or None when nothing can run."""
+    def step(self, step: int, now: float) -> StepOutcome | None:
+        """Run step `step` from `now`: what it did, or None when nothing can run."""
         sched = self.sched
         monitor = self.monitor
         plan = sched.schedule(step, now)
@@ -127,11 +181,12 @@ class Engine:
             cached, evicted = prefix.num_cached, prefix.take_evicted()
         self._steady = self.stretches and not changed and (
             plan.is_pure_decode and plan.num_decodes == len(sched.running) or self._settled())
-        return (step, now, duration, num_running, num_waiting, len(plan.prefills),
-                plan.prefill_tokens, num_decodes, plan.recomputed_tokens, computed + num_decodes,
-                pool.num_blocks - blocks_free, blocks_free, len(plan.preempted),
-                plan.num_admitted, plan.num_finished, plan.swapped_out_blocks,
-                plan.swapped_in_blocks, ratio, int(monitor.signal), mfu, mbu, cached, evicted)
+        return StepOutcome(step, now, duration, num_running, num_waiting, len(plan.prefills),
+                           plan.prefill_tokens, num_decodes, plan.recomputed_tokens,
+                           computed + num_decodes, pool.num_blocks - blocks_free, blocks_free,
+                           len(plan.preempted), plan.num_admitted, plan.num_finished,
+                           plan.swapped_out_blocks, plan.swapped_in_blocks, ratio,
+                           int(monitor.signal), mfu, mbu, cached, evicted)
 
     def stretch(self, step: int, now: float, next_arrival: float,
                 max_steps: int) -> Stretch | None:

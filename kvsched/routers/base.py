@@ -9,11 +9,13 @@ as of the arrival (or `signal_delay` seconds earlier), never the future.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from kvsched.engine.view import EngineView as EngineView  # (a router's view: its home)
+from kvsched.engine.view import PrefixLookup as PrefixLookup
 from kvsched.prefix import Prefix
 
 
@@ -28,39 +30,6 @@ class RouteRequest:
     class_name: str | None
     session: str | None
     prefix: Prefix | None = None  # the prompt's shared tokens, as the workload names them
-
-
-@dataclass(frozen=True, slots=True)
-class EngineView:
-    """One replica as a router sees it (read-only: a snapshot, changing it is an error).
-
-    `num_waiting` counts requests queued on the replica, those routed there but not yet
-    taken in by its next step included; `num_running` the requests in its batch (decoding
-    or mid-prefill); `num_free_blocks` its free KV blocks. Queues and blocks are as its
-    current batch runs: a batch's finishes show once it ends.
-    """
-
-    index: int
-    num_blocks: int
-    num_waiting: int
-    num_running: int
-    num_free_blocks: int
-    prefix: PrefixLookup | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def num_outstanding(self) -> int:
-        """Requests queued or running: the load `least_outstanding` balances."""
-        return self.num_waiting + self.num_running
-
-    def cached_prefix_len(self, request: RouteRequest) -> int:
-        """Tokens of `request`'s prompt this replica holds in its prefix cache (whole blocks,
-        as its admission would hit them now); 0 without prefix caching or prefix identity.
-        The lookup is live even under `signal_delay`, which delays the load figures only."""
-        return 0 if self.prefix is None else self.prefix(request)
-
-
-class PrefixLookup(Protocol):
-    def __call__(self, request: RouteRequest) -> int: ...
 
 
 @runtime_checkable
