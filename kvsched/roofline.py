@@ -25,6 +25,9 @@ from kvsched.hardware import Calibration, Gpu, Model, load_calibration, load_gpu
 DTYPE_BYTES = 2  # bf16 weights, activations and KV cache
 
 
+_SHORT_STRETCH = 48  # steps up to which a stretch's durations are priced without numpy
+
+
 @dataclass(frozen=True, slots=True)
 class BatchShape:
     """What one step computes: prefill chunks as (chunk_tokens, cached_context_tokens) pairs,
@@ -70,6 +73,8 @@ class RooflineStep:
                                            compare=False)
     _head_cache: dict[int, float] = field(default_factory=dict, init=False, repr=False,
                                           compare=False)
+    _decode_cache: dict[int, float] = field(default_factory=dict, init=False, repr=False,
+                                            compare=False)
 
     # constants derived in __post_init__ (seconds, or seconds per token, byte or pair)
     _gemms: list[_Gemm] = field(init=False, repr=False, compare=False)
@@ -248,12 +253,20 @@ class RooflineStep:
         return base + kv_read_tokens * self._kv_coef
 
     def stretch_durations(self, num_decodes: int, kv_tokens_start: int,
-                          num_steps: int) -> np.ndarray:
+                          num_steps: int) -> list[float] | np.ndarray:
         """Durations of `num_steps` pure-decode steps where each of `num_decodes` requests reads
-        one more token per step; element k equals `duration(0, n, kv_start + k * n, 0)`."""
-        base = self._base(num_decodes, num_decodes, 0.0, num_decodes, 0)
+        one more token per step; element k equals `duration(0, n, kv_start + k * n, 0)`.
+        A short stretch (most of them) is a list: numpy's set-up costs more than its steps."""
+        base = self._decode_cache.get(num_decodes)
+        if base is None:
+            base = self._base(num_decodes, num_decodes, 0.0, num_decodes, 0)
+            if len(self._decode_cache) < 65536:
+                self._decode_cache[num_decodes] = base
+        coef = self._kv_coef
+        if num_steps <= _SHORT_STRETCH:
+            return [base + (kv_tokens_start + k * num_decodes) * coef for k in range(num_steps)]
         kv = kv_tokens_start + np.arange(num_steps, dtype=np.int64) * num_decodes
-        return base + kv * self._kv_coef
+        return base + kv * coef
 
     # -- accounting ----------------------------------------------------------------------
 
