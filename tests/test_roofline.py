@@ -83,12 +83,13 @@ def test_swaps_cost_host_link_time(h100):
 
 
 @settings(max_examples=60, deadline=None)
-@given(n=st.integers(0, 256), kv=st.integers(0, 2_000_000), steps=st.integers(0, 40),
+@given(n=st.integers(0, 256), kv=st.integers(0, 2_000_000), steps=st.integers(0, 120),
        model=st.sampled_from([LLAMA8, LLAMA70]), tp=st.sampled_from([1, 2, 4]))
 def test_a_decode_stretch_equals_the_steps_exactly(n, kv, steps, model, tp):
     step = RooflineStep(model, "a100-80gb", tp)
     expected = [step.duration(0, n, kv + k * n, 0) for k in range(steps)]
-    assert step.stretch_durations(n, kv, steps).tolist() == expected
+    # (a list up to 48 steps, an array beyond: the same floats either way)
+    assert list(map(float, step.stretch_durations(n, kv, steps))) == expected
 
 
 def test_bad_parameters_are_refused():
