@@ -226,6 +226,15 @@ class HashedBlockCache:
 
     def allocate(self, owner: int, prefix: Prefix | None, hit_tokens: int,
                  num_new: int) -> None:
+        if hit_tokens <= 0 and owner in self._owners:  # growth (most calls): fresh blocks only
+            if num_new > self._uncached_free + self._lru_blocks:
+                raise ValueError(f"owner {owner}: {num_new} new blocks, {self.num_free} free")
+            fresh = min(num_new, self._uncached_free)
+            self._uncached_free -= fresh
+            if num_new > fresh:
+                self._evict(num_new - fresh)
+            self._owners[owner].tail += num_new
+            return
         size = self.block_size
         path: list[tuple[_Node, int]] = []
         hit_blocks = 0
