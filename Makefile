@@ -11,7 +11,9 @@ OUT ?= results
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml kvsched/_fastcore.c
+# The compiled build (setup.py): rebuilt when a compiled module's source or types change.
+PXD := $(wildcard kvsched/*.pxd kvsched/*/*.pxd kvsched/*/*/*.pxd)
+$(STAMP): pyproject.toml setup.py kvsched/_fastcore.c kvsched/compiled.py $(PXD) $(PXD:.pxd=.py)
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'

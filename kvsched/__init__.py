@@ -12,6 +12,10 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from kvsched import compiled as _compiled
+
+_compiled.install()  # a compiled module's build is taken only while it matches its source
+
 __version__ = "0.1.0"
 
 _EXPORTS = {

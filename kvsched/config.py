@@ -10,6 +10,10 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
+MAX_COUNT = 2 ** 40
+"""The largest pool, block, budget or sequence count (and request length, `kvsched.request`):
+the compiled modules count in 64-bit integers, with room for their sums."""
+
 
 class PreemptionMode(StrEnum):
     """What happens to a victim's KV cache."""
@@ -202,6 +206,10 @@ class EngineConfig:
                      "max_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_blocks"):
+            if getattr(self, name) > MAX_COUNT:
+                raise ValueError(f"{name} must be <= {MAX_COUNT:,} (2**40), got "
+                                 f"{getattr(self, name):,}")
         if not 0 <= self.watermark < 1:
             raise ValueError(f"watermark must be in [0, 1), got {self.watermark}")
         if self.long_prefill_token_threshold < 0:

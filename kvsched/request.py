@@ -7,6 +7,9 @@ from enum import StrEnum
 
 from kvsched.prefix import Prefix
 
+MAX_LEN = 2 ** 40
+"""The longest prompt or output (the compiled modules count tokens in 64-bit integers)."""
+
 
 class Status(StrEnum):
     """How a request ended a run."""
@@ -50,6 +53,9 @@ class Request:
             raise ValueError(f"request {self.request_id}: prompt_len must be >= 1")
         if self.output_len < 1:
             raise ValueError(f"request {self.request_id}: output_len must be >= 1")
+        if max(self.prompt_len, self.output_len) > MAX_LEN:
+            raise ValueError(f"request {self.request_id}: prompt_len and output_len must be "
+                             f"<= {MAX_LEN:,} (2**40)")
         if not self.arrival_time >= 0:  # also refuses NaN
             raise ValueError(f"request {self.request_id}: arrival_time must be >= 0")
         if self.prefix is not None:

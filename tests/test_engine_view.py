@@ -9,8 +9,8 @@ from pathlib import Path
 from conftest import make_requests
 
 from kvsched import EngineConfig
-from kvsched.policies import Fcfs
 from kvsched.engine import Engine
+from kvsched.policies import Fcfs
 from kvsched.records import STEP_COLUMNS, StepOutcome
 from kvsched.sequence import Seq
 from kvsched.timing import ConstantStep

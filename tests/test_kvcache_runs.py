@@ -5,13 +5,30 @@ shrinks and frees."""
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference_hashed import HashedBlockCache as BlockByBlock
 from reference_radix import RadixCache as PieceTree
 
 from kvsched.kvcache import HashedBlockCache, RadixCache
+from kvsched.kvcache import hashed as hashed_module
 from kvsched.prefix import Prefix
+
+
+def from_source(module):
+    """`module` loaded from its Python source, whichever build the import took."""
+    source = Path(module.__file__).with_name(module.__name__.rpartition(".")[2] + ".py")
+    spec = importlib.util.spec_from_file_location(module.__name__ + "_source", source)
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return loaded
+
+
+# The build the import took and the plain source (the same one when nothing is compiled).
+HASHED_BUILDS = [HashedBlockCache, from_source(hashed_module).HashedBlockCache]
 
 
 def chains():
@@ -78,10 +95,11 @@ def apply(cache, step: tuple, prefixes: list[Prefix], held: dict[int, int], bs: 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(chains(), min_size=6, max_size=6), steps, st.integers(2, 4),
-       st.integers(4, 40))
-def test_runs_answer_as_block_by_block(prefixes, operations, block_size, num_blocks):
-    """After every operation both caches agree on everything a scheduler can ask."""
-    runs, blocks = HashedBlockCache(num_blocks, block_size), BlockByBlock(num_blocks, block_size)
+       st.integers(4, 40), st.sampled_from(HASHED_BUILDS))
+def test_runs_answer_as_block_by_block(prefixes, operations, block_size, num_blocks, build):
+    """After every operation both caches agree on everything a scheduler can ask (the
+    compiled build and the source alike)."""
+    runs, blocks = build(num_blocks, block_size), BlockByBlock(num_blocks, block_size)
     held_runs: dict[int, int] = {}
     held_blocks: dict[int, int] = {}
     for step in operations:

@@ -1,0 +1,50 @@
+cimport cython
+
+cdef class _Node:
+    cdef public _Node parent
+    cdef public object key
+    cdef public object chain
+    cdef public long long start, end
+    cdef public dict children
+    cdef public list copies
+
+cdef class _Copy:
+    cdef public _Node node
+    cdef public list owners
+    cdef public _Copy prev, next
+
+cdef class _Owner:
+    cdef public list copies
+    cdef public long long covered, tail, committed
+
+@cython.locals(node=_Node)
+cdef long long _size(_Copy copy)
+
+cdef class HashedBlockCache:
+    cdef public long long num_blocks, block_size
+    cdef public _Node root
+    cdef public long long _uncached_free
+    cdef public _Copy _lru
+    cdef public long long _lru_blocks, _num_cached
+    cdef public dict _owners
+    cdef public long long evicted
+
+    @cython.locals(node=_Node, child=_Node, position=cython.longlong, size=cython.longlong, end=cython.longlong)
+    cpdef list _path(self, object prefix, long long limit)
+    @cython.locals(parent=_Node, upper=_Node, copy=_Copy, half=_Copy, after=_Copy, owner=_Owner)
+    cpdef _Node _split(self, _Node node, long long position)
+    @cython.locals(last=_Copy)
+    cdef void _free_copy(self, _Copy copy)
+    cdef void _take_copy(self, _Copy copy)
+    @cython.locals(left=cython.longlong, copy=_Copy, node=_Node, size=cython.longlong)
+    cpdef _evict(self, long long num_blocks)
+    @cython.locals(idle=cython.longlong, start=cython.longlong, node=_Node, end=cython.longlong)
+    cpdef long long idle_hits(self, object prefix, long long hit_tokens)
+    @cython.locals(held=_Owner, fresh=cython.longlong, size=cython.longlong, hit_blocks=cython.longlong, node=_Node, end=cython.longlong, copy=_Copy)
+    cpdef allocate(self, object owner, object prefix, long long hit_tokens, long long num_new)
+    @cython.locals(held=_Owner, size=cython.longlong, full=cython.longlong, done=cython.longlong, top=cython.longlong)
+    cpdef commit(self, object owner, object prefix, long long num_tokens)
+    @cython.locals(parent=_Node, child=_Node, copy=_Copy, position=cython.longlong, size=cython.longlong, stop=cython.longlong)
+    cpdef _attach(self, _Owner held, object prefix, long long start, long long end)
+    @cython.locals(held=_Owner, copy=_Copy)
+    cpdef free(self, object owner)

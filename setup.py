@@ -1,0 +1,40 @@
+"""The compiled build, optional on every machine (without a compiler the same source runs):
+
+- the modules of `kvsched.compiled.COMPILED`, compiled by Cython from their own Python
+  source, typed by the `.pxd` beside each;
+- `kvsched._fastcore`, the C loop of the lesson's engine and its CSV text (`kvsched.fastcore`).
+
+No fused multiply-adds in either: their floats are Python's.
+"""
+
+import ast
+from pathlib import Path
+
+from setuptools import Extension, setup
+
+FLAGS = ["-ffp-contract=off"]
+
+
+def compiled_modules() -> tuple[str, ...]:
+    """`COMPILED` as kvsched/compiled.py writes it (read, not imported: nothing is built)."""
+    tree = ast.parse(Path(__file__).with_name("kvsched").joinpath("compiled.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "COMPILED":
+            return ast.literal_eval(node.value)
+    raise RuntimeError("kvsched/compiled.py has no COMPILED tuple")
+
+
+def extensions() -> list[Extension]:
+    out = [Extension("kvsched._fastcore", ["kvsched/_fastcore.c"], optional=True,
+                     extra_compile_args=FLAGS)]
+    try:
+        from Cython.Build import cythonize
+    except ImportError:  # (a build without Cython: the modules run from their source)
+        return out
+    modules = [Extension(name, [name.replace(".", "/") + ".py"], optional=True,
+                         extra_compile_args=FLAGS) for name in compiled_modules()]
+    return out + cythonize(modules, language_level=3, quiet=True, compiler_directives={
+        "binding": False, "annotation_typing": False, "embedsignature": False})
+
+
+setup(ext_modules=extensions())
