@@ -34,6 +34,7 @@ variants:
   - {name: tight}
   - {name: roomy, engine: {num_blocks: 3000}}
   - {name: fleet, cluster: {replicas: 2, router: {name: prefix_aware, margin: 4}}}
+  - {name: sglang, engine: {preset: sglang, max_num_batched_tokens: 512, num_blocks: 300}}
 """
 
 
@@ -88,12 +89,14 @@ def test_the_compiled_build_writes_the_sources_bytes(tmp_path):
     build = run_files(scenario, tmp_path / "build", pure=False)
     assert len(source) > 10
     assert build == source
-    summary = json.loads(source["tight/summary.json"])
-    assert summary["num_preemptions"] > 0 and summary["prefix_hit_rate"] > 0.1
+    for variant in ("tight", "sglang"):
+        summary = json.loads(source[f"{variant}/summary.json"])
+        assert summary["num_preemptions"] > 0 and summary["prefix_hit_rate"] > 0.1
 
 
 def test_counts_past_what_the_build_counts_in_64_bits_are_refused(tmp_path):
-    """Pools, budgets and request lengths over 2**40 are refused (the schema bounds them\n    lower: one line naming the field, exit 2)."""
+    """Pools, budgets and request lengths over 2**40 are refused (the schema bounds them
+    lower: one line naming the field, exit 2)."""
     from typer.testing import CliRunner
 
     from kvsched.cli import app

@@ -25,6 +25,8 @@ from kvsched.sequence import Seq
 from kvsched.steplog import Stretch
 from kvsched.timing import TimeModel
 
+_outcome = tuple.__new__
+
 
 class Engine:
     """A simulated engine replica. `step` and `stretch` return what the recorder keeps."""
@@ -181,12 +183,12 @@ class Engine:
             cached, evicted = prefix.num_cached, prefix.take_evicted()
         self._steady = self.stretches and not changed and (
             plan.is_pure_decode and plan.num_decodes == len(sched.running) or self._settled())
-        return StepOutcome(step, now, duration, num_running, num_waiting, len(plan.prefills),
-                           plan.prefill_tokens, num_decodes, plan.recomputed_tokens,
-                           computed + num_decodes, pool.num_blocks - blocks_free, blocks_free,
-                           len(plan.preempted), plan.num_admitted, plan.num_finished,
-                           plan.swapped_out_blocks, plan.swapped_in_blocks, ratio,
-                           int(monitor.signal), mfu, mbu, cached, evicted)
+        return _outcome(StepOutcome, (  # (tuple.__new__: StepOutcome's own __new__ is Python)
+            step, now, duration, num_running, num_waiting, len(plan.prefills),
+            plan.prefill_tokens, num_decodes, plan.recomputed_tokens, computed + num_decodes,
+            pool.num_blocks - blocks_free, blocks_free, len(plan.preempted), plan.num_admitted,
+            plan.num_finished, plan.swapped_out_blocks, plan.swapped_in_blocks, ratio,
+            int(monitor.signal), mfu, mbu, cached, evicted))
 
     def stretch(self, step: int, now: float, next_arrival: float,
                 max_steps: int) -> Stretch | None:

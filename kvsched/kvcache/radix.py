@@ -16,8 +16,7 @@ free count is O(1) and an eviction costs O(log leaves) per leaf, never a walk of
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Sequence
-from itertools import count
+from collections.abc import Sequence
 
 from kvsched.prefix import Prefix, common_prefix
 
@@ -70,11 +69,11 @@ class RadixCache:
         self._node: dict[int, _Node] = {}  # owner -> the node its path is locked to
         self._prefix: dict[int, Prefix | None] = {}
         self._inserted: dict[int, int] = {}  # owner -> its tokens that the tree holds
-        self._clock = count(1)
+        self._clock = 0  # the last access time given (each walk takes the next)
         self.evicted = 0  # tokens evicted so far
         self._evictable = 0  # tokens held by unlocked nodes
         self._heap: list[tuple[int, int, _Node]] = []  # (last access, tie, leaf) candidates
-        self._tie = count()
+        self._tie = 0  # the last heap tie-breaker given
 
     # -- sizes ---------------------------------------------------------------------------
 
@@ -103,27 +102,30 @@ class RadixCache:
 
     # -- the tree ------------------------------------------------------------------------
 
-    def _path(self, prefix: Prefix, limit: int) -> Iterator[tuple[_Node, int]]:
+    def _path(self, prefix: Prefix, limit: int) -> list[tuple[_Node, int]]:
         """The nodes matching `prefix`'s first `limit` tokens from the root, each with the
         tokens it matches (only the last may match part of its edge). Reads the tree,
         changes nothing."""
+        out: list[tuple[_Node, int]] = []
         limit = min(limit, prefix.num_tokens)
         node, depth = self.root, 0
         while depth < limit:
             child = node.children.get(prefix.token_key(depth))
             if child is None:
-                return
+                break
             end = _agreement(child, prefix, limit)
-            yield child, end - depth
+            out.append((child, end - depth))
             if end < child.end:
-                return
+                break
             node, depth = child, end
+        return out
 
     def _walk(self, prefix: Prefix, limit: int, split: bool) -> tuple[_Node, int]:
         """The deepest node matching `prefix`'s first `limit` tokens and the tokens matched;
         with `split`, a match ending inside an edge splits it there (SGLang's match_prefix)."""
         node, matched = self.root, 0
-        now = next(self._clock)
+        self._clock += 1
+        now = self._clock
         for child, shared in self._path(prefix, limit):
             child.last_access = now
             if not child.lock and not child.children:
@@ -166,7 +168,8 @@ class RadixCache:
             walk = walk.parent
 
     def _candidate(self, leaf: _Node) -> None:
-        heapq.heappush(self._heap, (leaf.last_access, next(self._tie), leaf))
+        self._tie += 1
+        heapq.heappush(self._heap, (leaf.last_access, self._tie, leaf))
 
     def _insert(self, prefix: Prefix, total: int) -> int:
         """Insert `prefix`'s first `total` tokens; the tokens that were already in the tree."""
@@ -174,7 +177,8 @@ class RadixCache:
         node, matched = self._walk(prefix, total, split=True)
         if matched < total:
             leaf = _Node(prefix, matched, total, prefix.token_key(matched), node)
-            leaf.last_access = next(self._clock)
+            self._clock += 1
+            leaf.last_access = self._clock
             node.children[leaf.key] = leaf
             self.tree_tokens += leaf.num_tokens
             self._evictable += leaf.num_tokens
@@ -238,7 +242,11 @@ class RadixCache:
         """Tokens of the first `hit_tokens` of `prefix` held by unlocked nodes."""
         if prefix is None or hit_tokens <= 0:
             return 0
-        return sum(shared for node, shared in self._path(prefix, hit_tokens) if not node.lock)
+        unlocked = 0
+        for node, shared in self._path(prefix, hit_tokens):
+            if not node.lock:
+                unlocked += shared
+        return unlocked
 
     def allocate(self, owner: int, prefix: Prefix | None, hit_tokens: int,
                  num_new: int) -> None:

@@ -1,0 +1,48 @@
+cimport cython
+
+cdef class _Node:
+    cdef public object chain
+    cdef public long long start, end
+    cdef public object key
+    cdef public _Node parent
+    cdef public dict children
+    cdef public long long lock, last_access
+
+@cython.locals(end=cython.longlong)
+cdef long long _agreement(_Node node, object prefix, long long limit)
+
+cdef class RadixCache:
+    cdef public long long num_blocks, block_size, capacity
+    cdef public _Node root
+    cdef public long long tree_tokens
+    cdef public dict _private
+    cdef public long long _private_total
+    cdef public dict _node, _prefix, _inserted
+    cdef public long long _clock, evicted, _evictable
+    cdef public list _heap
+    cdef public long long _tie
+
+    @cython.locals(node=_Node, child=_Node, depth=cython.longlong, end=cython.longlong)
+    cpdef list _path(self, object prefix, long long limit)
+    @cython.locals(node=_Node, child=_Node, matched=cython.longlong, now=cython.longlong, shared=cython.longlong)
+    cpdef tuple _walk(self, object prefix, long long limit, bint split)
+    @cython.locals(parent=_Node, middle=_Node)
+    cpdef _Node _split(self, _Node child, long long tokens)
+    @cython.locals(walk=_Node, before=cython.longlong)
+    cpdef _lock(self, _Node node, long long delta)
+    cpdef _candidate(self, _Node leaf)
+    @cython.locals(node=_Node, leaf=_Node, matched=cython.longlong)
+    cpdef long long _insert(self, object prefix, long long total)
+    @cython.locals(freed=cython.longlong, leaf=_Node, parent=_Node, access=cython.longlong)
+    cpdef _evict(self, long long tokens)
+    @cython.locals(matched=cython.longlong)
+    cpdef long long match(self, object prefix, long long num_tokens)
+    @cython.locals(unlocked=cython.longlong, free=cython.longlong)
+    cpdef long long idle_hits(self, object prefix, long long hit_tokens)
+    @cython.locals(unlocked=cython.longlong, node=_Node, shared=cython.longlong)
+    cpdef long long _unlocked_on_path(self, object prefix, long long hit_tokens)
+    @cython.locals(need=cython.longlong, node=_Node, matched=cython.longlong)
+    cpdef allocate(self, object owner, object prefix, long long hit_tokens, long long num_new)
+    @cython.locals(tokens=cython.longlong, before=cython.longlong, added=cython.longlong, dup=cython.longlong, back=cython.longlong, node=_Node)
+    cpdef commit(self, object owner, object prefix, long long num_tokens)
+    cpdef free(self, object owner)
