@@ -41,7 +41,8 @@ def chains():
 
 
 steps = st.lists(st.tuples(
-    st.sampled_from(["admit", "admit", "grow", "commit", "commit", "free", "shrink", "touch"]),
+    st.sampled_from(["admit", "admit", "grow", "commit", "commit", "free", "shrink", "touch",
+                     "grow_each"]),
     st.integers(0, 5), st.integers(0, 40), st.integers(0, 7)), max_size=60)
 
 
@@ -77,6 +78,17 @@ def apply(cache, step: tuple, prefixes: list[Prefix], held: dict[int, int], bs: 
                 return "full"
             cache.allocate(owner, None, 0, b)
             held[owner] += b
+        elif op == "grow_each" and held:
+            owners = sorted(held)[:1 + b % len(held)]  # a decode pass's boundaries
+            if not cache.can_allocate(None, 0, len(owners)):
+                return "full"
+            if hasattr(cache, "grow_each"):
+                cache.grow_each(owners)
+            else:  # the oracles: one by one
+                for each in owners:
+                    cache.allocate(each, None, 0, 1)
+            for each in owners:
+                held[each] += 1
         elif op == "commit" and owner in held:
             cache.commit(owner, prefix, min(a, held[owner] * bs) if within else a)
         elif op == "shrink" and owner in held and held[owner]:

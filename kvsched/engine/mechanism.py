@@ -247,17 +247,15 @@ class Scheduler:
             prefix = self.prefix
             if prefix is None:
                 self.pool.allocate(len(growing))
+            else:
+                prefix.grow_each(growing)
             for seq in growing:
-                if prefix is not None:
-                    prefix.grow(seq, 1)
                 seq.blocks += 1
                 self._push_block_due(seq)
         if self.prefix is not None and self.prefix.eager:
             fills = self._block_due.get(tick + 1)  # their last block fills in this pass
             if fills:
-                for seq, epoch in fills:
-                    if seq.epoch == epoch:
-                        self.prefix.filled(seq)
+                self.prefix.filled_each([seq for seq, epoch in fills if seq.epoch == epoch])
         if self.record_batches:
             plan.decoded = list(running.values())
         plan.num_decodes = n

@@ -111,8 +111,7 @@ def decode_stretch(sched: Scheduler, step: int, now: float, clock: TimeModel, ne
         growing = [entry for entry in due if entry[0].epoch == entry[1]]
         if filled and growing and t - 1 > tick:
             assert prefix is not None
-            for seq, _epoch in growing:
-                prefix.filled(seq)
+            prefix.filled_each([seq for seq, _epoch in growing])
             cached_at[t - 1] = prefix.num_cached
         if t > horizon or len(growing) > spare:
             horizon = min(horizon, t - 1)  # the stretch ends before this pass
@@ -125,8 +124,7 @@ def decode_stretch(sched: Scheduler, step: int, now: float, clock: TimeModel, ne
             for seq, _epoch in growing:
                 seq.blocks += 1
             if prefix is not None:
-                for seq, _epoch in growing:
-                    prefix.grow(seq, 1)
+                prefix.grow_each([seq for seq, _epoch in growing])
                 evicted_at[t] = prefix.take_evicted()
                 cached_at[t] = prefix.num_cached  # (a radix leaf may be < a block)
             later = block_due.get(t + block_size)

@@ -42,6 +42,8 @@ cdef class HashedBlockCache:
     cpdef long long idle_hits(self, object prefix, long long hit_tokens)
     @cython.locals(held=_Owner, fresh=cython.longlong, size=cython.longlong, hit_blocks=cython.longlong, node=_Node, end=cython.longlong, copy=_Copy)
     cpdef allocate(self, object owner, object prefix, long long hit_tokens, long long num_new)
+    @cython.locals(num_new=cython.longlong, fresh=cython.longlong, held=dict, owner=object)
+    cpdef grow_each(self, list owners)
     @cython.locals(held=_Owner, size=cython.longlong, full=cython.longlong, done=cython.longlong, top=cython.longlong)
     cpdef commit(self, object owner, object prefix, long long num_tokens)
     @cython.locals(parent=_Node, child=_Node, copy=_Copy, position=cython.longlong, size=cython.longlong, stop=cython.longlong)

@@ -268,6 +268,20 @@ class HashedBlockCache:
             self._evict(num_new - fresh)
         held.tail += num_new
 
+    def grow_each(self, owners: list[int]) -> None:
+        """One fresh block for each of `owners` (which hold blocks already), taken at once:
+        what `allocate(owner, None, 0, 1)` one owner after another takes."""
+        num_new = len(owners)
+        if num_new > self._uncached_free + self._lru_blocks:
+            raise ValueError(f"{num_new} new blocks, {self.num_free} free")
+        fresh = min(num_new, self._uncached_free)
+        self._uncached_free -= fresh
+        if num_new > fresh:
+            self._evict(num_new - fresh)
+        held = self._owners
+        for owner in owners:
+            held[owner].tail += 1
+
     def commit(self, owner: int, prefix: Prefix | None, num_tokens: int) -> None:
         if prefix is None:
             return

@@ -43,6 +43,8 @@ cdef class RadixCache:
     cpdef long long _unlocked_on_path(self, object prefix, long long hit_tokens)
     @cython.locals(need=cython.longlong, node=_Node, matched=cython.longlong)
     cpdef allocate(self, object owner, object prefix, long long hit_tokens, long long num_new)
+    @cython.locals(size=cython.longlong, need=cython.longlong, private=dict)
+    cpdef grow_each(self, list owners)
     @cython.locals(tokens=cython.longlong, before=cython.longlong, added=cython.longlong, dup=cython.longlong, back=cython.longlong, node=_Node)
     cpdef commit(self, object owner, object prefix, long long num_tokens)
     cpdef free(self, object owner)

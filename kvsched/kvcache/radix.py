@@ -269,6 +269,20 @@ class RadixCache:
         self._private[owner] += need
         self._private_total += need
 
+    def grow_each(self, owners: list[int]) -> None:
+        """One fresh block for each of `owners` (which hold blocks already), taken at once:
+        the leaves `allocate(owner, None, 0, 1)` one owner after another evicts."""
+        size = self.block_size
+        need = len(owners) * size
+        if need > self.free_tokens:
+            self._evict(need - self.free_tokens)
+        if need > self.free_tokens:
+            raise ValueError(f"{len(owners)} new blocks do not fit")
+        private = self._private
+        for owner in owners:
+            private[owner] += size
+        self._private_total += need
+
     def commit(self, owner: int, prefix: Prefix | None, num_tokens: int) -> None:
         if prefix is None or owner not in self._private:
             return

@@ -89,6 +89,12 @@ class PrefixTracker:
         self.cache.allocate(seq.index, None, 0, fresh)
         self.pool.free = self.cache.num_free
 
+    def grow_each(self, seqs: list[Seq]) -> None:
+        """`grow(seq, 1)` for each of `seqs` (a decode pass's block boundaries): taken at
+        once, the same blocks and evictions as one by one."""
+        self.cache.grow_each([seq.index for seq in seqs])
+        self.pool.free = self.cache.num_free
+
     def shrink(self, seq: Seq, blocks: int) -> None:
         self.cache.shrink(seq.index, blocks)
         self.pool.free = self.cache.num_free
@@ -102,6 +108,12 @@ class PrefixTracker:
     def filled(self, seq: Seq) -> None:
         """A decode pass fills `seq`'s last block: vLLM caches it in that step."""
         self.cache.commit(seq.index, identity(seq), seq.blocks * self.block_size)
+
+    def filled_each(self, seqs: list[Seq]) -> None:
+        """`filled` for each of `seqs`, in their order."""
+        commit, size = self.cache.commit, self.block_size
+        for seq in seqs:
+            commit(seq.index, identity(seq), seq.blocks * size)
 
     def release(self, seq: Seq, computed: int) -> None:
         """`seq` stops running with `computed` tokens of KV: cache them, free its blocks."""
