@@ -425,6 +425,7 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
     numpy.random's import is a tenth of a trace replay's start.)"""
     where = ("workload", "path")
     path = _resolve(base_dir, spec.path)
+    _check_regular(path, where, locate)  # before any reader opens it: a FIFO would block
     layout = _layout(spec)
     clean = _clean_trace(path, layout, seed, spec)
     if clean is not None:
@@ -683,20 +684,58 @@ def _bound(value: float) -> str:
     return f"{int(value):,}" if float(value).is_integer() and value < 1e15 else f"{value:g}"
 
 
-def _read_table(path: Path, where: tuple, locate: Locate) -> pd.DataFrame:
-    import pandas as pd
-
+def _check_regular(path: Path, where: tuple, locate: Locate) -> None:
     if not path.is_file():
         if path.exists():
             raise locate(where, f"'{path}' is not a regular file (a folder, a FIFO...)")
         raise locate(where, f"no such file '{path}'")
+
+
+def _read_table(path: Path, where: tuple, locate: Locate) -> pd.DataFrame:
+    import zlib
+
+    import pandas as pd
+
+    _check_regular(path, where, locate)
+    lines = path.suffix.lower() in (".jsonl", ".ndjson", ".json")
     try:
-        if path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
+        if lines:
             return pd.read_json(path, lines=True)
         return pd.read_csv(path)
-    except (ValueError, pd.errors.ParserError, OSError, UnicodeDecodeError) as exc:
+    # EOFError: a truncated .gz (click would turn it into "Aborted!"); TypeError: pandas
+    # on a JSON line that is a list or a number.
+    except (ValueError, TypeError, EOFError, zlib.error, pd.errors.ParserError, OSError,
+            UnicodeDecodeError) as exc:
+        if lines and (bad := _first_bad_json_line(path)) is not None:
+            raise locate(where, f"{path} {bad}") from None
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, (EOFError, zlib.error)):
+            first = f"{first or 'the file ends early'} (a truncated or corrupt compressed file?)"
         raise locate(where, f"cannot parse '{path}': {excerpt(first, 120)}") from None
+
+
+def _first_bad_json_line(path: Path) -> str | None:
+    """Where a JSON-lines file stops being one object per line (read only once pandas
+    has failed: the good path pays nothing)."""
+    import json
+
+    from pandas.io.common import get_handle
+
+    try:
+        with get_handle(path, "r", compression="infer", encoding="utf-8") as handle:
+            for number, text in enumerate(handle.handle, start=1):
+                if not text.strip():
+                    continue
+                try:
+                    value = json.loads(text)
+                except ValueError:
+                    return f"line {number}: expected a JSON object, got '{excerpt(text.strip())}'"
+                if type(value) is not dict:
+                    return (f"line {number}: expected a JSON object ({{...}}), got "
+                            f"{type(value).__name__} '{excerpt(text.strip())}'")
+    except (OSError, EOFError, UnicodeDecodeError, ValueError):
+        return None
+    return None
 
 
 def _row(path: Path, index: int | np.integer) -> str:
