@@ -149,7 +149,12 @@ def base_rate(variant: Variant) -> float:
         return 1.0 / arrival.interval if isinstance(arrival, Fixed) else arrival.rate  # type: ignore[union-attr]
     arrivals = [r.arrival_time for r in requests_of(variant)]
     span = max(arrivals) - min(arrivals)
-    return (len(arrivals) - 1) / span if span > 0 else math.inf
+    if not span > 0:  # a time scale moves no arrival: there is no rate to search over
+        raise variant.error(("workload",), (
+            f"capacity scales the arrival rate, but the trace's {len(arrivals):,} request(s) "
+            f"all arrive at one instant ({min(arrivals):g}): there is no rate to scale; run "
+            f"it as a burst with `kvsched run`, or give arrivals that spread over time"))
+    return (len(arrivals) - 1) / span
 
 
 def holds(summary: dict[str, Any], targets: Sequence[SloTarget]) -> tuple[bool, tuple]:

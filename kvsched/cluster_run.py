@@ -61,7 +61,7 @@ def check_router_loads(variant: Variant) -> None:
     cluster = variant.spec.cluster
     assert cluster is not None
     try:
-        load_router(cluster.router.name)
+        load_router(cluster.router.name, [variant.scenario.base_dir])
     except ValueError as exc:
         raise variant.error(("cluster", "router"), str(exc)) from None
 
@@ -121,7 +121,8 @@ def run_cluster_variant(variant: Variant, requests: Sequence[Request],
     pressure = spec.backpressure
     rng = np.random.default_rng([spec.seed, ROUTER_SEED_TAG])
     try:
-        router = make_router(cluster.router.name, cluster.router.params(), len(setups), rng)
+        router = make_router(cluster.router.name, cluster.router.params(), len(setups), rng,
+                             [variant.scenario.base_dir])
     except ValueError as exc:
         raise variant.error(("cluster", "router"), str(exc)) from None
     try:

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kvsched.errors import KvschedError
+from kvsched.errors import KvschedError, excerpt
 from kvsched.hardware import Model, load_model
 from kvsched.roofline import BatchShape
 
@@ -34,28 +34,54 @@ class ProfileError(KvschedError, ValueError):
     """A profile folder that cannot be read: one line naming the file."""
 
 
-def _median(frame: pd.DataFrame, op: str, path: Path) -> pd.Series:
+def _median(frame: pd.DataFrame, op: str, path: Path, *, blanks: bool = False) -> np.ndarray:
+    """The operator's median times (ms), checked (`blanks`: empty cells count as 0)."""
     for column in (f"time_stats.{op}.median", op):
         if column in frame:
-            return frame[column]
+            return _numbers(frame, column, path, blanks=blanks)
     raise ProfileError(f"{path}: no column for {op} (time_stats.{op}.median or {op})")
+
+
+def _numbers(frame: pd.DataFrame, column: str, path: Path, *,
+             blanks: bool = False) -> np.ndarray:
+    """A column as finite numbers >= 0 (times, sizes, counts), or an error naming the
+    first bad row: a negative time would give negative TTFTs, text an AttributeError."""
+    if column not in frame:
+        raise ProfileError(f"{path}: no column '{column}'")
+    raw = frame[column]
+    values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
+    empty = raw.isna().to_numpy()
+    bad = ~np.isfinite(values) & ~(empty & blanks) | (values < 0)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        got = "an empty cell" if empty[row] else f"'{excerpt(raw.iloc[row])}'"
+        raise ProfileError(f"{path} line {row + 2}: column '{column}': expected a finite "
+                           f"number >= 0, got {got}")
+    return np.where(empty, 0.0, values) if blanks else values
 
 
 def _read(path: Path) -> pd.DataFrame:
     if not path.is_file():
+        if path.exists():
+            raise ProfileError(f"{path}: not a regular file (a folder, a FIFO...)")
         raise ProfileError(f"{path}: no such profile file")
     try:
-        return pd.read_csv(path)
-    except (OSError, ValueError) as exc:
-        raise ProfileError(f"{path}: cannot read: {exc}") from None
+        frame = pd.read_csv(path)
+    except (OSError, ValueError, UnicodeDecodeError, EOFError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ProfileError(f"{path}: cannot read: {excerpt(first, 120)}") from None
+    if frame.empty:
+        raise ProfileError(f"{path}: no rows")
+    return frame
 
 
 def _of_tp(frame: pd.DataFrame, tp: int, path: Path) -> pd.DataFrame:
     if TP_COLUMN not in frame:
         return frame
-    chosen = frame[frame[TP_COLUMN] == tp]
+    degrees_column = _numbers(frame, TP_COLUMN, path)
+    chosen = frame[degrees_column == tp]
     if chosen.empty:
-        degrees = sorted(int(v) for v in frame[TP_COLUMN].unique())
+        degrees = sorted({int(v) for v in degrees_column})
         raise ProfileError(f"{path}: no rows for tp {tp} (profiled: {degrees})")
     return chosen
 
@@ -100,38 +126,43 @@ class ProfiledStep:
         set_(self, "model", model)
         path = folder / "mlp.csv"
         mlp = _of_tp(_read(path), self.tp, path)
-        if "num_tokens" not in mlp:
-            raise ProfileError(f"{path}: no num_tokens column")
-        total = sum(_median(mlp, op, path).fillna(0).to_numpy() for op in DENSE_OPS)
-        set_(self, "_dense", _curve(mlp.num_tokens.to_numpy(), np.asarray(total), path, "dense"))
+        total = sum(_median(mlp, op, path, blanks=True) for op in DENSE_OPS)
+        set_(self, "_dense", _curve(_numbers(mlp, "num_tokens", path), np.asarray(total), path,
+                                    "dense"))
         path = folder / "attention.csv"
         attention = _of_tp(_read(path), self.tp, path)
         if "is_prefill" in attention:
-            is_prefill = attention.is_prefill.astype(str).str.lower() == "true"
-            prefill_time = _median(attention, "attn_prefill", path)
-            decode_time = _median(attention, "attn_decode", path)
+            is_prefill = (attention.is_prefill.astype(str).str.lower() == "true").to_numpy()
+            prefill_time = _median(attention, "attn_prefill", path, blanks=True)
+            decode_time = _median(attention, "attn_decode", path, blanks=True)
         elif "kind" in attention:
-            is_prefill = attention.kind == "prefill"
-            prefill_time = decode_time = attention.median_ms
+            is_prefill = (attention.kind == "prefill").to_numpy()
+            prefill_time = decode_time = _numbers(attention, "median_ms", path)
         else:
             raise ProfileError(f"{path}: no is_prefill or kind column")
-        p, d = attention[is_prefill], attention[~is_prefill]
-        pairs = p.batch_size * p.prefill_chunk_size * (p.kv_cache_size + p.prefill_chunk_size)
-        set_(self, "_prefill", _curve(pairs.to_numpy(), prefill_time[is_prefill].to_numpy(),
-                                      path, "prefill"))
-        set_(self, "_decode", _curve((d.batch_size * d.kv_cache_size).to_numpy(),
-                                     decode_time[~is_prefill].to_numpy(), path, "decode"))
+        batch, chunk, kv = (_numbers(attention, c, path) for c in
+                            ("batch_size", "prefill_chunk_size", "kv_cache_size"))
+        pairs = batch * chunk * (kv + chunk)
+        set_(self, "_prefill", _curve(pairs[is_prefill], prefill_time[is_prefill], path,
+                                      "prefill"))
+        set_(self, "_decode", _curve((batch * kv)[~is_prefill], decode_time[~is_prefill],
+                                     path, "decode"))
         set_(self, "_allreduce", None)
         if self.tp > 1:
             path = folder / "all_reduce.csv"
             ar = _read(path)
+            workers = _numbers(ar, "num_workers", path)
+            keep = workers == self.tp
             if "devices_per_node" in ar:
-                ar = ar[ar.devices_per_node == ar.num_workers]
-            ar = ar[ar.num_workers == self.tp]
-            set_(self, "_allreduce", _curve(np.log(ar["size"].to_numpy(dtype=float)),
-                                            _median(ar, "all_reduce", path).to_numpy()
-                                            if "median_ms" not in ar else ar.median_ms.to_numpy(),
-                                            path, f"all-reduce rows for {self.tp} workers"))
+                keep &= _numbers(ar, "devices_per_node", path) == workers
+            ar = ar[keep]
+            times = (_numbers(ar, "median_ms", path) if "median_ms" in ar
+                     else _median(ar, "all_reduce", path))
+            sizes = _numbers(ar, "size", path)
+            if (sizes <= 0).any():
+                raise ProfileError(f"{path}: column 'size': expected message sizes > 0")
+            set_(self, "_allreduce", _curve(np.log(sizes), times, path,
+                                            f"all-reduce rows for {self.tp} workers"))
 
     def layer_time(self, tokens: int) -> float:
         """One layer's dense operators and all-reduces at `tokens` tokens."""

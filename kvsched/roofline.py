@@ -107,9 +107,8 @@ class RooflineStep:
         tp = self.tp
         if not isinstance(tp, int) or tp < 1:
             raise ValueError(f"tp must be an integer >= 1, got {tp}")
-        if model.heads % tp or model.intermediate % tp:
-            raise ValueError(f"tp {tp} does not divide {model.name}'s {model.heads} heads and "
-                             f"{model.intermediate} intermediate size")
+        if (problem := model.tp_problem(tp)) is not None:
+            raise ValueError(problem)
         if self.block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {self.block_size}")
         h, hd, b = model.hidden, model.head_dim, DTYPE_BYTES

@@ -120,9 +120,28 @@ def requests_of(variant: Variant) -> Sequence[Request]:
                           variant.scenario.base_dir, variant.error)
 
 
+def check_profiles(variant: Variant) -> None:
+    """Read every `profiled` time model's folder of the variant and its fleet now (its CSVs'
+    columns and values), so that `validate` and `run` refuse a bad one naming the field."""
+    from kvsched.profiled import ProfiledStep, ProfileError
+
+    spec = variant.spec
+    times: list[tuple[tuple, object]] = [(("time",), spec.time)]
+    if spec.cluster is not None:
+        times += [(("cluster", "replicas", i, "time"), entry.time)
+                  for i, entry in enumerate(spec.cluster.replicas)]
+    for field, time in times:
+        if isinstance(time, ProfiledTime):
+            try:
+                ProfiledStep(Path(time.profiles), time.model, time.tp)
+            except ProfileError as exc:
+                raise variant.error((*field, "profiles"), str(exc)) from None
+
+
 def count_of(variant: Variant) -> tuple[int, bool]:
     """The variant's request count (and whether exact), its files checked, nothing generated."""
     assert variant.spec.workload is not None
+    check_profiles(variant)
     return count_requests(variant.spec.workload, variant.scenario.base_dir, variant.error)
 
 
@@ -234,6 +253,7 @@ def prepare(scenario: Scenario, variants: Iterable[str] = ()) -> dict[str, Seque
     workloads = {}
     for variant in select(scenario, variants):
         policy_of(variant)  # a user's policy class that does not load is refused now
+        check_profiles(variant)
         if variant.spec.cluster is not None:
             from kvsched.cluster_run import check_router_loads
 

@@ -15,6 +15,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -205,6 +206,33 @@ class LinearTime(Strict):
     per_swapped_block: NonNegativeFloat = 0.0
 
 
+def _known_model(cls: type, name: str) -> str:
+    from kvsched.hardware import load_model
+
+    load_model(name)  # ValueError: one line listing the known names
+    return name
+
+
+def _known_gpu(cls: type, name: str) -> str:
+    from kvsched.hardware import load_gpu
+
+    load_gpu(name)
+    return name
+
+
+def _model_splits(cls: type, tp: int, info: ValidationInfo) -> int:
+    """`tp` must shard the model (checked once `model` has been; its own error otherwise)."""
+    from kvsched.hardware import load_model
+
+    try:
+        model = load_model(info.data["model"])
+    except (KeyError, ValueError):
+        return tp  # the model's own check names it
+    if (problem := model.tp_problem(tp)) is not None:
+        raise ValueError(problem)
+    return tp
+
+
 class RooflineTime(Strict):
     """Step times from the model and the GPU (`kvsched.roofline`); `model` is a Hugging Face id
     of the catalogue or the path of a config.json."""
@@ -214,13 +242,9 @@ class RooflineTime(Strict):
     gpu: str
     tp: PositiveInt = 1
 
-    @model_validator(mode="after")
-    def _known_hardware(self) -> Self:
-        from kvsched.hardware import load_gpu, load_model
-
-        load_model(self.model)  # ValueError: one line listing the known names
-        load_gpu(self.gpu)
-        return self
+    _model = field_validator("model")(_known_model)
+    _gpu = field_validator("gpu")(_known_gpu)
+    _tp = field_validator("tp")(_model_splits)
 
 
 class ProfiledTime(Strict):
@@ -231,12 +255,8 @@ class ProfiledTime(Strict):
     model: str
     tp: PositiveInt = 1
 
-    @model_validator(mode="after")
-    def _known_model(self) -> Self:
-        from kvsched.hardware import load_model
-
-        load_model(self.model)
-        return self
+    _model = field_validator("model")(_known_model)
+    _tp = field_validator("tp")(_model_splits)
 
 
 TimeSpec = Annotated[StepsTime | ConstantTime | LinearTime | RooflineTime | ProfiledTime,
@@ -247,15 +267,29 @@ MAX_PLAUSIBLE_SLO = 3600.0  # seconds: a latency target above an hour is a unit 
 
 
 def derived_pool(resolved: dict[str, Any], spec: "RunSpec") -> str | None:
-    """'num_blocks: auto = N blocks ...' when the variant's raw mapping asked for auto."""
+    """'num_blocks: auto = N blocks ...' for the variant and each fleet entry whose pool was
+    sized from its GPU."""
     engine = resolved.get("engine")
-    if not (isinstance(engine, dict) and engine.get("num_blocks") == "auto"):
-        return None
-    time = spec.time
-    assert isinstance(time, RooflineTime)
-    tokens = int(spec.engine.num_blocks) * spec.engine.block_size
-    return (f"engine.num_blocks: auto = {spec.engine.num_blocks:,} blocks ({tokens:,} tokens of "
-            f"KV) for {time.model} on {time.tp} x {time.gpu}")
+    auto = isinstance(engine, dict) and engine.get("num_blocks") == "auto"
+    parts = []
+    if auto:
+        time = spec.time
+        assert isinstance(time, RooflineTime)
+        tokens = int(spec.engine.num_blocks) * spec.engine.block_size
+        parts.append(f"engine.num_blocks: auto = {spec.engine.num_blocks:,} blocks ({tokens:,} "
+                     f"tokens of KV) for {time.model} on {time.tp} x {time.gpu}")
+    cluster = resolved.get("cluster")
+    entries = cluster.get("replicas") if isinstance(cluster, dict) else None
+    if isinstance(entries, list) and spec.cluster is not None:
+        for index, (raw, entry) in enumerate(zip(entries, spec.cluster.replicas, strict=False)):
+            own = raw.get("engine") if isinstance(raw, dict) else None
+            own = own if isinstance(own, dict) else {}
+            sized = own.get("num_blocks") == "auto" or (
+                auto and "num_blocks" not in own and _is_roofline(raw.get("time")))
+            if sized and entry.engine is not None and isinstance(entry.time, RooflineTime):
+                parts.append(f"cluster.replicas[{index}]: {entry.engine.num_blocks:,} blocks "
+                             f"for {entry.time.model} on {entry.time.tp} x {entry.time.gpu}")
+    return "; ".join(parts) or None
 
 
 def unit_warnings(spec: "RunSpec") -> list[str]:
@@ -283,7 +317,26 @@ def unit_warnings(spec: "RunSpec") -> list[str]:
             targets.append(("admission.ttft_slo", spec.admission.ttft_slo))
         out += [f"{field}: {value:g} s is over an hour; did you mean milliseconds?"
                 for field, value in targets if value is not None and value > MAX_PLAUSIBLE_SLO]
+    fleet = [(f"cluster.replicas[{i}].", e.time, e.engine or spec.engine)
+             for i, e in enumerate(spec.cluster.replicas) if e.time is not None
+             ] if spec.cluster is not None else []
+    for where, roofline, engine in [("", time, spec.engine), *fleet]:
+        if isinstance(roofline, RooflineTime) and (problem := _does_not_fit(roofline, engine)):
+            out.append(f"{where}time: {problem}, yet engine.num_blocks gives it a pool of "
+                       f"{engine.num_blocks:,} blocks")
     return out
+
+
+def _does_not_fit(time: RooflineTime, engine: "EngineSpec") -> str | None:
+    """Why the model's weights leave its GPUs no room for KV cache, or None."""
+    from kvsched.kvpool import PoolDoesNotFit, kv_pool_blocks
+
+    try:
+        kv_pool_blocks(time.model, time.gpu, time.tp, engine.block_size,
+                       engine.gpu_memory_utilization or 0.9)
+    except PoolDoesNotFit as exc:
+        return str(exc).split("; raise")[0]
+    return None
 
 
 # -- workloads --------------------------------------------------------------------------
@@ -677,6 +730,18 @@ class ReplicaSpec(Strict):
     engine: EngineSpec | None = None
     time: TimeSpec | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _auto_pool(cls, data: Any) -> Any:
+        """`engine.num_blocks: auto` (given, or marked by `RunSpec`): this replica's pool."""
+        engine = data.get("engine") if isinstance(data, dict) else None
+        if not (isinstance(engine, dict) and engine.get("num_blocks") == "auto"):
+            return data
+        if not _is_roofline(data.get("time")):
+            raise ValueError("engine.num_blocks: auto needs time: {kind: roofline, model: ..., "
+                             "gpu: ..., tp: ...} here or in the variant to size the pool")
+        return {**data, "engine": _sized(engine, {}, data["time"])}
+
 
 class ClusterSpec(Strict):
     """`cluster:` N replicas behind a router (see `kvsched.cluster`). `replicas`: a count of
@@ -714,6 +779,54 @@ class ClusterSpec(Strict):
         return sum(entry.count for entry in self.replicas)
 
 
+def _is_roofline(time: Any) -> bool:
+    return isinstance(time, dict) and time.get("kind") == "roofline"
+
+
+def _sized(engine: dict, base: dict, time: dict) -> dict:
+    """`engine` with `num_blocks` the pool of `time`'s model on its GPUs (block size and
+    memory share from `engine`, else `base`); without it where the model or GPU is unknown or
+    a field missing or mistyped: the fields' own validation names that."""
+    from kvsched.hardware import UnknownHardware
+    from kvsched.kvpool import kv_pool_blocks
+
+    def key(name: str, default: Any) -> Any:
+        return engine.get(name, base.get(name)) or default
+
+    try:
+        blocks = kv_pool_blocks(time["model"], time["gpu"], time.get("tp", 1),
+                                key("block_size", _ENGINE.block_size),
+                                key("gpu_memory_utilization", 0.9))
+    except (KeyError, TypeError, UnknownHardware):
+        return {k: v for k, v in engine.items() if k != "num_blocks"}
+    return {**engine, "num_blocks": blocks}
+
+
+def _auto_replica_pools(data: dict, engine: dict, auto: bool) -> dict:
+    """Marks `num_blocks: auto` on each `cluster.replicas` entry that asks for it, or that
+    has a roofline of its own under a variant that does, with the roofline (its own, else
+    the variant's) and the variant's block size and memory share beside it: `ReplicaSpec`
+    sizes it, so that an error names the entry."""
+    cluster = data.get("cluster")
+    entries = cluster.get("replicas") if isinstance(cluster, dict) else None
+    if not (isinstance(cluster, dict) and isinstance(entries, list)):
+        return data
+    out = []
+    for entry in entries:
+        own = entry.get("engine") if isinstance(entry, dict) else None
+        own = own if isinstance(own, dict) else {}
+        time = entry.get("time") if isinstance(entry, dict) else None
+        if isinstance(entry, dict) and (own.get("num_blocks") == "auto" or (
+                auto and "num_blocks" not in own and _is_roofline(time))):
+            inherited = {k: engine[k] for k in ("block_size", "gpu_memory_utilization")
+                         if k in engine and k not in own}
+            entry = {**entry, "engine": {**own, **inherited, "num_blocks": "auto"}}
+            if not _is_roofline(time) and _is_roofline(data.get("time")):
+                entry["time"] = data["time"]  # the variant's: what the replica runs anyway
+        out.append(entry)
+    return {**data, "cluster": {**cluster, "replicas": out}}
+
+
 def _expand_policy(value: Any) -> Any:
     return {"name": value} if isinstance(value, str) else value
 
@@ -736,27 +849,24 @@ class RunSpec(Strict):
     @model_validator(mode="before")
     @classmethod
     def _auto_pool(cls, data: Any) -> Any:
-        """`engine.num_blocks: auto` becomes the KV pool of the roofline's model and GPUs."""
+        """`engine.num_blocks: auto` becomes the KV pool of the roofline's model and GPUs;
+        a fleet's replica with a roofline of its own gets its own model's pool."""
         if not isinstance(data, dict):
             return data
         engine, time = data.get("engine"), data.get("time")
-        if not (isinstance(engine, dict) and engine.get("num_blocks") == "auto"):
+        auto = isinstance(engine, dict) and engine.get("num_blocks") == "auto"
+        data = _auto_replica_pools(data, engine if isinstance(engine, dict) else {}, auto)
+        if not auto:
             return data
-        if not (isinstance(time, dict) and time.get("kind") == "roofline"):
+        assert isinstance(engine, dict)
+        if not _is_roofline(time):
             if cls is not RunSpec:  # a scenario's base may leave `time` to its variants,
                 rest = {k: v for k, v in engine.items() if k != "num_blocks"}
                 return {**data, "engine": rest}  # each of which is validated on its own
             raise ValueError("engine.num_blocks: auto needs time: {kind: roofline, model: ..., "
                              "gpu: ..., tp: ...} to size the pool")
-        from kvsched.kvpool import kv_pool_blocks
-
-        try:
-            blocks = kv_pool_blocks(time["model"], time["gpu"], time.get("tp", 1),
-                                    engine.get("block_size", _ENGINE.block_size),
-                                    engine.get("gpu_memory_utilization") or 0.9)
-        except (KeyError, TypeError):
-            return data  # the fields' own validation names what is missing or mistyped
-        return {**data, "engine": {**engine, "num_blocks": blocks}}
+        assert isinstance(time, dict)
+        return {**data, "engine": _sized(engine, engine, time)}
 
     @model_validator(mode="after")
     def _admission_target(self) -> Self:

@@ -36,7 +36,8 @@ def test_a_roofline_time_builds_the_roofline_with_the_engine_block_size():
 
 
 @pytest.mark.parametrize(("time", "message"), [
-    ("{kind: roofline, model: meta-llama/Llama-3.1-8B, gpu: b200}", "unknown GPU 'b200'; known:"),
+    ("{kind: roofline, model: meta-llama/Llama-3.1-8B, gpu: b200}",
+     "unknown GPU 'b200' (did you mean h200?); known:"),
     ("{kind: roofline, model: llama-9, gpu: a40}", "unknown model 'llama-9'; known:"),
     ("{kind: roofline, model: meta-llama/Llama-3.1-8B, gpu: a40, tpp: 2}", "tpp"),
     ("{kind: profiled, profiles: p, model: nope}", "unknown model 'nope'"),
@@ -48,9 +49,12 @@ def test_bad_time_specs_are_one_line_errors(time, message):
 
 
 def test_a_tp_that_does_not_divide_the_heads_is_an_input_error():
-    loaded = scenario("{kind: roofline, model: meta-llama/Llama-3.1-8B, gpu: a40, tp: 3}")
-    with pytest.raises(KvschedError, match="time.tp"):
-        time_model_of(loaded.variants[0].spec)
+    """Refused when the file is loaded (so by `validate`), naming the field and its line."""
+    with pytest.raises(KvschedError, match=r"t.yaml:3: time.tp: tp 3 does not split .* "
+                                           r"expected one of 1, 2, 4, 8, 16, 32$"):
+        scenario("{kind: roofline, model: meta-llama/Llama-3.1-8B, gpu: a40, tp: 3}")
+    loaded = scenario("{kind: roofline, model: meta-llama/Llama-3.1-8B, gpu: a40, tp: 4}")
+    assert time_model_of(loaded.variants[0].spec).tp == 4
 
 
 def test_a_profiled_time_reads_the_folder(tmp_path):

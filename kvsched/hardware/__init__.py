@@ -54,6 +54,19 @@ class Model:
         embeddings = self.vocab * self.hidden * (1 if self.tied else 2)
         return self.layers * self.layer_params + embeddings
 
+    def tp_problem(self, tp: int) -> str | None:
+        """Why this model cannot be sharded `tp` ways, or None: vLLM splits the attention
+        heads and the MLP evenly, and the KV heads either evenly or by replicating them."""
+        def splits(n: int) -> bool:
+            kv = (n % self.kv_heads == 0) if n >= self.kv_heads else (self.kv_heads % n == 0)
+            return self.heads % n == 0 and self.intermediate % n == 0 and kv
+
+        if splits(tp):
+            return None
+        fits = ", ".join(str(n) for n in range(1, self.heads + 1) if splits(n))
+        return (f"tp {tp} does not split {self.name}'s {self.heads} heads, {self.kv_heads} KV "
+                f"heads and {self.intermediate} intermediate size evenly; expected one of {fits}")
+
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
         """KV cache bytes one token holds across all layers (K and V), on one GPU of TP 1."""
         return self.layers * self.kv_heads * self.head_dim * 2 * dtype_bytes
@@ -145,11 +158,35 @@ def known_gpus() -> list[str]:
     return list(_gpus())
 
 
+# A fine-tune keeps its base's shapes: `meta-llama/Meta-Llama-3-8B-Instruct` is looked up as
+# `meta-llama/Meta-Llama-3-8B` (the longest suffix first, until none is left).
+TUNE_SUFFIXES = ("-chat-hf", "-instruct-hf", "-instruct", "-chat", "-it", "-hf", "-base")
+
+
 def _lookup(table: dict[str, dict[str, Any]], name: str, what: str) -> tuple[str, dict[str, Any]]:
-    for key, entry in table.items():
-        if key.lower() == name.strip().lower():
-            return key, entry
-    raise UnknownHardware(f"unknown {what} '{name}'; known: {', '.join(table)}")
+    lowered = {key.lower(): key for key in table}
+    wanted = name.strip().lower()
+    tried = [wanted]
+    if what == "model":
+        base = wanted
+        while suffix := next((s for s in TUNE_SUFFIXES if base.endswith(s)), ""):
+            base = base.removesuffix(suffix)
+        tried += [base, base + "-hf"]  # Llama 2's ids end in -hf, its chat model's in -chat-hf
+    for candidate in tried:
+        if candidate in lowered:
+            return lowered[candidate], table[lowered[candidate]]
+    raise UnknownHardware(f"unknown {what} '{name}'{_suggest(wanted, lowered)}; "
+                          f"known: {', '.join(table)}")
+
+
+def _suggest(wanted: str, lowered: dict[str, str]) -> str:
+    """' (did you mean ...?)' for names that start with, contain or nearly spell `wanted`."""
+    import difflib
+
+    close = [key for low, key in lowered.items() if wanted and (low.startswith(wanted)
+                                                              or wanted in low)]
+    close = close or [lowered[low] for low in difflib.get_close_matches(wanted, lowered, n=3)]
+    return f" (did you mean {' or '.join(close[:3])}?)" if close else ""
 
 
 _FLOATS = ("peak_flops", "memory_bw", "memory", "interconnect_bw", "interconnect_latency",
@@ -190,16 +227,29 @@ def model_from_config(path: Path) -> Model:
     config = config.get("text_config", config) if "num_hidden_layers" not in config else config
     required = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
                 "vocab_size")
-    missing = [key for key in required if not isinstance(config.get(key), int)]
+    missing = [key for key in required if not _whole(config.get(key))]
     if missing:
         raise UnknownHardware(f"{path}: config.json lacks integer {', '.join(missing)}")
+    for key in (*required, "num_key_value_heads", "head_dim"):
+        if key in config and config[key] is not None and not (_whole(config[key])
+                                                              and config[key] >= 1):
+            raise UnknownHardware(f"{path}: config.json {key}: expected a whole number >= 1, "
+                                  f"got {config[key]!r}")
     heads = config["num_attention_heads"]
     kv_heads = config.get("num_key_value_heads") or heads
     head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    if head_dim < 1 or heads % kv_heads:
+        raise UnknownHardware(f"{path}: config.json: expected num_attention_heads ({heads}) a "
+                              f"multiple of num_key_value_heads ({kv_heads}) and at most "
+                              f"hidden_size ({config['hidden_size']})")
     return Model(name=str(config.get("_name_or_path") or path), layers=config["num_hidden_layers"],
                  hidden=config["hidden_size"], intermediate=config["intermediate_size"],
                  heads=heads, kv_heads=kv_heads, head_dim=head_dim, vocab=config["vocab_size"],
                  tied=bool(config.get("tie_word_embeddings", False)), source=str(path))
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def load_calibration(gpu: str | Gpu) -> Calibration:

@@ -12,13 +12,13 @@ import difflib
 import importlib
 import inspect
 import re
-import sys
 from collections.abc import Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kvsched.errors import excerpt
+from kvsched.plugins import import_user_module
 from kvsched.policies.base import DynamicPolicy, Policy, SortKey, StaticPolicy, is_dynamic
 
 
@@ -129,17 +129,7 @@ def _user_class(name: str, search_path: Sequence[Path]) -> type:
     of it is called. Importing runs the module's code, with the user's rights."""
     check_policy_name(name)
     module_name, _, class_name = name.partition(":")
-    extra = [str(Path(folder).resolve()) for folder in search_path]
-    extra = [folder for folder in dict.fromkeys(extra) if folder not in sys.path]
-    sys.path.extend(extra)  # after the user's own path: a folder never shadows a module
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - a user's module may raise anything
-        raise ValueError(f"cannot import policy module '{module_name}': "
-                         f"{type(exc).__name__}: {excerpt(exc, 200)}") from None
-    finally:
-        for folder in extra:
-            sys.path.remove(folder)
+    module = import_user_module(module_name, search_path, "policy")
     cls = inspect.getattr_static(module, class_name, None)
     if cls is None:
         raise ValueError(f"module '{module_name}' has no class '{class_name}'")

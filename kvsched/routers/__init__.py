@@ -8,13 +8,15 @@ method, and one line in `BUILTIN`. A user's own router needs no registration: na
 from __future__ import annotations
 
 import difflib
-import importlib
 import inspect
 import re
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from kvsched.plugins import import_user_module
 from kvsched.routers.base import EngineView, Router, RouterBase, RouteRequest
 from kvsched.routers.least_kv import LeastKv
 from kvsched.routers.least_outstanding import LeastOutstanding
@@ -49,9 +51,10 @@ def check_router(name: str, params: dict[str, Any]) -> None:
 
 
 def make_router(name: str, params: dict[str, Any], num_replicas: int,
-                rng: np.random.Generator) -> Router:
-    """The router `name` with `params`, bound to the cluster (see `RouterBase.bind`)."""
-    cls = _user_class(name) if ":" in name else _builtin(name)
+                rng: np.random.Generator, search_path: Sequence[Path] = ()) -> Router:
+    """The router `name` with `params`, bound to the cluster (see `RouterBase.bind`); a
+    user's module is imported from `sys.path` or, failing that, the `search_path` folders."""
+    cls = _user_class(name, search_path) if ":" in name else _builtin(name)
     router = _build(cls, name, params)
     bind = getattr(router, "bind", None)
     if callable(bind):
@@ -59,10 +62,10 @@ def make_router(name: str, params: dict[str, Any], num_replicas: int,
     return router
 
 
-def load_router(name: str) -> type:
+def load_router(name: str, search_path: Sequence[Path] = ()) -> type:
     """The class `name` stands for (a user's module imported), checked to be a class with a
     `route` method; nothing of it is called. For refusing a bad router before a run."""
-    return _user_class(name) if ":" in name else _builtin(name)
+    return _user_class(name, search_path) if ":" in name else _builtin(name)
 
 
 def _builtin(name: str) -> type:
@@ -74,12 +77,9 @@ def _builtin(name: str) -> type:
                      "or package.module:ClassName")
 
 
-def _user_class(name: str) -> type:
+def _user_class(name: str, search_path: Sequence[Path]) -> type:
     module_name, _, class_name = name.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"cannot import router module '{module_name}': {exc}") from None
+    module = import_user_module(module_name, search_path, "router")
     cls = getattr(module, class_name, None)
     if cls is None:
         raise ValueError(f"module '{module_name}' has no class '{class_name}'")
