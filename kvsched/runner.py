@@ -123,8 +123,6 @@ def requests_of(variant: Variant) -> Sequence[Request]:
 def check_profiles(variant: Variant) -> None:
     """Read every `profiled` time model's folder of the variant and its fleet now (its CSVs'
     columns and values), so that `validate` and `run` refuse a bad one naming the field."""
-    from kvsched.profiled import ProfiledStep, ProfileError
-
     spec = variant.spec
     times: list[tuple[tuple, object]] = [(("time",), spec.time)]
     if spec.cluster is not None:
@@ -132,6 +130,8 @@ def check_profiles(variant: Variant) -> None:
                   for i, entry in enumerate(spec.cluster.replicas)]
     for field, time in times:
         if isinstance(time, ProfiledTime):
+            from kvsched.profiled import ProfiledStep, ProfileError  # pandas: only if needed
+
             try:
                 ProfiledStep(Path(time.profiles), time.model, time.tp)
             except ProfileError as exc:
