@@ -21,7 +21,7 @@ import typer
 
 from kvsched import __version__
 from kvsched.errors import KvschedError, excerpt, one_line
-from kvsched.paths import name_problem, out_problem
+from kvsched.paths import RUN, SWEEP, check_name, check_replaceable, out_problem
 from kvsched.record_mode import RecordMode
 
 # kvsched does no linear algebra: numpy's BLAS thread pool (made when numpy is imported, by
@@ -152,6 +152,8 @@ def run(
             raise KvschedError(f"{scenario.source}: name '{scenario.name}' is also the name of "
                                f"{twin.source}: both would write {out}/{scenario.name}/")
     check_out(out)
+    for scenario in loaded:
+        check_replaceable(out / scenario.name, RUN)
     workloads = [prepare(scenario, variant) for scenario in loaded]  # all valid before any run
     for scenario in loaded:
         _unit_warnings(scenario, variant)
@@ -368,8 +370,7 @@ def sweep(
 
     if jobs < 1:
         raise KvschedError(f"--jobs: expected a number of processes >= 1, got {jobs}")
-    if name is not None and (problem := name_problem(name)):
-        raise KvschedError(f"--name: {problem}")
+    check_name(name)
     check_out(out)
     axes: list[Axis] = []
     for option, text in (("budget", budget), ("blocks", blocks), ("policy", policy),
@@ -385,6 +386,8 @@ def sweep(
     source = SweepSource(path.read_text(encoding="utf-8"), str(scenario or "lesson (embedded)"),
                          path.parent, (), seed)
     points = check_size(axes, len(variant or loaded.variants))
+    folder = out / f"sweep-{name or loaded.name}"
+    check_replaceable(folder, SWEEP)
     work_begins()
     console = Console(stderr=True)
     with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -392,7 +395,6 @@ def sweep(
         task = progress.add_task("sweep", total=points)
         frame = run_sweep(source, axes, variant, jobs, lambda: progress.advance(task),
                           _backend(backend), address)
-    folder = out / f"sweep-{name or loaded.name}"
     existed = folder.exists()
     write_sweep(folder, frame, axes, source)
     if existed:

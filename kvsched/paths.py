@@ -1,6 +1,8 @@
 """Names that become paths: a scenario's name is a folder under `--out`, a variant's a folder
-under it, a sweep's `--name` the folder `sweep-<name>`. Each must be one plain path component
-that cannot reach outside its parent or land on a file a run writes."""
+under it, a sweep's `--name` the folder `sweep-<name>`, a capacity search's `capacity-<name>`.
+Each must be one plain path component that cannot reach outside its parent or land on a file
+a run writes. A results folder already there is replaced only when kvsched wrote it (its
+marker file is in it)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import shutil
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from kvsched.errors import KvschedError, excerpt
@@ -34,6 +37,13 @@ def name_problem(name: str) -> str | None:
         return (f"'{name}' ends like a file a run writes ({', '.join(RESULT_SUFFIXES)}): "
                 "it would collide with summary.csv, run.json, ttft.png...")
     return None
+
+
+def check_name(name: str | None, option: str = "--name") -> None:
+    """Refuse, in one line, a folder name given on the command line (`sweep --name`,
+    `capacity --name`) that `name_problem` rejects."""
+    if name is not None and (problem := name_problem(name)):
+        raise KvschedError(f"{option}: {problem}")
 
 
 def scenario_name_problem(name: str) -> str | None:
@@ -68,6 +78,52 @@ def write_error(folder: Path, exc: OSError) -> KvschedError:
     return KvschedError(f"cannot write results to {folder}/: {reason}; nothing was written")
 
 
+# -- replacing only what kvsched wrote -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Results:
+    """A kind of results folder under `--out`: what writes it, the file (a glob under the
+    folder) that marks one kvsched wrote, and how the user picks another folder."""
+
+    what: str
+    marker: str
+    shown: str  # the marker as the user reads it
+    elsewhere: str
+
+
+RUN = Results("a run", "*/run.json", "<variant>/run.json", "give another --out or --set name=NEW")
+SWEEP = Results("a sweep", "sweep.json", "sweep.json", "give another --out or --name")
+CAPACITY = Results("a capacity search", "capacity.json", "capacity.json",
+                   "give another --out or --name")
+
+
+def _marked(folder: Path, kind: Results) -> bool:
+    try:
+        return any(path.is_file() for path in folder.glob(kind.marker))
+    except OSError:
+        return False
+
+
+def check_replaceable(folder: Path, kind: Results) -> None:
+    """Refuse, in one line, to replace `folder` unless it is absent or is a folder kvsched
+    wrote for `kind` (its marker file is in it): a user's file, symbolic link or folder
+    there is left as it is."""
+    if folder.is_symlink():
+        what = "a symbolic link"
+    elif not folder.exists():
+        return
+    elif not folder.is_dir():
+        what = "a file"
+    elif _marked(folder, kind):
+        return
+    else:
+        what = "a folder"
+    raise KvschedError(f"--out: {folder} is {what} kvsched did not write (the results of "
+                       f"{kind.what} hold {kind.shown}); it is left as it is: "
+                       f"{kind.elsewhere}")
+
+
 @contextmanager
 def signals_held() -> Iterator[None]:
     """Hold Ctrl-C and SIGTERM while results are renamed into place: a signal between moving
@@ -80,9 +136,11 @@ def signals_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def replace_dir(staging: Path, final: Path) -> None:
-    """Put the finished `staging` folder in the place of `final` (which may not exist), the
-    previous `final` removed only once the new one is in place."""
+def replace_dir(staging: Path, final: Path, kind: Results) -> None:
+    """Put the finished `staging` folder in the place of `final` (which may not exist, or
+    be a folder kvsched wrote for `kind`: see `check_replaceable`), the previous `final`
+    removed only once the new one is in place."""
+    check_replaceable(final, kind)
     if not final.exists():
         os.replace(staging, final)
         return
