@@ -2,7 +2,8 @@
 under it, a sweep's `--name` the folder `sweep-<name>`, a capacity search's `capacity-<name>`.
 Each must be one plain path component that cannot reach outside its parent or land on a file
 a run writes. A results folder already there is replaced only when kvsched wrote it (its
-marker file is in it)."""
+marker file is in it); a single output file (`step-time --out`) is written whole or not at
+all."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import os
 import re
 import shutil
 import signal
+import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,13 +71,40 @@ def out_problem(out: Path) -> str | None:
     return None
 
 
-def write_error(folder: Path, exc: OSError) -> KvschedError:
-    """An OS error while writing results, as one line (the disk is full, a folder is
-    read-only...): nothing partial is left behind by the writers."""
+def _reason(exc: OSError) -> str:
     reason = exc.strerror or type(exc).__name__
     if exc.errno == errno.ENOSPC:
         reason += " (disk full)"
-    return KvschedError(f"cannot write results to {folder}/: {reason}; nothing was written")
+    return reason
+
+
+def write_error(folder: Path, exc: OSError) -> KvschedError:
+    """An OS error while writing results, as one line (the disk is full, a folder is
+    read-only...): nothing partial is left behind by the writers."""
+    return KvschedError(f"cannot write results to {folder}/: {_reason(exc)}; nothing was written")
+
+
+def write_file(path: Path, text: str, option: str = "--out") -> None:
+    """Write `path` whole or not at all: into a temporary file in its folder, then renamed
+    over it; on an OS error (disk full, no such folder...) nothing is left and the error is
+    one line naming `option`."""
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; the result is an ordinary file
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        raise KvschedError(f"{option}: cannot write {path}: {_reason(exc)}; "
+                           "nothing was written") from None
+    finally:
+        if tmp is not None:
+            with suppress(OSError):
+                os.unlink(tmp)
 
 
 # -- replacing only what kvsched wrote -------------------------------------------------
