@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable, Generator, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -28,12 +29,14 @@ import pandas as pd
 from kvsched.backends import Backend, process_pool, run_jobs, stop_pool
 from kvsched.capacity_grid import search_steps
 from kvsched.errors import KvschedError, ScenarioError
-from kvsched.runner import requests_of, run_variant, select
+from kvsched.paths import CAPACITY, replace_dir
+from kvsched.report import write_csv, write_json
+from kvsched.runner import requests_of, run_variant, select, staging
 from kvsched.scenario import Scenario, Variant, is_known_metric, known_classes, unknown_value
 from kvsched.schema import Fixed, SyntheticWorkload, TraceWorkload
 from kvsched.slo_watch import SloWatch
 from kvsched.steplog import StepLog
-from kvsched.sweep import Axis, SweepSource, grid
+from kvsched.sweep import Axis, SweepSource, grid, grid_spec
 
 MAX_FACTOR = 1024.0  # the search looks no further than 1024x (or 1/1024x) the given rate
 DEFAULT_TOLERANCE = 0.02
@@ -380,3 +383,24 @@ def probes_frame(results: Sequence[Capacity], targets: Sequence[SloTarget]) -> p
              "holds": p.holds, "aborted": p.aborted}
             for result in results for p in result.probes]
     return pd.DataFrame.from_records(rows)
+
+
+def write_capacity(folder: Path, results: Sequence[Capacity], targets: Sequence[SloTarget],
+                   tolerance: float, source: SweepSource, axes: Sequence[Axis] = (),
+                   plot: bool = False) -> None:
+    """`capacity.csv`, `capacity_probes.csv`, `capacity.json` (the scenario, grid, SLOs and
+    tolerance: the marker of a capacity folder) and with `plot` `capacity.png`, staged
+    beside `folder` and renamed into its place: a previous search of the same name is
+    replaced whole (anything else there is refused, left as it is), and an OS error (disk
+    full...) leaves nothing partial."""
+    spec = {**grid_spec(source, axes), "slo": [{"metric": t.metric, "limit": t.limit}
+                                               for t in targets], "tolerance": tolerance}
+    with staging(folder.parent, folder.name) as staged:
+        write_csv(capacity_frame(results, targets), staged / "capacity.csv")
+        write_csv(probes_frame(results, targets), staged / "capacity_probes.csv")
+        write_json(spec, staged / "capacity.json")
+        if plot:
+            from kvsched.plots_capacity import draw_capacity
+
+            draw_capacity(results, targets).savefig(staged / "capacity.png", dpi=110)
+        replace_dir(staged, folder, CAPACITY)

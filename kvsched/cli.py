@@ -7,6 +7,7 @@ import atexit
 import functools
 import gc
 import json
+import math
 import os
 import shutil
 import signal
@@ -21,7 +22,7 @@ import typer
 
 from kvsched import __version__
 from kvsched.errors import KvschedError, excerpt, one_line
-from kvsched.paths import name_problem, out_problem
+from kvsched.paths import RUN, SWEEP, check_name, check_replaceable, out_problem, write_file
 from kvsched.record_mode import RecordMode
 
 # kvsched does no linear algebra: numpy's BLAS thread pool (made when numpy is imported, by
@@ -152,6 +153,8 @@ def run(
             raise KvschedError(f"{scenario.source}: name '{scenario.name}' is also the name of "
                                f"{twin.source}: both would write {out}/{scenario.name}/")
     check_out(out)
+    for scenario in loaded:
+        check_replaceable(out / scenario.name, RUN)
     workloads = [prepare(scenario, variant) for scenario in loaded]  # all valid before any run
     for scenario in loaded:
         _unit_warnings(scenario, variant)
@@ -368,8 +371,7 @@ def sweep(
 
     if jobs < 1:
         raise KvschedError(f"--jobs: expected a number of processes >= 1, got {jobs}")
-    if name is not None and (problem := name_problem(name)):
-        raise KvschedError(f"--name: {problem}")
+    check_name(name)
     check_out(out)
     axes: list[Axis] = []
     for option, text in (("budget", budget), ("blocks", blocks), ("policy", policy),
@@ -385,6 +387,8 @@ def sweep(
     source = SweepSource(path.read_text(encoding="utf-8"), str(scenario or "lesson (embedded)"),
                          path.parent, (), seed)
     points = check_size(axes, len(variant or loaded.variants))
+    folder = out / f"sweep-{name or loaded.name}"
+    check_replaceable(folder, SWEEP)
     work_begins()
     console = Console(stderr=True)
     with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -392,7 +396,6 @@ def sweep(
         task = progress.add_task("sweep", total=points)
         frame = run_sweep(source, axes, variant, jobs, lambda: progress.advance(task),
                           _backend(backend), address)
-    folder = out / f"sweep-{name or loaded.name}"
     existed = folder.exists()
     write_sweep(folder, frame, axes, source)
     if existed:
@@ -542,9 +545,10 @@ def step_time(
     tp: TpOpt = 1,
     batches: Annotated[Path | None, typer.Option(
         "--batches", metavar="FILE.csv", help="One batch a row (" + ", ".join(BATCH_COLUMNS)
-        + "); written back with predicted_ms added.")] = None,
+        + "): the rows with predicted_ms added go to --out (the file is only read).")] = None,
     out: Annotated[Path | None, typer.Option(
-        "--out", metavar="FILE.csv", help="Write there instead of back into --batches.")] = None,
+        "--out", metavar="FILE.csv", help="With --batches: write the rows there, whole or not "
+        "at all (default: print them).")] = None,
     prefill: Annotated[str | None, typer.Option(
         metavar="TOKENSxN", help="N prefill chunks of TOKENS each, e.g. 1024x2.")] = None,
     cached: Annotated[int, typer.Option(
@@ -553,8 +557,6 @@ def step_time(
         metavar="N@CONTEXT", help="N decodes of CONTEXT tokens each, e.g. 16@512.")] = None,
 ) -> None:
     """How long one step takes on this model and GPU (the roofline time model)."""
-    import pandas as pd
-
     from kvsched.roofline import BatchShape
 
     roofline = _roofline(model, gpu, tp)
@@ -564,29 +566,88 @@ def step_time(
         shape = BatchShape(((tokens, cached),) * num_chunks, num_decodes, num_decodes * context)
         typer.echo(f"{roofline.duration_shape(shape) * 1e3:.3f} ms")
         return
-    try:
-        frame = pd.read_csv(batches)
-    except (OSError, ValueError) as exc:
-        raise KvschedError(f"{batches}: cannot read: {exc}") from None
-    missing = [c for c in BATCH_COLUMNS if c not in frame]
-    if missing:
-        raise KvschedError(f"{batches}: missing column(s) {', '.join(missing)}")
-    for column in BATCH_COLUMNS:
-        values = pd.to_numeric(frame[column], errors="coerce")
-        bad = frame.index[values.isna() | (values < 0) | (values % 1 != 0)]
-        if len(bad):
-            raise KvschedError(f"{batches}: row {int(bad[0]) + 2}: {column} must be an integer "
-                               f">= 0, got '{frame[column][bad[0]]}'")
-    predicted = []
-    rows: list[list[int]] = frame[list(BATCH_COLUMNS)].astype(int).to_numpy().tolist()
-    for num_prefills, tokens, cached_kv, num_decodes, context in rows:
+    if out is not None and _same_file(out, batches):
+        raise KvschedError(f"--out: {out} is the --batches file; step-time never writes over "
+                           "its input: give another file")
+    header, rows = _read_batches(batches)
+    at = [header.index(column) for column in BATCH_COLUMNS]
+    if "predicted_ms" not in header:
+        header.append("predicted_ms")
+    slot = header.index("predicted_ms")
+    for line, row in rows:
+        num_prefills, tokens, cached_kv, num_decodes, context = (
+            _whole(batches, line, column, row[i]) for column, i in zip(BATCH_COLUMNS, at,
+                                                                      strict=True))
         shape = BatchShape(((tokens, cached_kv),) * num_prefills, num_decodes,
                            num_decodes * context)
-        predicted.append(round(roofline.duration_shape(shape) * 1e3, 4))
-    frame["predicted_ms"] = predicted
-    target = out or batches
-    frame.to_csv(target, index=False)
-    typer.echo(f"wrote {target}: {len(frame)} batches, predicted_ms added")
+        predicted = str(round(roofline.duration_shape(shape) * 1e3, 4))
+        row[slot:slot + 1] = [predicted]
+    text = _csv_text([header, *(row for _, row in rows)])
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    write_file(out, text)
+    typer.echo(f"wrote {out}: {len(rows)} batches, predicted_ms added")
+
+
+def _same_file(one: Path, other: Path) -> bool:
+    try:
+        return os.path.samefile(one, other)
+    except OSError:  # one of them does not exist (yet)
+        return one.resolve() == other.resolve()
+
+
+def _read_batches(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    """A --batches file's header and its rows (with their line), each row with as many
+    fields as the header and the batch columns present, or one error line."""
+    import csv
+    import stat
+
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise KvschedError(f"{path}: cannot read: not a regular file (a folder, a FIFO...); "
+                               "expected a CSV file")
+        with path.open(encoding="utf-8", newline="") as handle:
+            reader = csv.reader(handle, strict=True)
+            lines = [(reader.line_num, row) for row in reader if row]
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise KvschedError(f"{path}: cannot read: {excerpt(reason, 120)}") from None
+    if not lines:
+        raise KvschedError(f"{path}: empty; expected a header row ({', '.join(BATCH_COLUMNS)})")
+    (_, header), rows = lines[0], lines[1:]
+    missing = [c for c in BATCH_COLUMNS if c not in header]
+    if missing:
+        raise KvschedError(f"{path}: missing column(s) {', '.join(missing)}")
+    twice = next((c for c in header if header.count(c) > 1), None)
+    if twice is not None:
+        raise KvschedError(f"{path}: column '{excerpt(twice)}' appears twice in the header")
+    for line, row in rows:
+        if len(row) != len(header):
+            raise KvschedError(f"{path}: row {line}: {len(row)} fields, expected "
+                               f"{len(header)} (one per column of the header)")
+    return header, rows
+
+
+def _whole(path: Path, line: int, column: str, text: str) -> int:
+    """A cell of a batch column as an integer >= 0 (`2048`, `2048.0`, `2e3`)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0 and value.is_integer()):
+        raise KvschedError(f"{path}: row {line}: {column} must be an integer >= 0, "
+                           f"got '{excerpt(text)}'")
+    return int(text) if text.strip().isdigit() else int(value)
+
+
+def _csv_text(rows: list[list[str]]) -> str:
+    import csv
+    import io
+
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows(rows)
+    return buffer.getvalue()
 
 
 def _roofline(model: str, gpu: str, tp: int) -> Any:

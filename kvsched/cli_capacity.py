@@ -13,11 +13,13 @@ from kvsched.cli import (
     Seed,
     Variants,
     app,
+    check_out,
     friendly,
     lesson_scenario_path,
     work_begins,
 )
 from kvsched.errors import KvschedError
+from kvsched.paths import CAPACITY, check_name, check_replaceable
 
 if TYPE_CHECKING:  # (kvsched.backends loads multiprocessing: only `capacity` needs it)
     from kvsched.backends import Backend
@@ -84,11 +86,12 @@ def capacity(
     holds (and no request starves), searched on a geometric grid of step --tolerance."""
     from tabulate import tabulate
 
-    from kvsched.capacity import SloTarget, capacity_frame, probes_frame, run_capacity
-    from kvsched.report import write_csv
+    from kvsched.capacity import SloTarget, capacity_frame, run_capacity, write_capacity
     from kvsched.scenario import load_scenario
     from kvsched.sweep import OPTION_PATHS, SweepSource, parse_axis, parse_set_axis
 
+    check_name(name)
+    check_out(out)
     chosen = backend_of(backend)
     targets = [SloTarget.parse(text) for text in slo]
     axes = []
@@ -101,6 +104,8 @@ def capacity(
     loaded = load_scenario(path, (), seed)
     source = SweepSource(path.read_text(encoding="utf-8"), str(scenario or "lesson (embedded)"),
                          path.parent, (), seed)
+    folder = out / f"capacity-{name or loaded.name}"
+    check_replaceable(folder, CAPACITY)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -117,20 +122,13 @@ def capacity(
                                early_abort=not (full_probes or plot))
     if not results:
         raise KvschedError("nothing to search")
+    write_capacity(folder, results, targets, tolerance, source, axes, plot)
     frame = capacity_frame(results, targets)
-    folder = out / f"capacity-{name or loaded.name}"
-    folder.mkdir(parents=True, exist_ok=True)
-    write_csv(frame, folder / "capacity.csv")
-    write_csv(probes_frame(results, targets), folder / "capacity_probes.csv")
     unit = "requests/s" if _seconds(loaded) else "requests/step"
     slos = ", ".join(f"{t.metric} <= {t.limit:g}" for t in targets)
     typer.echo(f"capacity: highest rate with {slos} (tolerance {tolerance:g}; {unit})")
     typer.echo(tabulate(frame.to_dict("records"), headers="keys", floatfmt=".4g",
                         missingval="-"))
-    if plot:
-        from kvsched.plots_capacity import draw_capacity
-
-        draw_capacity(results, targets).savefig(folder / "capacity.png", dpi=110)
     typer.echo(f"records: {folder}/capacity.csv")
 
 

@@ -1,6 +1,9 @@
 """Names that become paths: a scenario's name is a folder under `--out`, a variant's a folder
-under it, a sweep's `--name` the folder `sweep-<name>`. Each must be one plain path component
-that cannot reach outside its parent or land on a file a run writes."""
+under it, a sweep's `--name` the folder `sweep-<name>`, a capacity search's `capacity-<name>`.
+Each must be one plain path component that cannot reach outside its parent or land on a file
+a run writes. A results folder already there is replaced only when kvsched wrote it (its
+marker file is in it); a single output file (`step-time --out`) is written whole or not at
+all."""
 
 from __future__ import annotations
 
@@ -9,8 +12,10 @@ import os
 import re
 import shutil
 import signal
+import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 
 from kvsched.errors import KvschedError, excerpt
@@ -36,6 +41,13 @@ def name_problem(name: str) -> str | None:
     return None
 
 
+def check_name(name: str | None, option: str = "--name") -> None:
+    """Refuse, in one line, a folder name given on the command line (`sweep --name`,
+    `capacity --name`) that `name_problem` rejects."""
+    if name is not None and (problem := name_problem(name)):
+        raise KvschedError(f"{option}: {problem}")
+
+
 def scenario_name_problem(name: str) -> str | None:
     """A scenario's name also must not look like a sweep's folder (`sweep-<name>`)."""
     problem = name_problem(name)
@@ -59,13 +71,86 @@ def out_problem(out: Path) -> str | None:
     return None
 
 
-def write_error(folder: Path, exc: OSError) -> KvschedError:
-    """An OS error while writing results, as one line (the disk is full, a folder is
-    read-only...): nothing partial is left behind by the writers."""
+def _reason(exc: OSError) -> str:
     reason = exc.strerror or type(exc).__name__
     if exc.errno == errno.ENOSPC:
         reason += " (disk full)"
-    return KvschedError(f"cannot write results to {folder}/: {reason}; nothing was written")
+    return reason
+
+
+def write_error(folder: Path, exc: OSError) -> KvschedError:
+    """An OS error while writing results, as one line (the disk is full, a folder is
+    read-only...): nothing partial is left behind by the writers."""
+    return KvschedError(f"cannot write results to {folder}/: {_reason(exc)}; nothing was written")
+
+
+def write_file(path: Path, text: str, option: str = "--out") -> None:
+    """Write `path` whole or not at all: into a temporary file in its folder, then renamed
+    over it; on an OS error (disk full, no such folder...) nothing is left and the error is
+    one line naming `option`."""
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; the result is an ordinary file
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        raise KvschedError(f"{option}: cannot write {path}: {_reason(exc)}; "
+                           "nothing was written") from None
+    finally:
+        if tmp is not None:
+            with suppress(OSError):
+                os.unlink(tmp)
+
+
+# -- replacing only what kvsched wrote -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Results:
+    """A kind of results folder under `--out`: what writes it, the file (a glob under the
+    folder) that marks one kvsched wrote, and how the user picks another folder."""
+
+    what: str
+    marker: str
+    shown: str  # the marker as the user reads it
+    elsewhere: str
+
+
+RUN = Results("a run", "*/run.json", "<variant>/run.json", "give another --out or --set name=NEW")
+SWEEP = Results("a sweep", "sweep.json", "sweep.json", "give another --out or --name")
+CAPACITY = Results("a capacity search", "capacity.json", "capacity.json",
+                   "give another --out or --name")
+
+
+def _marked(folder: Path, kind: Results) -> bool:
+    try:
+        return any(path.is_file() for path in folder.glob(kind.marker))
+    except OSError:
+        return False
+
+
+def check_replaceable(folder: Path, kind: Results) -> None:
+    """Refuse, in one line, to replace `folder` unless it is absent or is a folder kvsched
+    wrote for `kind` (its marker file is in it): a user's file, symbolic link or folder
+    there is left as it is."""
+    if folder.is_symlink():
+        what = "a symbolic link"
+    elif not folder.exists():
+        return
+    elif not folder.is_dir():
+        what = "a file"
+    elif _marked(folder, kind):
+        return
+    else:
+        what = "a folder"
+    raise KvschedError(f"--out: {folder} is {what} kvsched did not write (the results of "
+                       f"{kind.what} hold {kind.shown}); it is left as it is: "
+                       f"{kind.elsewhere}")
 
 
 @contextmanager
@@ -80,9 +165,11 @@ def signals_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def replace_dir(staging: Path, final: Path) -> None:
-    """Put the finished `staging` folder in the place of `final` (which may not exist), the
-    previous `final` removed only once the new one is in place."""
+def replace_dir(staging: Path, final: Path, kind: Results) -> None:
+    """Put the finished `staging` folder in the place of `final` (which may not exist, or
+    be a folder kvsched wrote for `kind`: see `check_replaceable`), the previous `final`
+    removed only once the new one is in place."""
+    check_replaceable(final, kind)
     if not final.exists():
         os.replace(staging, final)
         return

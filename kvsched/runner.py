@@ -20,7 +20,7 @@ from kvsched.backpressure import Action, Backpressure
 from kvsched.csvout import RowCsv, StepCsv, cell_text, write_rows
 from kvsched.diagnosis import Incident, Thresholds, diagnose, incident_flags
 from kvsched.errors import KvschedError, ScenarioError
-from kvsched.paths import replace_dir, write_error
+from kvsched.paths import RUN, replace_dir, write_error
 from kvsched.policies import Policy, make_policy
 from kvsched.record_table import rows_of
 from kvsched.records import BATCH_COLUMNS, EVENT_COLUMNS, REQUEST_COLUMNS, RunResult
@@ -400,6 +400,8 @@ def write_scenario(run: ScenarioRun, out_dir: Path,
 
     Only what this run produced is replaced: the folders and `summary.csv` rows of the
     variants that ran. Other variants' folders, rows and pictures already there are kept.
+    A `<scenario>` that is not a run's folder (a user's file, a folder without
+    `<variant>/run.json`) is refused and left as it is (`paths.check_replaceable`).
     An OS error (disk full, read-only folder) leaves nothing partial and is one line (the
     `staging` context turns it into one and removes the folder).
     """
@@ -415,7 +417,7 @@ def write_scenario(run: ScenarioRun, out_dir: Path,
     write_rows(staged / "summary.csv", header, body)
     if extra_files:
         extra_files(staged, run)
-    replace_dir(staged, final)
+    replace_dir(staged, final, RUN)
     return final
 
 

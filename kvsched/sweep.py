@@ -20,7 +20,7 @@ import yaml
 from kvsched.backends import Backend, run_jobs
 from kvsched.diagnosis import diagnose, incident_flags
 from kvsched.errors import KvschedError, ScenarioError, excerpt
-from kvsched.paths import replace_dir
+from kvsched.paths import SWEEP, replace_dir
 from kvsched.report import write_csv, write_json
 from kvsched.runner import policy_of, run_variant, select, slo_of, staging, thresholds_of
 from kvsched.scenario import Assignment, Scenario, load_scenario_text
@@ -220,12 +220,17 @@ def run_sweep(source: SweepSource, axes: Sequence[Axis], variants: Sequence[str]
 def write_sweep(folder: Path, frame: pd.DataFrame, axes: Sequence[Axis],
                 source: SweepSource) -> None:
     """`summary.csv` and `sweep.json` (the grid), staged beside `folder` and renamed into its
-    place: a previous sweep of the same name is replaced whole, other sweeps are untouched,
-    and an OS error (disk full...) leaves nothing partial."""
-    grid_spec = {"source": source.source, "seed": source.seed,
-                 "axes": [{"path": a.path, "option": a.option, "values": list(a.values),
-                           "geometric": a.geometric} for a in axes]}
+    place: a previous sweep of the same name is replaced whole (anything else there is
+    refused, left as it is), other sweeps are untouched, and an OS error (disk full...)
+    leaves nothing partial."""
     with staging(folder.parent, folder.name) as staged:
         write_csv(frame, staged / "summary.csv")
-        write_json(grid_spec, staged / "sweep.json")
-        replace_dir(staged, folder)
+        write_json(grid_spec(source, axes), staged / "sweep.json")
+        replace_dir(staged, folder, SWEEP)
+
+
+def grid_spec(source: SweepSource, axes: Sequence[Axis]) -> dict[str, Any]:
+    """The scenario and grid of a sweep or capacity search, for its marker file."""
+    return {"source": source.source, "seed": source.seed,
+            "axes": [{"path": a.path, "option": a.option, "values": list(a.values),
+                      "geometric": a.geometric} for a in axes]}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
@@ -27,12 +29,14 @@ def test_one_batch_prints_the_roofline_time():
 
 
 def test_a_batches_file_gets_predicted_ms(tmp_path):
+    """The rows with predicted_ms added are printed (--out: written to a file); the input
+    file is only read (tests/test_output_safety.py)."""
     path = tmp_path / "batches.csv"
     path.write_text(f"{HEADER},note\n1,2048,0,0,0,prefill\n0,0,0,64,1024,decode\n"
                     "2,512,4096,32,2000,mixed\n")
     result = invoke("step-time", *MODEL, "--tp", "1", "--batches", path)
     assert result.exit_code == 0, result.output
-    frame = pd.read_csv(path)
+    frame = pd.read_csv(io.StringIO(result.stdout))
     assert list(frame.columns) == [*HEADER.split(","), "note", "predicted_ms"]
     prefill, decode, mixed = frame.predicted_ms
     assert decode < prefill and decode < mixed  # weight-bound decodes are the cheapest here
