@@ -37,6 +37,7 @@ MIN_RATE, MAX_RATE = 1e-9, 1e9
 MIN_CV, MAX_CV = 1e-3, 1e3
 MAX_SIGMA = 10.0
 MAX_PRIORITY = 10**9
+MAX_REPLICAS = 10_000  # a cluster's replicas, each a full engine (10,000 start in ~5 s)
 PositiveInt = Annotated[int, Field(ge=1, le=MAX_COUNT)]
 TokenLen = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
 Time = Annotated[float, Field(ge=0, le=MAX_TIME)]
@@ -744,6 +745,16 @@ class ClusterSpec(Strict):
             if value < 1:
                 raise ValueError(f"expected a number of replicas >= 1, got {value}")
             return [{"count": value}]
+        return value
+
+    @field_validator("replicas", mode="after")
+    @classmethod
+    def _bounded(cls, value: list[ReplicaSpec]) -> list[ReplicaSpec]:
+        total = sum(entry.count for entry in value)
+        if total > MAX_REPLICAS:
+            raise ValueError(f"{total:,} replicas; a cluster may have at most "
+                             f"{MAX_REPLICAS:,} (each is a full engine with its own queue, "
+                             "pool and steps)")
         return value
 
     @property
