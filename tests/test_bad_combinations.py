@@ -133,6 +133,12 @@ CASES = [
     ("swap-key-under-v1", scenario("{preset: vllm_v1, swapped_fifo: true}"), 2,
      "engine.swapped_fifo", "never swaps",
      scenario("{preset: lesson, preemption: swap, swapped_fifo: true}")),
+    *((f"{key}-under-v1", scenario(f"{{preset: vllm_v1, {key}: {value}}}"), 2, f"engine.{key}",
+       why, scenario(f"{{preset: vllm_v0, preemption: swap, {key}: {value}}}"))
+      for key, value, why in (("swap_prefills", "true", "never swaps"),
+                              ("swap_in_front", "true", "never swaps"),
+                              ("prefill_past_swapped", "true", "never swaps"),
+                              ("readmit_victims", "false", "V0's"))),
     ("chunked-v0-key-under-prefill-first",
      scenario("{preset: vllm_v0, swap_in_after_preempt: false}"), 2,
      "engine.swap_in_after_preempt", "decode_first",
