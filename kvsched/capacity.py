@@ -60,6 +60,9 @@ class SloTarget:
             limit = math.nan
         if not sep or not key or not math.isfinite(limit):
             raise ScenarioError("--slo", f"expected METRIC=LIMIT (e.g. ttft_p99=2), got '{text}'")
+        if limit < 0:  # every summary key is a count, a time or a share: none is negative
+            raise ScenarioError("--slo", f"{key}: expected a limit >= 0, got {value.strip()} "
+                                         "(no summary value is below 0: no rate could meet it)")
         return cls(key, limit)
 
 

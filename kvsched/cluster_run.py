@@ -29,7 +29,7 @@ from kvsched.records import EVENT_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS
 from kvsched.request import Request
 from kvsched.routers import load_router, make_router
 from kvsched.scenario import Variant
-from kvsched.schema import ClusterSpec, EngineSpec, RunSpec
+from kvsched.schema import ClusterSpec, RunSpec, replica_engines
 from kvsched.steplog import (
     COMPACT_COLUMNS,
     RecordMode,
@@ -46,11 +46,7 @@ def replica_specs(spec: RunSpec) -> list[RunSpec]:
     cluster = spec.cluster
     assert cluster is not None
     out = []
-    for entry in cluster.replicas:
-        engine = spec.engine
-        if entry.engine is not None:
-            given = {key: getattr(entry.engine, key) for key in entry.engine.model_fields_set}
-            engine = EngineSpec.model_validate({**spec.engine.model_dump(), **given})
+    for entry, engine in zip(cluster.replicas, replica_engines(spec), strict=True):
         time = entry.time if entry.time is not None else spec.time
         out.extend([spec.model_copy(update={"engine": engine, "time": time})] * entry.count)
     return out

@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
+from kvsched.compat import Kind, first_conflict
+
 MAX_COUNT = 2 ** 40
 """The largest pool, block, budget or sequence count (and request length, `kvsched.request`):
 the compiled modules count in 64-bit integers, with room for their sums."""
@@ -83,6 +85,15 @@ class PrefixAccounting(StrEnum):
     V1 = "v1"  # cached tokens are not scheduled; fresh blocks + idle hit blocks must be free
     V0 = "v0"  # cached tokens are free for the budget (charged >= 1 token), every prompt
     #            block is counted against the free ones, partial chunks round down to blocks
+
+
+def effective_step_order(step_order: str, mix_prefill_decode: bool) -> StepOrder:
+    """The step order an engine runs: `mix_prefill_decode: false` is the older spelling of
+    `prefill_first` (it changes only `decode_first`)."""
+    order = StepOrder(step_order)
+    if order is StepOrder.DECODE_FIRST and not mix_prefill_decode:
+        return StepOrder.PREFILL_FIRST
+    return order
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,12 +239,6 @@ class EngineConfig:
         if self.max_num_partial_prefills < 1 or self.max_long_partial_prefills < 1:
             raise ValueError("max_num_partial_prefills and max_long_partial_prefills must be "
                              ">= 1")
-        if self.max_long_partial_prefills > self.max_num_partial_prefills:
-            raise ValueError(f"max_long_partial_prefills ({self.max_long_partial_prefills}) "
-                             "must be <= max_num_partial_prefills "
-                             f"({self.max_num_partial_prefills})")
-        if self.null_block and self.num_blocks < 2:
-            raise ValueError("num_blocks must be >= 2 with a null block")
         # Accept the enums' string values from library callers too.
         object.__setattr__(self, "preemption", PreemptionMode(self.preemption))
         object.__setattr__(self, "victim", Victim(self.victim))
@@ -244,32 +249,12 @@ class EngineConfig:
             raise ValueError(f"prefix_cache must be hashed or radix, got {self.prefix_cache!r}")
         object.__setattr__(self, "admission_rule", AdmissionRule(self.admission_rule))
         object.__setattr__(self, "rejection_texts", RejectionTexts(self.rejection_texts))
-        order = StepOrder(self.step_order)
-        if order is StepOrder.DECODE_FIRST and not self.mix_prefill_decode:
-            order = StepOrder.PREFILL_FIRST
+        order = effective_step_order(self.step_order, self.mix_prefill_decode)
         object.__setattr__(self, "step_order", order)
-        if order is StepOrder.RUNNING_LOOP and self.preemption is PreemptionMode.SWAP:
-            raise ValueError("step_order running_loop has no swap: vLLM V1 preempts by "
-                             "recompute")
-        if (order is StepOrder.RUNNING_LOOP
-                and self.admission_rule is AdmissionRule.FUTURE_TOKENS):
-            raise ValueError("admission_rule future_tokens is SGLang's: it needs step_order "
-                             "prefill_first or decode_first, not running_loop")
-        if (self.enable_priority_scheduling
-                and self.admission_rule is not AdmissionRule.FUTURE_TOKENS):
-            raise ValueError("enable_priority_scheduling is SGLang's: it needs "
-                             "admission_rule future_tokens")
-        if self.priority_preemption and order is not StepOrder.PREFILL_FIRST:
-            raise ValueError("priority_preemption is vLLM V0's default mode: it needs "
-                             "step_order prefill_first (chunked prefill off)")
-        if self.max_num_partial_prefills > 1:
-            if not self.chunked_prefill or order is not StepOrder.DECODE_FIRST:
-                raise ValueError("max_num_partial_prefills > 1 is vLLM V0's chunked mode: it "
-                                 "needs chunked_prefill and step_order decode_first")
-            if not self.long_prefill_token_threshold and self.max_model_len is None:
-                raise ValueError("max_num_partial_prefills > 1 needs "
-                                 "long_prefill_token_threshold or max_model_len (its default "
-                                 "is 4% of max_model_len)")
+        values = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        conflict = first_conflict(values, kinds=(Kind.UNRUNNABLE,))
+        if conflict is not None:
+            raise ValueError(f"{conflict.key}: {conflict.message}")
         object.__setattr__(self, "mix_prefill_decode", order is not StepOrder.PREFILL_FIRST)
 
     @property

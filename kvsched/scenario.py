@@ -19,6 +19,7 @@ from typing import Annotated, Any, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from kvsched.compat import first_conflict
 from kvsched.diagnosis import INCIDENT_KEYS
 from kvsched.errors import ScenarioError, excerpt
 from kvsched.metrics import CLASS_KEYS, CLUSTER_KEYS, SUMMARY_KEYS
@@ -29,6 +30,9 @@ from kvsched.schema import (
     RunSpec,
     ScenarioSpec,
     SyntheticWorkload,
+    engine_values,
+    replica_engines,
+    written_engine_keys,
 )
 
 Path_ = tuple[str | int, ...]
@@ -264,8 +268,42 @@ def _resolve_variants(scenario: Scenario) -> tuple[Variant, ...]:
         except ValidationError as exc:
             loc, message = _first_error(exc, RunSpec)
             raise scenario.error_at(loc, position, message) from None
+        _check_engines(scenario, spec, resolved, name, position)
         variants.append(Variant(name, spec, resolved, position, scenario))
     return tuple(variants)
+
+
+def _check_engines(scenario: Scenario, spec: RunSpec, resolved: dict[str, Any], name: str,
+                   position: int | None) -> None:
+    """Refuse an engine (the variant's, or a replica's with its override) whose keys no
+    engine family honours together (`kvsched.compat.RULES`), blaming a key the user wrote."""
+    written = written_engine_keys(resolved.get("engine"))
+    where = f" (variant '{name}')" if position is not None else ""
+    conflict = first_conflict(engine_values(spec.engine), written,
+                              origin=f"preset {spec.engine.preset}")
+    if conflict is not None:
+        key = written.get(conflict.key, conflict.key)
+        raise scenario.error_at(("engine", key), position, conflict.message + where)
+    if spec.cluster is None:
+        return
+    entries = (resolved.get("cluster") or {}).get("replicas")
+    for i, engine in enumerate(replica_engines(spec)):
+        raw = entries[i] if isinstance(entries, list) and isinstance(entries[i], dict) else {}
+        given = written_engine_keys(raw.get("engine"))
+        if not given:
+            continue  # the variant's engine, checked above
+        conflict = first_conflict(engine_values(engine), {**written, **given},
+                                  origin=f"preset {engine.preset}", prefer=given)
+        if conflict is None:
+            continue
+        field: Path_ = ("cluster", "replicas", i, "engine")
+        message = conflict.message
+        if conflict.key in given:
+            field += (given[conflict.key],)
+        else:  # the override's preset made the variant's keys conflict
+            field += ("preset",) if "preset" in given else ()
+            message = f"{conflict.key} {message}"
+        raise scenario.error_at(field, position, message + where)
 
 
 def _check_expectations(scenario: Scenario) -> None:

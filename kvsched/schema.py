@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from kvsched.config import EngineConfig
+from kvsched.config import EngineConfig, effective_step_order
 from kvsched.paths import name_problem, scenario_name_problem
 from kvsched.policies import check_policy_name, is_user_policy, make_policy
 from kvsched.presets import PRESETS
@@ -38,6 +38,7 @@ MIN_RATE, MAX_RATE = 1e-9, 1e9
 MIN_CV, MAX_CV = 1e-3, 1e3
 MAX_SIGMA = 10.0
 MAX_PRIORITY = 10**9
+MAX_REPLICAS = 10_000  # a cluster's replicas, each a full engine (10,000 start in ~5 s)
 PositiveInt = Annotated[int, Field(ge=1, le=MAX_COUNT)]
 TokenLen = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
 Time = Annotated[float, Field(ge=0, le=MAX_TIME)]
@@ -165,6 +166,43 @@ class EngineSpec(Strict):
 _ENGINE_ALIASES = {"enable_chunked_prefill": "chunked_prefill",
                    "preemption_mode": "preemption",
                    "max_running_requests": "max_num_seqs"}  # SGLang's name
+
+
+def written_engine_keys(raw: Any) -> dict[str, str]:
+    """The `EngineSpec` keys an `engine:` mapping as written sets, each with the spelling
+    used there (`enable_chunked_prefill` for `chunked_prefill`...); not the preset's."""
+    if not isinstance(raw, dict):
+        return {}
+    out: dict[str, str] = {}
+    for key in map(str, raw):
+        if key == "chunked_prefill_size":
+            out.setdefault("chunked_prefill", key)
+            if raw[key] != -1:
+                out.setdefault("max_num_batched_tokens", key)
+        else:
+            out.setdefault(_ENGINE_ALIASES.get(key, key), key)
+    return out
+
+
+def replica_engines(spec: "RunSpec") -> list[EngineSpec]:
+    """The engine of each `cluster.replicas` entry: the variant's, with the keys the entry
+    gives (its preset's included) replacing the variant's."""
+    assert spec.cluster is not None
+    out = []
+    for entry in spec.cluster.replicas:
+        engine = spec.engine
+        if entry.engine is not None:
+            given = {key: getattr(entry.engine, key) for key in entry.engine.model_fields_set}
+            engine = EngineSpec.model_validate({**spec.engine.model_dump(), **given})
+        out.append(engine)
+    return out
+
+
+def engine_values(engine: EngineSpec) -> dict[str, Any]:
+    """Every engine key's value, `step_order` as the engine runs it (for `kvsched.compat`)."""
+    values = engine.model_dump()
+    values["step_order"] = effective_step_order(engine.step_order, engine.mix_prefill_decode)
+    return values
 
 
 class PolicySpec(BaseModel):
@@ -772,6 +810,16 @@ class ClusterSpec(Strict):
             if value < 1:
                 raise ValueError(f"expected a number of replicas >= 1, got {value}")
             return [{"count": value}]
+        return value
+
+    @field_validator("replicas", mode="after")
+    @classmethod
+    def _bounded(cls, value: list[ReplicaSpec]) -> list[ReplicaSpec]:
+        total = sum(entry.count for entry in value)
+        if total > MAX_REPLICAS:
+            raise ValueError(f"{total:,} replicas; a cluster may have at most "
+                             f"{MAX_REPLICAS:,} (each is a full engine with its own queue, "
+                             "pool and steps)")
         return value
 
     @property

@@ -26,6 +26,9 @@ class Random:
     aging: float = 0.0
 
     def __post_init__(self) -> None:
+        # (the seed is hashed as text: 1.5 and 1 would silently be other orders than asked)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"seed must be an integer, got {self.seed!r}")
         if not self.aging >= 0:
             raise ValueError(f"aging must be >= 0, got {self.aging}")
 
