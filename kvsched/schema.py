@@ -320,11 +320,8 @@ def derived_pool(resolved: dict[str, Any], spec: "RunSpec") -> str | None:
     entries = cluster.get("replicas") if isinstance(cluster, dict) else None
     if isinstance(entries, list) and spec.cluster is not None:
         for index, (raw, entry) in enumerate(zip(entries, spec.cluster.replicas, strict=False)):
-            own = raw.get("engine") if isinstance(raw, dict) else None
-            own = own if isinstance(own, dict) else {}
-            sized = own.get("num_blocks") == "auto" or (
-                auto and "num_blocks" not in own and _is_roofline(raw.get("time")))
-            if sized and entry.engine is not None and isinstance(entry.time, RooflineTime):
+            if (_sizes_own_pool(raw, auto) and entry.engine is not None
+                    and isinstance(entry.time, RooflineTime)):
                 parts.append(f"cluster.replicas[{index}]: {entry.engine.num_blocks:,} blocks "
                              f"for {entry.time.model} on {entry.time.tp} x {entry.time.gpu}")
     return "; ".join(parts) or None
@@ -355,9 +352,9 @@ def unit_warnings(spec: "RunSpec") -> list[str]:
             targets.append(("admission.ttft_slo", spec.admission.ttft_slo))
         out += [f"{field}: {value:g} s is over an hour; did you mean milliseconds?"
                 for field, value in targets if value is not None and value > MAX_PLAUSIBLE_SLO]
-    fleet = [(f"cluster.replicas[{i}].", e.time, e.engine or spec.engine)
-             for i, e in enumerate(spec.cluster.replicas) if e.time is not None
-             ] if spec.cluster is not None else []
+    fleet = [(f"cluster.replicas[{i}].", entry.time, engine) for i, (entry, engine)
+             in enumerate(zip(spec.cluster.replicas, replica_engines(spec), strict=True))
+             if entry.time is not None] if spec.cluster is not None else []
     for where, roofline, engine in [("", time, spec.engine), *fleet]:
         if isinstance(roofline, RooflineTime) and (problem := _does_not_fit(roofline, engine)):
             out.append(f"{where}time: {problem}, yet engine.num_blocks gives it a pool of "
@@ -778,7 +775,7 @@ class ReplicaSpec(Strict):
         if not _is_roofline(data.get("time")):
             raise ValueError("engine.num_blocks: auto needs time: {kind: roofline, model: ..., "
                              "gpu: ..., tp: ...} here or in the variant to size the pool")
-        return {**data, "engine": _sized(engine, {}, data["time"])}
+        return {**data, "engine": _sized(engine, data["time"])}
 
 
 class ClusterSpec(Strict):
@@ -831,23 +828,35 @@ def _is_roofline(time: Any) -> bool:
     return isinstance(time, dict) and time.get("kind") == "roofline"
 
 
-def _sized(engine: dict, base: dict, time: dict) -> dict:
-    """`engine` with `num_blocks` the pool of `time`'s model on its GPUs (block size and
-    memory share from `engine`, else `base`); without it where the model or GPU is unknown or
-    a field missing or mistyped: the fields' own validation names that."""
+def _sized(engine: dict, time: dict) -> dict:
+    """`engine` with `num_blocks` the pool of `time`'s model on its GPUs (at the engine's
+    block size and memory share); without it where the model or GPU is unknown or a field
+    missing or mistyped: the fields' own validation names that."""
     from kvsched.hardware import UnknownHardware
     from kvsched.kvpool import kv_pool_blocks
 
-    def key(name: str, default: Any) -> Any:
-        return engine.get(name, base.get(name)) or default
-
     try:
         blocks = kv_pool_blocks(time["model"], time["gpu"], time.get("tp", 1),
-                                key("block_size", _ENGINE.block_size),
-                                key("gpu_memory_utilization", 0.9))
+                                engine.get("block_size") or _ENGINE.block_size,
+                                engine.get("gpu_memory_utilization") or 0.9)
     except (KeyError, TypeError, UnknownHardware):
         return {k: v for k, v in engine.items() if k != "num_blocks"}
     return {**engine, "num_blocks": blocks}
+
+
+def _own_engine(entry: Any) -> dict:
+    """A raw `cluster.replicas` entry's `engine:` mapping ({} if none)."""
+    own = entry.get("engine") if isinstance(entry, dict) else None
+    return own if isinstance(own, dict) else {}
+
+
+def _sizes_own_pool(entry: Any, auto: bool) -> bool:
+    """Whether a raw replica entry's pool is sized from a GPU: it asks for `num_blocks:
+    auto`, or has a roofline of its own and no `num_blocks` under a variant that asks."""
+    own = _own_engine(entry)
+    return own.get("num_blocks") == "auto" or (
+        auto and "num_blocks" not in own and isinstance(entry, dict)
+        and _is_roofline(entry.get("time")))
 
 
 def _auto_replica_pools(data: dict, engine: dict, auto: bool) -> dict:
@@ -861,11 +870,8 @@ def _auto_replica_pools(data: dict, engine: dict, auto: bool) -> dict:
         return data
     out = []
     for entry in entries:
-        own = entry.get("engine") if isinstance(entry, dict) else None
-        own = own if isinstance(own, dict) else {}
-        time = entry.get("time") if isinstance(entry, dict) else None
-        if isinstance(entry, dict) and (own.get("num_blocks") == "auto" or (
-                auto and "num_blocks" not in own and _is_roofline(time))):
+        if isinstance(entry, dict) and _sizes_own_pool(entry, auto):
+            own, time = _own_engine(entry), entry.get("time")
             inherited = {k: engine[k] for k in ("block_size", "gpu_memory_utilization")
                          if k in engine and k not in own}
             entry = {**entry, "engine": {**own, **inherited, "num_blocks": "auto"}}
@@ -914,7 +920,7 @@ class RunSpec(Strict):
             raise ValueError("engine.num_blocks: auto needs time: {kind: roofline, model: ..., "
                              "gpu: ..., tp: ...} to size the pool")
         assert isinstance(time, dict)
-        return {**data, "engine": _sized(engine, engine, time)}
+        return {**data, "engine": _sized(engine, time)}
 
     @model_validator(mode="after")
     def _admission_target(self) -> Self:

@@ -194,3 +194,17 @@ def test_fit_linear_refuses_a_config_with_bad_sizes(tmp_path, key, value):
     bad.write_text(json.dumps({**config, key: value}))
     line = one_error(invoke("fit-linear", "--model", bad, "--gpu", "h100-sxm"))
     assert str(bad) in line and (key in line or "num_attention_heads" in line), line
+
+
+def test_a_fleet_replica_that_cannot_fit_warns_with_its_merged_pool(tmp_path):
+    """The warning reads the replica's engine as it runs (the variant's keys under the
+    override's), not the override alone."""
+    path = write(tmp_path, f"engine: {{preset: vllm_v1, num_blocks: 3000}}\ntime: {ROOF8B}\n"
+                           "cluster: {router: round_robin, replicas: [{count: 1}, {count: 1, "
+                           "engine: {max_num_seqs: 8}, time: {kind: roofline, "
+                           "model: meta-llama/Llama-3.1-70B, gpu: a100-40gb}}]}\n")
+    result = invoke("validate", path)
+    assert result.exit_code == 0, result.output
+    [warning] = [line for line in result.stderr.splitlines() if line.startswith("warning")]
+    assert "cluster.replicas[1].time: meta-llama/Llama-3.1-70B does not fit" in warning
+    assert "pool of 3,000 blocks" in warning
