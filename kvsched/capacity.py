@@ -29,10 +29,18 @@ import pandas as pd
 from kvsched.backends import Backend, process_pool, run_jobs, stop_pool
 from kvsched.capacity_grid import search_steps
 from kvsched.errors import KvschedError, ScenarioError
+from kvsched.metric_names import VLLM_NAMES, refusal, resolve
 from kvsched.paths import CAPACITY, replace_dir
 from kvsched.report import write_csv, write_json
 from kvsched.runner import requests_of, run_variant, select, staging
-from kvsched.scenario import Scenario, Variant, is_known_metric, known_classes, unknown_value
+from kvsched.scenario import (
+    Scenario,
+    Variant,
+    is_known_metric,
+    known_classes,
+    time_unit_of,
+    unknown_value,
+)
 from kvsched.schema import Fixed, SyntheticWorkload, TraceWorkload
 from kvsched.slo_watch import SloWatch
 from kvsched.steplog import StepLog
@@ -45,10 +53,13 @@ UTILISATION_KEYS = frozenset({"mfu_mean", "mbu_mean"})  # the summary keys that 
 
 @dataclass(frozen=True)
 class SloTarget:
-    """`metric <= limit` on a run's summary."""
+    """`metric <= limit` on a run's summary. A vLLM name (`kvsched.metric_names`) is read as
+    its summary key, the limit in the key's unit (p99_ttft_ms=500 is ttft_p99 <= 0.5), so the
+    search and its records are those of the key; `written` keeps the name for its checks."""
 
     metric: str
     limit: float
+    written: str | None = None
 
     @classmethod
     def parse(cls, text: str) -> SloTarget:
@@ -63,7 +74,8 @@ class SloTarget:
         if limit < 0:  # every summary key is a count, a time or a share: none is negative
             raise ScenarioError("--slo", f"{key}: expected a limit >= 0, got {value.strip()} "
                                          "(no summary value is below 0: no rate could meet it)")
-        return cls(key, limit)
+        metric, factor = resolve(key)
+        return cls(metric, limit / factor, key if metric != key else None)
 
 
 @dataclass(frozen=True)
@@ -112,9 +124,13 @@ def check_targets(targets: Sequence[SloTarget], scenario: Scenario) -> None:
 
     classes = known_classes(scenario)
     diagnosis = {*INCIDENT_KEYS, "incident_imbalance"}  # not in a run's summary: no SLO
+    units = {time_unit_of(variant.spec) for variant in scenario.variants}
     for target in targets:
+        problem = refusal(target.written or target.metric, units)
+        if problem is not None:
+            raise ScenarioError("--slo", problem)
         if target.metric in diagnosis or not is_known_metric(target.metric, classes):
-            keys = [k for k in (*SUMMARY_KEYS, *CLUSTER_KEYS) if k not in diagnosis]
+            keys = [k for k in (*SUMMARY_KEYS, *CLUSTER_KEYS, *VLLM_NAMES) if k not in diagnosis]
             raise ScenarioError("--slo", unknown_value("summary key", target.metric, keys))
 
 

@@ -115,6 +115,9 @@ Seed = Annotated[int | None, typer.Option("--seed", metavar="N",
                                            help="Override every variant's seed.")]
 Variants = Annotated[list[str], typer.Option("--variant", metavar="NAME",
                                               help="Only this variant (repeatable).")]
+Columns = Annotated[str | None, typer.Option(
+    "--columns", metavar="KEY,...", help="The table's columns, in this order: summary keys or "
+    "vLLM benchmark names, e.g. ttft_p99,p99_itl_ms,num_preemptions.")]
 
 
 @app.command(epilog="Example: kvsched run scenarios/pool60.yaml --set engine.num_blocks=90")
@@ -140,6 +143,7 @@ def run(
         "--records", case_sensitive=False,
         help="steps.csv with a row per step (full), a row per decode stretch (compact), or "
              "none (summary: requests, events and the summary only).")] = RecordMode.FULL,
+    columns: Columns = None,
 ) -> None:
     """Run every variant of each scenario, write records to OUT/<scenario>/, compare them."""
     from kvsched.runner import prepare, replaced_by, run_scenario, staging, write_scenario
@@ -147,6 +151,7 @@ def run(
 
     sets = [Assignment.parse(text) for text in set_]
     loaded = [load_scenario(path, sets, seed) for path in scenarios]
+    picked = picked_columns(columns, loaded, variant)
     for i, scenario in enumerate(loaded):
         twin = next((o for o in loaded[:i] if o.name == scenario.name), None)
         if twin is not None:
@@ -177,12 +182,58 @@ def run(
         if as_json:
             payload += [{"scenario": scenario.name, "variant": r.name, **r.summary}
                         for r in result.runs]
+            for line in check_failures(result):
+                typer.echo(line, err=True)
         else:
-            typer.echo(render_run(result, folder, table_width(wide)))
+            typer.echo(render_run(result, folder, table_width(wide), picked))
     if as_json:
         typer.echo(json.dumps(payload, indent=2))
     if check and failed:
         raise typer.Exit(1)
+
+
+def picked_columns(text: str | None, scenarios: "list[Scenario]", names: list[str]) -> list[str]:
+    """--columns as names, each a figure the selected runs will have (`is_known_metric`, or a
+    vLLM name they can read), or one error line with the nearest names, before any run."""
+    if text is None:
+        return []
+    from difflib import get_close_matches
+
+    from kvsched.diagnosis import INCIDENT_KEYS
+    from kvsched.metric_names import VLLM_NAMES, refusal, resolve
+    from kvsched.metrics import CLUSTER_KEYS, SUMMARY_KEYS
+    from kvsched.scenario import is_known_metric, known_classes, time_unit_of
+
+    picked = [name.strip() for name in text.split(",")]
+    if not all(picked):
+        raise KvschedError(f"--columns: expected KEY,KEY,... (summary keys), got '{excerpt(text)}'")
+    units = {time_unit_of(v.spec) for scenario in scenarios for v in scenario.variants
+             if not names or v.name in names}
+    for name in picked:
+        problem = refusal(name, units)
+        if problem is not None:
+            raise KvschedError(f"--columns: {problem}")
+        key = resolve(name)[0]
+        if key == "incidents" or any(is_known_metric(key, known_classes(s)) for s in scenarios):
+            continue
+        pool = [*SUMMARY_KEYS, *CLUSTER_KEYS, *INCIDENT_KEYS, *VLLM_NAMES, "incidents"]
+        close = get_close_matches(name, pool, n=3, cutoff=0.6)
+        hint = f" (nearest: {', '.join(close)})" if close else ""
+        raise KvschedError(f"--columns: unknown summary key '{excerpt(name)}'{hint}; expected "
+                           "summary keys (summary.json) or vLLM benchmark names (README)")
+    return picked
+
+
+def check_failures(result: "ScenarioRun") -> list[str]:
+    """A line per failed expectation (scenario/variant, the claim, the measured figure): what
+    stderr says when stdout carries JSON rather than the checks' table."""
+    from kvsched.report import fmt
+    from kvsched.runner import describe
+
+    return [one_line(f"check failed: {result.scenario.name}/{describe(check.expectation)}; "
+                     f"measured {fmt(check.actual)}" + (f" ({check.detail})" if check.detail
+                                                         else ""))
+            for check in result.checks if check.passed is False]
 
 
 def _unit_warnings(scenario: "Scenario", names: list[str]) -> None:
@@ -268,7 +319,8 @@ def table_width(wide: bool) -> int | None:
     return max(40, shutil.get_terminal_size().columns)
 
 
-def render_run(result: "ScenarioRun", folder: Path, width: int | None = None) -> str:
+def render_run(result: "ScenarioRun", folder: Path, width: int | None = None,
+               picked: list[str] | None = None) -> str:
     from tabulate import tabulate
 
     from kvsched.report import comparison_table, fmt, incident_kinds
@@ -285,7 +337,7 @@ def render_run(result: "ScenarioRun", folder: Path, width: int | None = None) ->
     lines.append(comparison_table(summaries, result.time_unit,
                                   extra=[("incidents", incident_kinds)], width=width,
                                   admission=any(r.variant.spec.admission is not None
-                                                for r in result.runs)))
+                                                for r in result.runs), picked=picked or ()))
     lines.append("")
     lines.append("diagnosis:" + ("" if any(s["incidents"] for _, s in summaries)
                                  else " no incident"))
@@ -346,6 +398,7 @@ def sweep(
     plot: Annotated[bool, typer.Option("--plot", help="Also draw sweep.png.")] = False,
     wide: Annotated[bool, typer.Option(
         "--wide", help="Every column, however wide the terminal.")] = False,
+    columns: Columns = None,
 ) -> None:
     """Run the grid of all values given; A..B doubles, A..B:+S steps, A..B:xF multiplies."""
     from rich.console import Console
@@ -384,6 +437,7 @@ def sweep(
                            "--preemption or --set KEY=V1,V2")
     path = scenario or lesson_scenario_path()
     loaded = load_scenario(path, (), seed)  # validates the file and names errors
+    picked = picked_columns(columns, [loaded], variant)
     source = SweepSource(path.read_text(encoding="utf-8"), str(scenario or "lesson (embedded)"),
                          path.parent, (), seed)
     points = check_size(axes, len(variant or loaded.variants))
@@ -401,7 +455,7 @@ def sweep(
     if existed:
         typer.echo(one_line(f"replaced: {folder}/ (the previous sweep named "
                             f"'{name or loaded.name}'; give --name to keep both)"), err=True)
-    typer.echo(sweep_table(frame, [axis.path for axis in axes], table_width(wide)))
+    typer.echo(sweep_table(frame, [axis.path for axis in axes], table_width(wide), picked))
     if plot:
         from kvsched.plots import plot_sweep_folder
 

@@ -125,7 +125,8 @@ def capacity(
     write_capacity(folder, results, targets, tolerance, source, axes, plot)
     frame = capacity_frame(results, targets)
     unit = "requests/s" if _seconds(loaded) else "requests/step"
-    slos = ", ".join(f"{t.metric} <= {t.limit:g}" for t in targets)
+    slos = ", ".join(f"{t.metric} <= {t.limit:g}" + (f" ({t.written})" if t.written else "")
+                     for t in targets)
     typer.echo(f"capacity: highest rate with {slos} (tolerance {tolerance:g}; {unit})")
     typer.echo(tabulate(frame.to_dict("records"), headers="keys", floatfmt=".4g",
                         missingval="-"))

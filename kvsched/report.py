@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
 
+from kvsched.metric_names import read, resolve
 from kvsched.metrics import LATE_KEYS
 from kvsched.record_table import rows_of
 from kvsched.records import (
@@ -90,13 +91,20 @@ def fmt(value: Any) -> str:
 Column = tuple[str, Callable[[dict[str, Any]], Any]]
 
 
+def _units(time_unit: str) -> tuple[str, str]:
+    """A header's time suffix and the "per" of a rate: steps, s, or "" when rows differ."""
+    if time_unit in ("steps", "s"):
+        return f" ({time_unit})", "step" if time_unit == "steps" else "s"
+    return "", "time unit"
+
+
 def comparison_columns(time_unit: str, summaries: Sequence[dict[str, Any]] = (),
                        admission: bool = False) -> list[Column]:
-    """The comparison table's columns: what an operator compares between variants, with the
-    unit of every time; `rejected` with `admission` or when some variant rejected requests,
-    `goodput` when some variant has an SLO."""
-    unit = "steps" if time_unit == "steps" else "s"
-    per = "step" if time_unit == "steps" else "s"
+    """The default columns: vLLM's benchmark view first (what `vllm bench serve` prints, so
+    an operator reads a run as a benchmark), then the scheduler's own figures. Every time
+    carries its unit; `rejected` with `admission` or when some row rejected requests,
+    `goodput` when some row has an SLO."""
+    unit, per = _units(time_unit)
     rejected: list[Column] = [("rejected", lambda s: s.get("num_rejected"))] if admission or any(
         s.get("num_rejected") for s in summaries) else []
     goodput: list[Column] = [(f"goodput (req/{per})", lambda s: s.get("goodput"))] if any(
@@ -105,13 +113,16 @@ def comparison_columns(time_unit: str, summaries: Sequence[dict[str, Any]] = (),
         ("completed", lambda s: f"{s['num_finished']}/{s['num_requests']}"),
         ("starved", lambda s: s["num_starved"]),
         *rejected,
-        (f"TTFT mean ({unit})", lambda s: s["ttft_mean"]),
-        (f"TTFT p50 ({unit})", lambda s: s["ttft_p50"]),
-        (f"p95 ({unit})", lambda s: s["ttft_p95"]),
-        (f"p99 ({unit})", lambda s: s["ttft_p99"]),
-        (f"e2e p99 ({unit})", lambda s: s["e2e_p99"]),
+        (f"TTFT p50{unit}", lambda s: s["ttft_p50"]),
+        (f"TTFT p99{unit}", lambda s: s["ttft_p99"]),
+        (f"TPOT p99{unit}", lambda s: s.get("tpot_p99")),
+        (f"ITL p99{unit}", lambda s: s.get("itl_p99")),
+        (f"output tok/{per}", lambda s: s.get("output_throughput")),
         *goodput,
-        ("preempt", lambda s: s["num_preemptions"]),
+        ("preemptions", lambda s: s["num_preemptions"]),
+        (f"TTFT mean{unit}", lambda s: s["ttft_mean"]),
+        (f"TTFT p95{unit}", lambda s: s["ttft_p95"]),
+        (f"e2e p99{unit}", lambda s: s["e2e_p99"]),
         ("recomputed (tokens)", lambda s: s["recomputed_tokens"]),
         ("recompute ratio", lambda s: s["recompute_ratio"]),
         ("tokens/step", lambda s: s["tokens_per_step"]),
@@ -119,9 +130,44 @@ def comparison_columns(time_unit: str, summaries: Sequence[dict[str, Any]] = (),
     ]
 
 
-HIDE_FIRST = ("peak blocks", "TTFT mean", "p95", "recomputed", "e2e p99", "recompute ratio",
-              "tokens/step", "starved", "preempt", "goodput", "rejected")
-"""Columns a narrow terminal loses first (by the start of their title); the rest stay."""
+HIDE_FIRST = ("peak blocks", "TTFT mean", "TTFT p95", "recomputed", "e2e p99", "recompute ratio",
+              "tokens/step", "ITL p99", "TPOT p99", "starved", "output tok", "preemptions",
+              "goodput", "rejected")
+"""Columns a narrow terminal loses first (by the start of their title): the scheduler's own
+figures, then vLLM's view from its end; completed, TTFT and incidents stay."""
+
+_TIME_KEYS = ("duration", "ttft_", "e2e_", "queue_time_", "token_gap_", "tpot_", "itl_")
+_TOKEN_RATES = ("throughput", "output_throughput", "total_token_throughput")
+_REQUEST_RATES = ("requests_per_time", "request_throughput", "goodput", "request_goodput")
+
+
+def picked_title(name: str, time_unit: str) -> str:
+    """A `--columns` header: the name as given, with the unit of a time or a rate (a
+    millisecond name carries its unit already)."""
+    key, factor = resolve(name)
+    unit, per = _units(time_unit)
+    if factor != 1:
+        return name
+    if key.startswith("ttft_steps_"):
+        return f"{name} (steps)"
+    if key.startswith(_TIME_KEYS):
+        return name + unit
+    if key in _TOKEN_RATES or key in _REQUEST_RATES:
+        return f"{name} ({'tok' if key in _TOKEN_RATES else 'req'}/{per})"
+    return name
+
+
+def picked_columns(names: Sequence[str], time_unit: str) -> list[Column]:
+    """The columns `--columns` names (summary keys or vLLM's names, `metric_names`), in
+    order; a row's own `time_unit` (a sweep's) overrides the table's."""
+
+    def column(name: str) -> Column:
+        def get(s: dict[str, Any]) -> Any:
+            value = read(s, name, s.get("time_unit") or time_unit)
+            return incident_kinds({"incidents": value}) if isinstance(value, list) else value
+        return picked_title(name, time_unit), get
+
+    return [column(name) for name in names]
 
 
 def fitted_table(header_row: Sequence[str], rows: Sequence[Sequence[Any]],
@@ -151,10 +197,15 @@ def fitted_table(header_row: Sequence[str], rows: Sequence[Sequence[Any]],
 
 def comparison_table(rows: Sequence[tuple[str, dict[str, Any]]], time_unit: str,
                      extra: Sequence[Column] = (), width: int | None = None,
-                     admission: bool = False) -> str:
-    """One row per variant: (name, summary) pairs; no wider than `width` if given."""
-    columns = comparison_columns(time_unit, [summary for _, summary in rows],
-                                 admission) + list(extra)
+                     admission: bool = False, picked: Sequence[str] = ()) -> str:
+    """One row per variant: (name, summary) pairs; no wider than `width` if given. `picked`
+    (`--columns`) replaces the default columns and `extra`, and is never cut to fit: the
+    user named every one."""
+    if picked:
+        columns, width = picked_columns(picked, time_unit), None
+    else:
+        columns = comparison_columns(time_unit, [summary for _, summary in rows],
+                                     admission) + list(extra)
     body = [[name] + [fmt(get(summary)) for _, get in columns] for name, summary in rows]
     return fitted_table(["variant"] + [title for title, _ in columns], body, width)
 
@@ -167,7 +218,11 @@ def _cell(value: Any) -> Any:
 
 
 def incident_kinds(summary: dict[str, Any]) -> str:
-    return ", ".join(item["kind"] for item in summary.get("incidents", ())) or "-"
+    """The kinds of a summary's incidents: a run's list, or a sweep row's joined text."""
+    incidents = summary.get("incidents") or ()
+    if isinstance(incidents, str):
+        return incidents
+    return ", ".join(item["kind"] for item in incidents) or "-"
 
 
 def summary_rows(rows: Sequence[tuple[str, dict[str, Any]]]) -> tuple[list[str], list[list]]:
@@ -209,34 +264,28 @@ def summary_frame(rows: Sequence[tuple[str, dict[str, Any]]]) -> pd.DataFrame:
     return pd.DataFrame.from_records(records)
 
 
-def sweep_columns(unit: str = "") -> list[Column]:
-    """The sweep table's key figures; `unit` (steps or s) goes into the TTFT headers."""
-    suffix = f" ({unit})" if unit else ""
-    return [
-        ("completed", lambda r: f"{r['num_finished']}/{r['num_requests']}"),
-        ("starved", lambda r: r["num_starved"]),
-        (f"TTFT p50{suffix}", lambda r: r["ttft_p50"]),
-        (f"p99{suffix}", lambda r: r["ttft_p99"]),
-        ("preempt", lambda r: r["num_preemptions"]),
-        ("recompute ratio", lambda r: r["recompute_ratio"]),
-        ("tokens/step", lambda r: r["tokens_per_step"]),
-        ("incidents", lambda r: r.get("incidents") or "-"),
-    ]
+def sweep_columns(unit: str = "", rows: Sequence[dict[str, Any]] = ()) -> list[Column]:
+    """The sweep table's figures: the run table's (`unit`, steps or s, goes into the
+    headers) and the incidents."""
+    return comparison_columns(unit, rows) + [("incidents", incident_kinds)]
 
 
 SWEEP_COLUMNS: list[Column] = sweep_columns()
 
 
-def sweep_table(frame: pd.DataFrame, paths: Sequence[str], width: int | None = None) -> str:
-    """One row per grid point and variant: the swept values, then the key figures."""
+def sweep_table(frame: pd.DataFrame, paths: Sequence[str], width: int | None = None,
+                picked: Sequence[str] = ()) -> str:
+    """One row per grid point and variant: the swept values, then the figures (`picked`,
+    from `--columns`, instead of the default ones and never cut to fit)."""
     units = set(frame["time_unit"]) if "time_unit" in frame else set()
     unit = ("steps" if units == {"steps"} else "s") if len(units) == 1 else ""
-    columns = sweep_columns(unit)
-    rows = []
-    for record in frame.to_dict("records"):
-        cells = {str(k): (None if isinstance(v, float) and math.isnan(v) else v)
-                 for k, v in record.items()}
-        rows.append([fmt(cells[p]) for p in paths] + [cells["variant"]]
-                    + [fmt(get(cells)) for _, get in columns])
+    records = [{str(k): (None if isinstance(v, float) and math.isnan(v) else v)
+                for k, v in record.items()} for record in frame.to_dict("records")]
+    if picked:
+        columns, width = picked_columns(picked, unit), None
+    else:
+        columns = sweep_columns(unit, records)
+    rows = [[fmt(cells[p]) for p in paths] + [cells["variant"]]
+            + [fmt(get(cells)) for _, get in columns] for cells in records]
     headers = [*paths, "variant", *(title for title, _ in columns)]
     return fitted_table(headers, rows, width)

@@ -20,6 +20,7 @@ from kvsched.backpressure import Action, Backpressure
 from kvsched.csvout import RowCsv, StepCsv, cell_text, write_rows
 from kvsched.diagnosis import Incident, Thresholds, diagnose, incident_flags
 from kvsched.errors import KvschedError, ScenarioError
+from kvsched.metric_names import read
 from kvsched.paths import RUN, replace_dir, write_error
 from kvsched.policies import Policy, make_policy
 from kvsched.record_table import rows_of
@@ -342,10 +343,12 @@ def check_expectations(expectations: Iterable[Expectation],
 
 
 def _figure(summary: dict[str, Any], expectation: Expectation) -> float | None:
-    value = summary.get(expectation.metric)
+    """The expectation's figure, in the unit of the names it is written with (a vLLM name
+    in ms reads its key times 1000, `kvsched.metric_names`)."""
+    value = read(summary, expectation.metric)
     if value is None or expectation.per is None:
         return value
-    divisor = summary.get(expectation.per)
+    divisor = read(summary, expectation.per)
     return value / divisor if divisor else None
 
 

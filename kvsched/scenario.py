@@ -22,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 from kvsched.compat import first_conflict
 from kvsched.diagnosis import INCIDENT_KEYS
 from kvsched.errors import ScenarioError, excerpt
+from kvsched.metric_names import VLLM_NAMES, refusal, resolve
 from kvsched.metrics import CLASS_KEYS, CLUSTER_KEYS, SUMMARY_KEYS
 from kvsched.schema import (
     OVERRIDABLE,
@@ -320,13 +321,29 @@ def _check_expectations(scenario: Scenario) -> None:
                 raise scenario.error_at(("expect", i, key), None,
                                         unknown_value("variant", value, names))
         classes = known_classes(scenario)
+        compared = {expectation.variant, expectation.ratio_to}
+        units = {time_unit_of(v.spec) for v in scenario.variants if v.name in compared}
         for key in ("metric", "per"):
             metric = getattr(expectation, key)
-            if metric is not None and not is_known_metric(metric, classes):
+            if metric is None:
+                continue
+            problem = refusal(metric, units)
+            if problem is None and not is_known_metric(resolve(metric)[0], classes):
                 expected = [*SUMMARY_KEYS, *INCIDENT_KEYS, *CLUSTER_KEYS,
-                            *(f"{k}_{c}" for c in sorted(classes or ()) for k in CLASS_KEYS)]
-                raise scenario.error_at(("expect", i, key), None,
-                                        unknown_value("metric", metric, expected))
+                            *(f"{k}_{c}" for c in sorted(classes or ()) for k in CLASS_KEYS),
+                            *VLLM_NAMES]
+                problem = unknown_value("metric", metric, expected)
+            if problem is not None:
+                raise scenario.error_at(("expect", i, key), None, problem)
+
+
+def time_unit_of(spec: RunSpec) -> str:
+    """The unit a variant's times will be in (`RunResult.time_unit`), known before it runs:
+    a cluster's is its first replica's (the replicas must agree, checked as it runs)."""
+    time = spec.time
+    if spec.cluster is not None and spec.cluster.replicas[0].time is not None:
+        time = spec.cluster.replicas[0].time
+    return "steps" if time.kind == "steps" else "s"
 
 
 def known_classes(scenario: Scenario) -> set[str] | None:
