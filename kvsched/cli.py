@@ -151,7 +151,7 @@ def run(
 
     sets = [Assignment.parse(text) for text in set_]
     loaded = [load_scenario(path, sets, seed) for path in scenarios]
-    picked = picked_columns(columns, loaded, variant)
+    picked = column_names(columns, loaded, variant)
     for i, scenario in enumerate(loaded):
         twin = next((o for o in loaded[:i] if o.name == scenario.name), None)
         if twin is not None:
@@ -192,7 +192,7 @@ def run(
         raise typer.Exit(1)
 
 
-def picked_columns(text: str | None, scenarios: "list[Scenario]", names: list[str]) -> list[str]:
+def column_names(text: str | None, scenarios: "list[Scenario]", names: list[str]) -> list[str]:
     """--columns as names, each a figure the selected runs will have (`is_known_metric`, or a
     vLLM name they can read), or one error line with the nearest names, before any run."""
     if text is None:
@@ -437,7 +437,7 @@ def sweep(
                            "--preemption or --set KEY=V1,V2")
     path = scenario or lesson_scenario_path()
     loaded = load_scenario(path, (), seed)  # validates the file and names errors
-    picked = picked_columns(columns, [loaded], variant)
+    picked = column_names(columns, [loaded], variant)
     source = SweepSource(path.read_text(encoding="utf-8"), str(scenario or "lesson (embedded)"),
                          path.parent, (), seed)
     points = check_size(axes, len(variant or loaded.variants))
