@@ -30,6 +30,9 @@ from kvsched.record_mode import RecordMode
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 if TYPE_CHECKING:  # the commands import what they use: `kvsched --help` stays fast
+    from collections.abc import Sequence
+
+    from kvsched.request import Request
     from kvsched.runner import ScenarioRun
     from kvsched.scenario import Scenario
     from kvsched.sweep import Axis
@@ -161,8 +164,8 @@ def run(
     for scenario in loaded:
         check_replaceable(out / scenario.name, RUN)
     workloads = [prepare(scenario, variant) for scenario in loaded]  # all valid before any run
-    for scenario in loaded:
-        _unit_warnings(scenario, variant)
+    for scenario, requests in zip(loaded, workloads, strict=True):
+        _unit_warnings(scenario, variant, requests)
     work_begins()
     payload: list[dict[str, Any]] = []
     failed = False
@@ -179,6 +182,8 @@ def run(
                                 f"{out / scenario.name}/ (folders and summary.csv rows){note}"),
                        err=True)
         failed |= not result.passed
+        for message in _idle_warnings(result, requests):
+            typer.echo(one_line(f"warning: {scenario.source}: {message}"), err=True)
         if as_json:
             payload += [{"scenario": scenario.name, "variant": r.name, **r.summary}
                         for r in result.runs]
@@ -236,12 +241,17 @@ def check_failures(result: "ScenarioRun") -> list[str]:
             for check in result.checks if check.passed is False]
 
 
-def _unit_warnings(scenario: "Scenario", names: list[str]) -> None:
+def _unit_warnings(scenario: "Scenario", names: list[str],
+                   workloads: "dict[str, Sequence[Request]]") -> None:
     """Valid values that look like a unit slip, one stderr line each (as `validate`), and the
     KV pool each `num_blocks: auto` variant derived from its GPU."""
     from kvsched.schema import derived_pool, unit_warnings
+    from kvsched.trace_notes import timestamp_slip, traces_of
 
-    for message in dict.fromkeys(m for v in scenario.variants for m in unit_warnings(v.spec)):
+    messages = [m for v in scenario.variants for m in unit_warnings(v.spec)]
+    messages += [slip for trace in traces_of(scenario, workloads, names)
+                 if (slip := timestamp_slip(trace.spec, trace.requests))]
+    for message in dict.fromkeys(messages):
         typer.echo(f"warning: {scenario.source}: {message}", err=True)
     for variant in scenario.variants:
         if names and variant.name not in names:
@@ -249,6 +259,20 @@ def _unit_warnings(scenario: "Scenario", names: list[str]) -> None:
         pool = derived_pool(variant.resolved, variant.spec)
         if pool is not None:
             typer.echo(one_line(f"{scenario.name}/{variant.name}: {pool}"), err=True)
+
+
+def _idle_warnings(result: "ScenarioRun", workloads: "dict[str, Sequence[Request]]") -> list[str]:
+    """After a run: replays of hours that kept the engine almost idle (a trace in ms?)."""
+    from kvsched.schema import TraceWorkload
+    from kvsched.trace_notes import idle_slip
+
+    messages = []
+    for run in result.runs:
+        trace, requests = run.variant.spec.workload, workloads.get(run.name)
+        if isinstance(trace, TraceWorkload) and requests is not None and result.time_unit != \
+                "steps" and (slip := idle_slip(trace, requests, run.summary)):
+            messages.append(slip)
+    return list(dict.fromkeys(messages))
 
 
 _RICH_TERMINAL = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
@@ -486,8 +510,10 @@ def check_file(path: Path) -> "tuple[Scenario, str]":
 
 @app.command(epilog="Example: kvsched validate scenarios/*.yaml")
 def validate(scenarios: Files) -> None:
-    """Check scenario files (schema, variants, trace files) without running them."""
+    """Check scenario files (schema, variants, trace files) without running them; say what
+    each trace holds (requests, span, mean rate)."""
     from kvsched.schema import derived_pool, unit_warnings
+    from kvsched.trace_notes import span_line, timestamp_slip, traces_of
 
     bad = 0
     for path in scenarios:
@@ -501,6 +527,11 @@ def validate(scenarios: Files) -> None:
                             f"{count} requests, {len(scenario.expectations)} expectation(s)"))
         for message in dict.fromkeys(m for v in scenario.variants for m in unit_warnings(v.spec)):
             typer.echo(one_line(f"warning: {path}: {message}"), err=True)
+        traces = traces_of(scenario)
+        for trace in traces:
+            typer.echo(one_line(f"  {span_line(trace, named=len(traces) > 1)}"))
+            if slip := timestamp_slip(trace.spec, trace.requests):
+                typer.echo(one_line(f"warning: {path}: {slip}"), err=True)
         for v in scenario.variants:
             pool = derived_pool(v.resolved, v.spec)
             if pool is not None:

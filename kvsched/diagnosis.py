@@ -19,6 +19,10 @@ The detectors read a run's records (and, for comparisons, the baseline variant's
   arrival) arrived more than `overload_ratio` times as fast as they finished while the engine
   was busy, and the waiting queue grew (its mean over the last quarter of the arrivals is
   over twice the first quarter's and at least `overload_queue`): the engine cannot keep up;
+  or, when no other detector spoke, overload at peaks: requests spread over time whose
+  queue-time p99 is over `overload_wait` times the median end-to-end latency, behind a
+  waiting queue whose peak (mean per bucket) is at least `overload_queue`, with the engine
+  busy 90% of that peak: the engine falls behind the bursts;
 - all_rejected: every request was turned away at arrival (admission, or a pool or budget no
   request fits), so nothing was served;
 - none_finished: no request finished (starved, unfinished at `max_steps`, rejected).
@@ -32,6 +36,7 @@ A healthy run reports nothing.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -41,7 +46,7 @@ import numpy as np
 from kvsched.admission import Slo
 from kvsched.floatsum import fold
 from kvsched.metrics import slo_met
-from kvsched.quantile import median
+from kvsched.quantile import median, percentiles
 from kvsched.record_table import (
     STATUS_CODE,
     STATUSES,
@@ -77,6 +82,7 @@ class Thresholds:
     overtaken_by: int = 10
     overload_ratio: float = 1.2
     overload_queue: int = 10
+    overload_wait: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +110,8 @@ def diagnose(result: RunResult, thresholds: Thresholds = Thresholds(),
     ]
     if getattr(result, "replicas", ()):  # a kvsched.cluster.ClusterResult
         found.append(imbalance(result))
+    if not any(found):  # a long tail that nothing above explains
+        found.append(overload_at_peaks(result, thresholds))
     return [incident for incident in found if incident is not None]
 
 
@@ -382,6 +390,57 @@ def overload(result: RunResult, thresholds: Thresholds) -> Incident | None:
         f"(first vs last quarter of the arrivals){p50}"), {
         "arrival_rate": arrival_rate, "served_rate": served_rate, "busy_share": busy,
         "waiting_first_quarter": early, "waiting_last_quarter": late})
+
+
+_PEAK_BINS = 64  # resolution of the peak over the arrival span
+
+
+def overload_at_peaks(result: RunResult, thresholds: Thresholds) -> Incident | None:
+    """Bursts the engine falls behind: no sustained overload, yet the unluckiest requests
+    queue longer than the median request takes from arrival to finish, behind a waiting queue
+    of at least `overload_queue`. The timeline samples the queue at steps, so an engine that
+    sits idle beside a queue (stuck, not overloaded) cannot make one. Only asked when no other
+    detector spoke: a TTFT p99 of 44 s is never 'no incident'."""
+    c = _columns(result)
+    arrivals = c.arrival_time[c.status != STATUS_CODE["rejected"]]
+    log = getattr(result, "step_log", None)
+    timeline = getattr(getattr(log, "stats", None), "timeline", None)
+    finished = c.e2e_latency[c.status == STATUS_CODE["finished"]]
+    waits = c.queue_time[~np.isnan(c.queue_time)]
+    if len(arrivals) < 2 or arrivals.max() <= arrivals.min() or timeline is None \
+            or not finished.size or not waits.size:
+        return None  # all at once: a queue the workload makes, not a rate
+    wait_p99, e2e_p50 = percentiles(waits, (99,))[0], median(finished)
+    if wait_p99 <= thresholds.overload_wait * e2e_p50:
+        return None
+    # The timeline in _PEAK_BINS coarse bins: a burst's queue, not one step's.
+    size = len(timeline.count)
+    edges = [size * k // _PEAK_BINS for k in range(_PEAK_BINS + 1)]
+    bins = [(sum(timeline.waiting[a:b]), sum(timeline.count[a:b]), fold(timeline.busy[a:b]))
+            for a, b in itertools.pairwise(edges)]
+    means = [w / n if n else 0.0 for w, n, _ in bins]
+    top = max(range(len(means)), key=means.__getitem__)
+    if means[top] < max(thresholds.overload_queue, 1):
+        return None
+    first = last = top  # the peak: where the queue stays above half its height
+    while first > 0 and means[first - 1] >= means[top] / 2:
+        first -= 1
+    while last + 1 < len(means) and means[last + 1] >= means[top] / 2:
+        last += 1
+    begin = timeline.start + edges[first] * timeline.width
+    end = timeline.start + edges[last + 1] * timeline.width
+    busy = fold(b for _, _, b in bins[first:last + 1]) / (end - begin) if end > begin else 0.0
+    unit = _unit(result)
+    ttft_p99 = result.summary.get("ttft_p99")
+    tail = f"TTFT p99 {ttft_p99:.4g} {unit}; " if ttft_p99 is not None else ""
+    return Incident("overload", (
+        f"overload at peaks: {tail}the unluckiest requests queued {wait_p99:.4g} {unit} (p99), "
+        f"longer than the median request took from arrival to finish ({e2e_p50:.4g} {unit}); "
+        f"the waiting queue peaked at {means[top]:.4g} on average between t={begin:.6g} and "
+        f"t={end:.6g} (engine busy {100 * min(busy, 1):.0f}% of that time): it falls behind "
+        f"at peaks (set slo: to measure what that costs)"), {
+        "queue_time_p99": wait_p99, "e2e_p50": e2e_p50, "peak_waiting": means[top],
+        "peak_start": begin, "peak_end": end, "busy_share": busy})
 
 
 def _per(unit: str) -> str:

@@ -301,7 +301,9 @@ TimeSpec = Annotated[StepsTime | ConstantTime | LinearTime | RooflineTime | Prof
                      Field(discriminator="kind")]
 
 MAX_PLAUSIBLE_STEP_TIME = 10.0  # seconds: a forward pass longer than this is a unit slip
-MAX_PLAUSIBLE_SLO = 3600.0  # seconds: a latency target above an hour is a unit slip
+MAX_PLAUSIBLE_SLO = {"ttft": 60.0, "tpot": 2.0, "e2e": 3600.0}
+"""Seconds: a first token promised after more than a minute, a token every 2 s or an answer
+after more than an hour is a target written in milliseconds (vLLM's benchmark unit)."""
 
 
 def derived_pool(resolved: dict[str, Any], spec: "RunSpec") -> str | None:
@@ -329,7 +331,7 @@ def derived_pool(resolved: dict[str, Any], spec: "RunSpec") -> str | None:
 
 def unit_warnings(spec: "RunSpec") -> list[str]:
     """Values that are valid but likely in the wrong unit, one line each naming the field:
-    a step time over 10 s, or (on a clock in seconds) an SLO over an hour."""
+    a step time over 10 s, or (on a clock in seconds) an SLO over `MAX_PLAUSIBLE_SLO`."""
     time = spec.time
     out = []
     if isinstance(time, ConstantTime) and time.step_time > MAX_PLAUSIBLE_STEP_TIME:
@@ -346,12 +348,13 @@ def unit_warnings(spec: "RunSpec") -> list[str]:
                        f"{spec.engine.max_num_batched_tokens}-token step last {full:g} s, over "
                        f"{MAX_PLAUSIBLE_STEP_TIME:g} s; did you mean milliseconds?")
     if not isinstance(time, StepsTime):  # on the step clock SLOs are counted in steps
-        targets = [(f"slo.{name}", getattr(spec.slo, name)) for name in ("ttft", "tpot", "e2e")
+        targets = [(f"slo.{name}", name, getattr(spec.slo, name)) for name in MAX_PLAUSIBLE_SLO
                    ] if spec.slo is not None else []
         if spec.admission is not None:
-            targets.append(("admission.ttft_slo", spec.admission.ttft_slo))
-        out += [f"{field}: {value:g} s is over an hour; did you mean milliseconds?"
-                for field, value in targets if value is not None and value > MAX_PLAUSIBLE_SLO]
+            targets.append(("admission.ttft_slo", "ttft", spec.admission.ttft_slo))
+        out += [f"{field}: {value:g} s is over {_seconds_text(MAX_PLAUSIBLE_SLO[kind])}; did "
+                f"you mean milliseconds ({value / 1000:g} s)?" for field, kind, value in targets
+                if value is not None and value > MAX_PLAUSIBLE_SLO[kind]]
     fleet = [(f"cluster.replicas[{i}].", entry.time, engine) for i, (entry, engine)
              in enumerate(zip(spec.cluster.replicas, replica_engines(spec), strict=True))
              if entry.time is not None] if spec.cluster is not None else []
@@ -360,6 +363,10 @@ def unit_warnings(spec: "RunSpec") -> list[str]:
             out.append(f"{where}time: {problem}, yet engine.num_blocks gives it a pool of "
                        f"{engine.num_blocks:,} blocks")
     return out
+
+
+def _seconds_text(seconds: float) -> str:
+    return {3600.0: "an hour", 60.0: "a minute"}.get(seconds, f"{seconds:g} s")
 
 
 def _does_not_fit(time: RooflineTime, engine: "EngineSpec") -> str | None:
@@ -737,6 +744,7 @@ class DiagnosisSpec(Strict):
     overtaken_by: PositiveInt = 10
     overload_ratio: PositiveFloat = 1.2
     overload_queue: NonNegativeInt = 10
+    overload_wait: PositiveFloat = 1.0
 
 
 class RouterSpec(BaseModel):
@@ -936,7 +944,7 @@ class RunSpec(Strict):
 
 
 class VariantSpec(Strict):
-    """A named override of the base: any of description, seed, engine, policy, time, workload."""
+    """A named override of the base: any of the keys in `OVERRIDABLE`."""
 
     model_config = ConfigDict(extra="allow", strict=True, frozen=True)
     name: Name

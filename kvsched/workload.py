@@ -406,7 +406,8 @@ FORMATS = {
 _UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
 
-def _layout(spec: TraceWorkload) -> TraceLayout:
+def trace_layout(spec: TraceWorkload) -> TraceLayout:
+    """Where the trace's format (or its `columns`) keeps each field."""
     if spec.format is not None:
         return FORMATS[spec.format]
     columns = spec.columns
@@ -426,7 +427,7 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
     where = ("workload", "path")
     path = _resolve(base_dir, spec.path)
     _check_regular(path, where, locate)  # before any reader opens it: a FIFO would block
-    layout = _layout(spec)
+    layout = trace_layout(spec)
     clean = _clean_trace(path, layout, seed, spec)
     if clean is not None:
         return _replay(spec, *clean)

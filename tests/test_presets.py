@@ -295,3 +295,24 @@ def test_v0_turns_prompts_away_with_its_own_warnings():
     c, d = capped.requests
     assert (c.status, c.generated_tokens) == ("finished", 1)
     assert d.status == "rejected" and d.reason.startswith("The decoder prompt (length 65)")
+
+
+def test_readme_and_presets_say_the_same_of_each_engine():
+    """README's heading for each preset names the same engine and version as `kvsched
+    presets`, and claims a check only where the preset does."""
+    import re
+    from pathlib import Path
+
+    from kvsched.presets import PRESETS
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    headings = dict(re.findall(r"^### `(\w+)`:? ?(.*)$", readme, flags=re.M))
+    for name, preset in PRESETS.items():
+        heading = headings[name]
+        if name != "lesson":
+            version = re.search(r"\d+\.\d+(\.\d+)?", preset.engine).group(0)
+            assert version in heading, (name, heading)
+        claims = "checked" in heading
+        assert claims == (preset.exact or bool(preset.checked)), (name, heading)
+        if preset.checked:
+            assert "SGLang's own classes" in heading and "SGLang's own classes" in preset.checked

@@ -424,3 +424,16 @@ def test_error_in_an_expectation_points_at_its_line(tmp_path):
         """)
     assert (error.field, error.line) == ("expect[1].metric", 10)
     assert "ttft_p99" in error.message  # the close match is suggested
+
+
+def test_readme_lists_every_key_a_variant_may_override():
+    """README's sentence on variant overrides names exactly `schema.OVERRIDABLE`."""
+    import re
+    from pathlib import Path
+
+    from kvsched.schema import OVERRIDABLE
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    listed = re.search(r"A variant may override `([^`]+)`", " ".join(readme.split()))
+    assert listed is not None
+    assert [key.strip() for key in listed.group(1).split(",")] == list(OVERRIDABLE)

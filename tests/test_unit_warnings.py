@@ -1,4 +1,4 @@
-"""Unit slips (a step time over 10 s, an SLO over an hour) are warnings naming the field, from
+"""Unit slips (a step time over 10 s, an SLO in milliseconds) are warnings naming the field, from
 `validate` and from `run`, on stderr; they never stop the run."""
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ def warnings_of(time: str, extra: str = "") -> list[str]:
     ("{kind: linear, base: 20}", "", "time.base"),
     ("{kind: linear, base: 0.01, per_prefill_token: 0.1}", "", "time.per_prefill_token"),
     (CONSTANT, "slo: {ttft: 5000}", "slo.ttft"),
-    (CONSTANT, "slo: {tpot: 50, e2e: 30000}", "slo.e2e"),
+    (CONSTANT, "slo: {tpot: 0.05, e2e: 30000}", "slo.e2e"),
+    (CONSTANT, "slo: {ttft: 500}", "slo.ttft"),
+    (CONSTANT, "slo: {tpot: 50}", "slo.tpot"),
     (CONSTANT, "slo: {ttft: 1}\nadmission: {ttft_slo: 4000}", "admission.ttft_slo"),
 ])
 def test_each_slip_names_its_field(time, extra, field):
