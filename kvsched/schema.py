@@ -477,10 +477,17 @@ class RequestClass(Strict):
         return _expand_length(value)
 
 
+MAX_HASH_ID = (1 << 56) - 1  # a block id is a segment's local id (kvsched.workload)
+HashId = Annotated[int, Field(ge=0, le=MAX_HASH_ID)]
+
+
 class InlineRequest(Strict):
     """One request. `prefix_group`/`prefix_len`: requests of a group share their first
-    `prefix_len` tokens. `after`: the id of an earlier request (a conversation's previous
-    turn); this one arrives `think_time` after that one ends (`arrival` is then not given)."""
+    `prefix_len` tokens (`prefix_len: 0` with no or an empty group: no shared prefix).
+    `hash_ids`: one block id per `hash_block_tokens` tokens of the prompt's start (at most
+    ceil(prompt_len / hash_block_tokens) ids; the last may be a partial block), instead of a
+    group. `after`: the id of an earlier request (a conversation's previous turn); this one
+    arrives `think_time` after that one ends (`arrival` is then not given)."""
 
     id: str | int | None = None
     arrival: Time = 0.0
@@ -490,17 +497,32 @@ class InlineRequest(Strict):
     class_: str | None = Field(default=None, alias="class")
     session: str | int | None = None
     prefix_group: str | int | None = None
-    prefix_len: TokenLen | None = None
+    prefix_len: Annotated[int, Field(ge=0, le=MAX_TOKENS)] | None = None
+    hash_ids: Annotated[list[HashId], Field(max_length=MAX_TOKENS)] | None = None
     after: str | int | None = None
     think_time: NonNegativeFloat = 0.0
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True,
                               allow_inf_nan=False)
 
+    def group(self) -> str | None:
+        """The prefix group's name, or None (no group, an empty one, or `prefix_len: 0`
+        with no group: what a dataframe writes for a row without one)."""
+        return None if self.prefix_group in (None, "") else str(self.prefix_group)
+
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        if (self.prefix_group is None) != (self.prefix_len is None):
+        if self.group() is None:
+            if self.prefix_len:
+                raise ValueError("give prefix_group and prefix_len together")
+        elif self.prefix_len is None:
             raise ValueError("give prefix_group and prefix_len together")
+        elif self.prefix_len == 0:
+            raise ValueError(f"prefix_group {str(self.prefix_group)!r} has prefix_len 0; "
+                             f"expected 1..prompt_len (a prefix_len of 0 goes with no "
+                             f"prefix_group: no shared prefix)")
+        if self.group() is not None and self.hash_ids is not None:
+            raise ValueError("give hash_ids or prefix_group/prefix_len, not both")
         if self.prefix_len is not None and self.prefix_len > self.prompt_len:
             raise ValueError(f"prefix_len ({self.prefix_len}) must be <= prompt_len "
                              f"({self.prompt_len})")
@@ -513,8 +535,11 @@ class InlineRequest(Strict):
 
 
 class InlineWorkload(Strict):
+    """`hash_block_tokens`: the tokens each request's `hash_ids` entry stands for."""
+
     kind: Literal["inline"]
     requests: Annotated[list[InlineRequest], Field(min_length=1)]
+    hash_block_tokens: TokenLen = 512
 
 
 MAX_GROUPS = 1_000_000

@@ -10,6 +10,7 @@ left to other users (a cache naming a request's private tokens).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -123,6 +124,7 @@ def _inline(spec: InlineWorkload, locate: Locate) -> list[Request]:
     requests = []
     seen: set[str] = set()
     groups = _Groups()
+    blocks = _Blocks(spec.hash_block_tokens)
     for i, item in enumerate(spec.requests):
         where = ("workload", "requests", i)
         request_id = f"r{i}" if item.id is None else str(item.id)
@@ -137,12 +139,18 @@ def _inline(spec: InlineWorkload, locate: Locate) -> list[Request]:
                          f"of the workload; expected the id of an earlier request")
         seen.add(request_id)
         prefix = None
-        if item.prefix_group is not None:
+        if (name := item.group()) is not None:
             assert item.prefix_len is not None
-            problem = groups.check(str(item.prefix_group), item.prefix_len, f"request {i}")
+            problem = groups.check(name, item.prefix_len, f"request {i}")
             if problem:
                 raise locate((*where, "prefix_len"), problem)
-            prefix = groups.prefix(str(item.prefix_group), item.prefix_len)
+            prefix = groups.prefix(name, item.prefix_len)
+        elif item.hash_ids is not None:
+            problem = _too_many_ids(len(item.hash_ids), item.prompt_len,
+                                    spec.hash_block_tokens)
+            if problem:
+                raise locate((*where, "hash_ids"), problem)
+            prefix = blocks.prefix(item.hash_ids, item.prompt_len)
         requests.append(Request(request_id, item.arrival, item.prompt_len, item.output_len,
                                 item.priority, item.class_,
                                 None if item.session is None else str(item.session),
@@ -168,6 +176,38 @@ class _Groups:
     def prefix(self, name: str, length: int) -> Prefix:
         local = self.ids.setdefault(name, len(self.ids))
         return Prefix(((segment_id(PREFIX_GROUP, local), length),))
+
+
+class _Blocks:
+    """Block ids (`hash_ids`) as segments of `block_tokens` tokens, one tuple per distinct
+    full block."""
+
+    def __init__(self, block_tokens: int) -> None:
+        self.block_tokens = block_tokens
+        self.full: dict[int, Segment] = {}
+
+    def prefix(self, ids: Sequence[int], prompt: int) -> Prefix | None:
+        """The first len(ids) blocks of a `prompt`-token prompt (None for no ids): full
+        blocks, the last one cut to the prompt when the ids reach its end. The caller has
+        checked that they do not go past it."""
+        if not ids:
+            return None
+        size, full = self.block_tokens, self.full
+        base = segment_id(TRACE_BLOCK, 0)
+        chain = [full.get(b) or full.setdefault(b, (base | b, size)) for b in ids[:-1]]
+        last = min(size, prompt - size * (len(ids) - 1))
+        chain.append(full.get(ids[-1]) or full.setdefault(ids[-1], (base | ids[-1], size))
+                     if last == size else (base | ids[-1], last))
+        return Prefix(tuple(chain))
+
+
+def _too_many_ids(count: int, prompt: int, block_tokens: int) -> str | None:
+    """Why `count` block ids cannot start a `prompt`-token prompt (None when they can)."""
+    need = -(-prompt // block_tokens)
+    if count <= need:
+        return None
+    return (f"{count} block ids are more than a {prompt}-token prompt holds: at most "
+            f"ceil({prompt} / {block_tokens}) = {need} (hash_block_tokens {block_tokens})")
 
 
 # -- synthetic --------------------------------------------------------------------------
@@ -393,7 +433,7 @@ FORMATS = {
     "kvsched": TraceLayout("arrival_time", "prompt_len", "output_len", "priority", "class",
                            "request_id", optional_extras=True, session="session",
                            prefix_group="prefix_group", prefix_len="prefix_len",
-                           after="after", think_time="think_time"),
+                           hash_ids="hash_ids", after="after", think_time="think_time"),
     "azure": TraceLayout("TIMESTAMP", "ContextTokens", "GeneratedTokens",
                          arrival_unit="datetime"),
     "mooncake": TraceLayout("timestamp", "input_length", "output_length", arrival_unit="ms",
@@ -476,9 +516,11 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
     prefixes: list[Prefix | None] = [None] * n
     if layout.hash_ids is not None and layout.hash_ids in table.columns:
         prefixes = _hash_prefixes(table[layout.hash_ids], prompts, spec.hash_block_tokens,
-                                  path, where, locate)
-    elif layout.prefix_group is not None or layout.prefix_len is not None:
-        prefixes = _group_prefixes(table, layout, prompts, path, where, locate)
+                                  path, where, locate, exact=spec.format == "mooncake")
+    if layout.prefix_group is not None or layout.prefix_len is not None:
+        # (a row may have block ids or a group, not both: `_group_prefixes` checks)
+        grouped = _group_prefixes(table, layout, prompts, path, where, locate, prefixes)
+        prefixes = [a if b is None else b for a, b in zip(prefixes, grouped, strict=True)]
     afters: list[str | None] = [None] * n
     if layout.after is not None and layout.after in table.columns:
         afters = [None if pd.isna(v) else str(v) for v in table[layout.after]]
@@ -564,40 +606,89 @@ def _replay(spec: TraceWorkload, arrivals: np.ndarray, prompts: np.ndarray,
 
 
 def _hash_prefixes(column: pd.Series, prompts: np.ndarray, block_tokens: int, path: Path,
-                   where: tuple, locate: Locate) -> list[Prefix | None]:
-    """Each row's block ids as segments of `block_tokens` tokens (the last one the rest of
-    the prompt): a row needs exactly ceil(prompt / block_tokens) ids."""
+                   where: tuple, locate: Locate, exact: bool) -> list[Prefix | None]:
+    """Each row's block ids as segments of `block_tokens` tokens (the last one cut to the
+    prompt where the ids reach its end). `exact` (Mooncake): a row needs exactly
+    ceil(prompt / block_tokens) ids; else at most that many, and an empty cell or list is
+    no shared prefix. A CSV cell holds the ids as text: `[1, 2, 3]`, `1 2 3` or `1;2;3`."""
     name = str(column.name)
-    base = segment_id(TRACE_BLOCK, 0)
-    full: dict[int, Segment] = {}  # one tuple per distinct full block
+    text = path.suffix.lower() not in (".jsonl", ".ndjson", ".json")
+    blocks = _Blocks(block_tokens)
     prefixes: list[Prefix | None] = []
-    for row, (ids, prompt) in enumerate(zip(column.tolist(), prompts.astype(np.int64).tolist(),
-                                            strict=True)):
-        if type(ids) is not list:
-            raise locate(where, f"{path} {_row(path, row)}: column '{name}': expected a list "
-                                f"of block ids, got '{excerpt(ids)}'")
+    for row, (cell, prompt) in enumerate(zip(column.tolist(), prompts.astype(np.int64).tolist(),
+                                             strict=True)):
+        ids = _block_ids(cell, text)
+        if ids is None or (not exact and ids == ()):
+            if exact or not _is_empty(cell):
+                raise locate(where, f"{path} {_row(path, row)}: column '{name}': expected a "
+                                    f"list of block ids, got '{excerpt(cell)}'")
+            prefixes.append(None)
+            continue
         need = -(-prompt // block_tokens)
-        if len(ids) != need or not all(type(b) is int and 0 <= b <= MAX_LOCAL_ID for b in ids):
-            raise locate(where, _bad_hash_ids(ids, prompt, block_tokens, need, path, row, name))
-        chain = [full.get(b) or full.setdefault(b, (base | b, block_tokens)) for b in ids[:-1]]
-        chain.append((base | ids[-1], prompt - block_tokens * (need - 1)))
-        prefixes.append(Prefix(tuple(chain)))
+        if (len(ids) != need if exact else len(ids) > need) or not all(
+                type(b) is int and 0 <= b <= MAX_LOCAL_ID for b in ids):
+            raise locate(where, _bad_hash_ids(ids, prompt, block_tokens, need, path, row, name,
+                                              exact))
+        prefixes.append(blocks.prefix(ids, prompt))
     return prefixes
 
 
-def _bad_hash_ids(ids: list, prompt: int, block_tokens: int, need: int, path: Path, row: int,
-                  name: str) -> str:
+_ID_SEPARATORS = re.compile(r"[\s,;]+")
+
+
+def _block_ids(cell: object, text: bool) -> list | tuple | None:
+    """A cell's block ids: a list as read (JSON), or in a CSV the ids written out (`[1, 2]`,
+    `1 2`, `1;2`, one number); () for an empty cell, None for what holds no ids."""
+    if type(cell) is list:
+        return cell
+    if not text:
+        return None
+    if isinstance(cell, (int, np.integer)) and not isinstance(cell, (bool, np.bool_)):
+        return [int(cell)]
+    if isinstance(cell, float):
+        if cell != cell:  # NaN: an empty cell
+            return ()
+        return [int(cell)] if cell.is_integer() else [cell]
+    if not isinstance(cell, str):
+        return None
+    body = cell.strip()
+    if body.startswith("[") and body.endswith("]"):
+        body = body[1:-1].strip()
+    if not body:
+        return ()
+    ids: list = []
+    for word in _ID_SEPARATORS.split(body.strip(" ,;")):
+        ids.append(int(word) if word.isdigit() and word.isascii() else word)
+    return ids
+
+
+def _is_empty(cell: object) -> bool:
+    """A cell that holds nothing: NaN (an empty CSV cell), None, '', '[]' or []."""
+    if cell is None or (isinstance(cell, float) and cell != cell):
+        return True
+    if isinstance(cell, list):
+        return not cell
+    return isinstance(cell, str) and cell.strip() in ("", "[]")
+
+
+def _bad_hash_ids(ids: Sequence, prompt: int, block_tokens: int, need: int, path: Path, row: int,
+                  name: str, exact: bool) -> str:
     where = f"{path} {_row(path, row)}: column '{name}'"
-    if len(ids) != need:
+    if exact and len(ids) != need:
         return (f"{where}: expected ceil({prompt} / {block_tokens}) = {need} block ids "
                 f"(hash_block_tokens {block_tokens}), got {len(ids)}")
+    if len(ids) > need:
+        return f"{where}: {_too_many_ids(len(ids), prompt, block_tokens)}"
     bad = next(b for b in ids if not (type(b) is int and 0 <= b <= MAX_LOCAL_ID))
     return f"{where}: expected whole block ids 0..{MAX_LOCAL_ID:,}, got '{excerpt(bad)}'"
 
 
 def _group_prefixes(table: pd.DataFrame, layout: TraceLayout, prompts: np.ndarray,
-                    path: Path, where: tuple, locate: Locate) -> list[Prefix | None]:
-    """Rows of a `prefix_group` share their first `prefix_len` tokens."""
+                    path: Path, where: tuple, locate: Locate,
+                    blocks: Sequence[Prefix | None]) -> list[Prefix | None]:
+    """Rows of a `prefix_group` share their first `prefix_len` tokens; a `prefix_len` of 0
+    without a group is no shared prefix (what a dataframe writes). A row with block ids
+    (`blocks`, from `hash_ids`) may not have a group too."""
     import pandas as pd
 
     group_column, len_column = layout.prefix_group, layout.prefix_len
@@ -614,12 +705,16 @@ def _group_prefixes(table: pd.DataFrame, layout: TraceLayout, prompts: np.ndarra
         name, given = names.iloc[row], lengths.iloc[row]
         line = f"{path} {_row(path, row)}"
         if pd.isna(name):
-            if not pd.isna(given):
+            if not pd.isna(given) and values[row] != 0:
                 raise locate(where, f"{line}: column '{len_column}' is "
                                     f"'{excerpt(given)}' but '{group_column}' is empty; a "
                                     f"prefix_len needs a prefix_group")
             prefixes.append(None)
             continue
+        if blocks[row] is not None:
+            raise locate(where, f"{line}: columns '{layout.hash_ids}' and '{group_column}' "
+                                f"are both set; a request's shared prefix is its block ids "
+                                f"or its group, not both")
         length = values[row]
         if pd.isna(given):
             raise locate(where, f"{line}: column '{group_column}' is '{excerpt(name)}' but "

@@ -110,3 +110,43 @@ def test_v0s_queue_walk_caches_a_block_in_the_pass_a_decode_fills_it():
         b_done += both.steps[step][6]
         assert both.steps[step][21] == alone.steps[step][21] + b_done // 4, step
     assert alone.steps[4][21] == 2  # A's second block filled at step 4
+
+
+# vLLM 0.8.5's own test `test_no_multiple_partial_prefills_with_chunked_prefill_and_prefix_
+# caching` (tests/core/test_chunked_prefill_scheduler.py), written with block ids: block size
+# 2, budget 4; A and B the same 8 tokens, C shares A's first 4 then has 8 of its own.
+V0_SHARED = {"kind": "inline", "hash_block_tokens": 2, "requests": [
+    {"id": "A", "arrival": 0, "prompt_len": 8, "output_len": 5, "hash_ids": [0, 1, 2, 3]},
+    {"id": "B", "arrival": 0.5, "prompt_len": 8, "output_len": 5, "hash_ids": [0, 1, 2, 3]},
+    {"id": "C", "arrival": 1.5, "prompt_len": 12, "output_len": 5,
+     "hash_ids": [0, 1, 20, 21, 22, 23]}]}
+
+
+def v0_shared_prefix_run(tmp_path):
+    from test_workload import requests_for
+
+    config = engine_config("vllm_v0", enable_chunked_prefill=True, enable_prefix_caching=True,
+                           step_order="decode_first", block_size=2, max_num_batched_tokens=4,
+                           max_num_seqs=3, num_blocks=16, max_model_len=100)
+    return simulate(requests_for(tmp_path, V0_SHARED), config, record_batches=True)
+
+
+def test_v0_admits_no_prefill_beside_a_chunked_one_even_a_cached_one(tmp_path):
+    """Steps 0-1: A is chunked 4 + 4; B, whose whole prompt A is caching, waits for it."""
+    batches = v0_shared_prefix_run(tmp_path).batches
+    assert [(s, rid, kind, n) for s, _t, rid, kind, n in batches if s < 2] == [
+        (0, "A", "prefill", 4), (1, "A", "prefill", 4)]
+
+
+@pytest.mark.xfail(strict=True, reason="V0 computes 1 token of a fully cached prompt (7 of 8 "
+                   "cached, vLLM 0.8.5 _get_num_new_uncached_and_cached_tokens); kvsched "
+                   "caps the hit at whole blocks below the prompt (6 cached, 2 computed), "
+                   "which leaves C no whole block of budget at step 2 (issue 22)")
+def test_v0_fully_cached_prompt_computes_one_token(tmp_path):
+    """Step 2: A decodes (1), B computes 1 token (7 cached), C 2 new tokens after its 4 cached
+    (the 3 left rounded down to a block): vLLM's chunk sizes 1, 8 and 6."""
+    result = v0_shared_prefix_run(tmp_path)
+    step2 = {rid: n for s, _t, rid, _kind, n in result.batches if s == 2}
+    assert step2 == {"A": 1, "B": 1, "C": 2}
+    hits = {r.request_id: r.prefix_hit_tokens for r in result.requests}
+    assert hits == {"A": 0, "B": 7, "C": 4}
