@@ -246,6 +246,7 @@ def _unit_warnings(scenario: "Scenario", names: list[str],
     """Valid values that look like a unit slip, one stderr line each (as `validate`), and the
     KV pool each `num_blocks: auto` variant derived from its GPU."""
     from kvsched.schema import derived_pool, unit_warnings
+    from kvsched.serve_defaults import defaults_line
     from kvsched.trace_notes import timestamp_slip, traces_of
 
     messages = [m for v in scenario.variants for m in unit_warnings(v.spec)]
@@ -256,9 +257,10 @@ def _unit_warnings(scenario: "Scenario", names: list[str],
     for variant in scenario.variants:
         if names and variant.name not in names:
             continue
-        pool = derived_pool(variant.resolved, variant.spec)
-        if pool is not None:
-            typer.echo(one_line(f"{scenario.name}/{variant.name}: {pool}"), err=True)
+        for line in (defaults_line(variant.resolved), derived_pool(variant.resolved,
+                                                                   variant.spec)):
+            if line is not None:
+                typer.echo(one_line(f"{scenario.name}/{variant.name}: {line}"), err=True)
 
 
 def _idle_warnings(result: "ScenarioRun", workloads: "dict[str, Sequence[Request]]") -> list[str]:
@@ -513,6 +515,7 @@ def validate(scenarios: Files) -> None:
     """Check scenario files (schema, variants, trace files) without running them; say what
     each trace holds (requests, span, mean rate)."""
     from kvsched.schema import derived_pool, unit_warnings
+    from kvsched.serve_defaults import defaults_line
     from kvsched.trace_notes import span_line, timestamp_slip, traces_of
 
     bad = 0
@@ -533,9 +536,9 @@ def validate(scenarios: Files) -> None:
             if slip := timestamp_slip(trace.spec, trace.requests):
                 typer.echo(one_line(f"warning: {path}: {slip}"), err=True)
         for v in scenario.variants:
-            pool = derived_pool(v.resolved, v.spec)
-            if pool is not None:
-                typer.echo(f"  {v.name}: {pool}")
+            for line in (defaults_line(v.resolved), derived_pool(v.resolved, v.spec)):
+                if line is not None:
+                    typer.echo(one_line(f"  {v.name}: {line}"))
     if bad:
         raise typer.Exit(2)
 

@@ -23,6 +23,26 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuTier:
+    """Settings an engine's server takes on GPUs of at least `min_gib` GiB of device memory
+    whose name contains none of `unless`; `values` per usage (`serve`, `offline`)."""
+
+    min_gib: float
+    unless: tuple[str, ...]
+    values: Mapping[str, Mapping[str, int]]
+    label: str
+
+
+def _tier(min_gib: float, label: str, serve: tuple[int, int], offline: tuple[int, int],
+          unless: tuple[str, ...] = ()) -> GpuTier:
+    def pair(values: tuple[int, int]) -> Mapping[str, int]:
+        return MappingProxyType({"max_num_batched_tokens": values[0], "max_num_seqs": values[1]})
+
+    return GpuTier(min_gib, unless, MappingProxyType({"serve": pair(serve),
+                                                      "offline": pair(offline)}), label)
+
+
+@dataclass(frozen=True, slots=True)
 class Preset:
     name: str
     engine: str  # the engine and version it reproduces
@@ -34,13 +54,28 @@ class Preset:
     # scheduler then: _schedule_chunked_prefill); keys written beside the preset still win
     when_chunked: Mapping[str, Any] = field(default_factory=dict)
     checked: str = ""  # how far it is proven, where `exact` alone would say too little
+    # settings by the GPU the time model names, first matching tier (kvsched.serve_defaults),
+    # for the keys not written; `settings` holds the engine class's own defaults
+    gpu_defaults: tuple[GpuTier, ...] = ()
+    gpu_defaults_source: str = ""
 
 
 def _preset(name: str, engine: str, summary: str, settings: dict[str, Any], *,
             exact: bool = False, missing: tuple[str, ...] = (),
-            when_chunked: dict[str, Any] | None = None, checked: str = "") -> Preset:
+            when_chunked: dict[str, Any] | None = None, checked: str = "",
+            gpu_defaults: tuple[GpuTier, ...] = (), gpu_defaults_source: str = "") -> Preset:
     return Preset(name, engine, summary, MappingProxyType(settings), exact, missing,
-                  MappingProxyType(when_chunked or {}), checked)
+                  MappingProxyType(when_chunked or {}), checked, gpu_defaults,
+                  gpu_defaults_source)
+
+
+# vLLM 0.33.0 `EngineArgs.get_batch_defaults` (engine/arg_utils.py): by the device's total
+# memory and name; `serve` is the OpenAI API server's usage context, `offline` the LLM class.
+VLLM_SERVE_TIERS = (
+    _tier(160, ">= 160 GiB", (16384, 1024), (16384, 1024)),
+    _tier(70, ">= 70 GiB and not an A100", (8192, 1024), (16384, 1024), unless=("a100",)),
+    _tier(0, "under 70 GiB, or an A100", (2048, 256), (8192, 256)),
+)
 
 
 PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
@@ -58,7 +93,8 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
              "null_block": True, "watermark": 0.0, "preemption": "recompute",
              "max_num_batched_tokens": 2048, "max_num_seqs": 128,
              "enable_prefix_caching": True, "prefix_accounting": "v1"},
-            exact=True,
+            exact=True, gpu_defaults=VLLM_SERVE_TIERS,
+            gpu_defaults_source="vLLM 0.33.0 engine/arg_utils.py get_batch_defaults",
             missing=("async scheduling (the server's default)",
                      "speculative decoding", "multi-sequence requests (n > 1)",
                      "KV connectors, LoRA, multimodal")),
@@ -158,6 +194,7 @@ def describe() -> str:
         if preset.when_chunked:
             lines.append("  with chunked prefill: " + ", ".join(
                 f"{key} {_show(value)}" for key, value in preset.when_chunked.items()))
+        lines.extend(_describe_tiers(preset))
         if preset.missing:
             lines.append("  not modelled: " + "; ".join(preset.missing))
         lines.append("")
@@ -168,3 +205,23 @@ def describe() -> str:
 
 def _show(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _describe_tiers(entry: Preset) -> list[str]:
+    """`kvsched presets`' line for a preset's GPU table (`kvsched.serve_defaults`)."""
+    if not entry.gpu_defaults:
+        return []
+    parts = []
+    for tier in entry.gpu_defaults:
+        serve, offline = tier.values["serve"], tier.values["offline"]
+        text = f"{tier.label}: {_pair(serve)}"
+        if offline != serve:
+            text += f" (offline {_pair(offline)})"
+        parts.append(text)
+    return [f"  with a GPU (time: roofline or profiled with gpu), engine.usage serve (default) "
+            f"or offline sets max_num_batched_tokens/max_num_seqs as {entry.gpu_defaults_source}: "
+            + "; ".join(parts)]
+
+
+def _pair(values: Mapping[str, int]) -> str:
+    return f"{values['max_num_batched_tokens']}/{values['max_num_seqs']}"

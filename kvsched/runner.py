@@ -516,7 +516,10 @@ def write_steps(path: Path, result: RunResult, records: RecordMode = RecordMode.
 
 
 def run_record(variant: Variant, result: RunResult) -> dict[str, Any]:
-    """Enough to rerun the variant: the resolved configuration as a standalone scenario."""
+    """Enough to rerun the variant: the resolved configuration as a standalone scenario;
+    `engine_defaults` names the values taken from the GPU's defaults and why."""
+    from kvsched.serve_defaults import derived_defaults
+
     scenario = variant.scenario
     resolved = variant.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
     resolved.get("diagnosis", {}).pop("baseline", None)  # names a variant of the original
@@ -538,5 +541,6 @@ def run_record(variant: Variant, result: RunResult) -> dict[str, Any]:
         "set": [a.text for a in scenario.assignments],
         "time_unit": result.time_unit,
         "watermark_blocks": result.config.watermark_blocks,
+        "engine_defaults": derived_defaults(variant.resolved),
         "resolved": {"name": f"{scenario.name}-{variant.name}", **resolved},
     }

@@ -90,6 +90,9 @@ class EngineSpec(Strict):
     # also "auto": the pool the GPUs of `time: {kind: roofline}` hold (RunSpec resolves it)
     num_blocks: PositiveInt = _ENGINE.num_blocks
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = None  # auto: 0.9
+    # whose defaults a preset with a GPU table takes (kvsched.serve_defaults): vLLM's API
+    # server (`vllm serve`) or its offline LLM class
+    usage: Literal["serve", "offline"] = "serve"
     watermark: Annotated[float, Field(ge=0, lt=1)] = _ENGINE.watermark
     preemption: Literal["recompute", "swap"] = _ENGINE.preemption.value
     max_steps: PositiveInt = _ENGINE.max_steps
@@ -160,7 +163,8 @@ class EngineSpec(Strict):
         return expand_preset(data)
 
     def to_config(self) -> EngineConfig:
-        return EngineConfig(**self.model_dump(exclude={"gpu_memory_utilization", "preset"}))
+        return EngineConfig(**self.model_dump(exclude={"gpu_memory_utilization", "preset",
+                                                       "usage"}))
 
 
 _ENGINE_ALIASES = {"enable_chunked_prefill": "chunked_prefill",
@@ -258,6 +262,10 @@ def _known_gpu(cls: type, name: str) -> str:
     return name
 
 
+def _maybe_known_gpu(cls: type, name: str | None) -> str | None:
+    return None if name is None else _known_gpu(cls, name)
+
+
 def _model_splits(cls: type, tp: int, info: ValidationInfo) -> int:
     """`tp` must shard the model (checked once `model` has been; its own error otherwise)."""
     from kvsched.hardware import load_model
@@ -286,14 +294,17 @@ class RooflineTime(Strict):
 
 
 class ProfiledTime(Strict):
-    """Step times replayed from operator profiles in Vidur's CSV format (`kvsched.profiled`)."""
+    """Step times replayed from operator profiles in Vidur's CSV format (`kvsched.profiled`);
+    `gpu`, the GPU they were measured on, is optional: a preset's GPU defaults need it."""
 
     kind: Literal["profiled"]
     profiles: str
     model: str
     tp: PositiveInt = 1
+    gpu: str | None = None
 
     _model = field_validator("model")(_known_model)
+    _gpu = field_validator("gpu")(_maybe_known_gpu)
     _tp = field_validator("tp")(_model_splits)
 
 
@@ -914,6 +925,29 @@ def _auto_replica_pools(data: dict, engine: dict, auto: bool) -> dict:
     return {**data, "cluster": {**cluster, "replicas": out}}
 
 
+def _gpu_batch_defaults(data: dict) -> dict:
+    """The variant's engine and each fleet entry with a time model of its own take their
+    preset's defaults for their GPU (`kvsched.serve_defaults`) under the keys written."""
+    from kvsched.serve_defaults import with_defaults
+
+    engine, time = data.get("engine"), data.get("time")
+    if isinstance(engine, dict):
+        data = {**data, "engine": with_defaults(engine, time)}
+    cluster = data.get("cluster")
+    entries = cluster.get("replicas") if isinstance(cluster, dict) else None
+    if not (isinstance(cluster, dict) and isinstance(entries, list)):
+        return data
+    base = engine if isinstance(engine, dict) else {}
+    out = []
+    for entry in entries:
+        if isinstance(entry, dict) and isinstance(entry.get("time"), dict):
+            entry = {**entry, "engine": with_defaults(_own_engine(entry), entry["time"], base)}
+            if not entry["engine"]:
+                del entry["engine"]
+        out.append(entry)
+    return {**data, "cluster": {**cluster, "replicas": out}}
+
+
 def _expand_policy(value: Any) -> Any:
     return {"name": value} if isinstance(value, str) else value
 
@@ -940,6 +974,7 @@ class RunSpec(Strict):
         a fleet's replica with a roofline of its own gets its own model's pool."""
         if not isinstance(data, dict):
             return data
+        data = _gpu_batch_defaults(data)
         engine, time = data.get("engine"), data.get("time")
         auto = isinstance(engine, dict) and engine.get("num_blocks") == "auto"
         data = _auto_replica_pools(data, engine if isinstance(engine, dict) else {}, auto)
