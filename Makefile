@@ -73,18 +73,22 @@ conformance: install $(CSTAMP)
 		--seed $$(($(CONFORMANCE_SEED) + 1)) --out-dir $(CONFORMANCE_OUT)/watermark
 	HF_HUB_OFFLINE=1 $(CBIN)/python conformance/vllm_driver.py --cases \
 		--out-dir $(CONFORMANCE_OUT)/cases
+	HF_HUB_OFFLINE=1 $(CBIN)/python conformance/vllm_driver.py --random $(CONFORMANCE_N) --ties \
+		--seed $$(($(CONFORMANCE_SEED) + 2)) --out-dir $(CONFORMANCE_OUT)/ties
 	HF_HUB_OFFLINE=1 $(CBIN)/python conformance/vllm_driver.py --random-prefix $(CONFORMANCE_N) \
 		--random-sessions $$(($(CONFORMANCE_N) / 2)) --seed $(CONFORMANCE_SEED) \
 		--out-dir $(CONFORMANCE_OUT)/prefix
 	@echo "== RULES.md as code (conformance/v1_rules_model.py) vs vLLM"
 	$(BIN)/python -m conformance.compare $(CONFORMANCE_OUT)/random $(CONFORMANCE_OUT)/watermark \
-		$(CONFORMANCE_OUT)/cases --kvsched conformance.v1_rules_model:decisions --quiet
+		$(CONFORMANCE_OUT)/cases $(CONFORMANCE_OUT)/ties --kvsched conformance.v1_rules_model:decisions \
+		--quiet
 	@echo "== RULES.md as code vs vLLM, prefix caching on"
 	$(BIN)/python -m conformance.compare $(CONFORMANCE_OUT)/prefix \
 		--kvsched conformance.v1_rules_model:decisions --quiet
 	@echo "== kvsched ($(KVSCHED_FN)) vs vLLM"
 	$(BIN)/python -m conformance.compare $(CONFORMANCE_OUT)/random $(CONFORMANCE_OUT)/watermark \
-		$(CONFORMANCE_OUT)/cases --kvsched $(KVSCHED_FN) --quiet --allow-missing
+		$(CONFORMANCE_OUT)/cases $(CONFORMANCE_OUT)/ties --kvsched $(KVSCHED_FN) --quiet \
+		--allow-missing
 	@echo "== kvsched ($(KVSCHED_FN)) vs vLLM, prefix caching on"
 	$(BIN)/python -m conformance.compare $(CONFORMANCE_OUT)/prefix \
 		--kvsched $(KVSCHED_FN) --quiet --allow-missing

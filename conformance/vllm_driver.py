@@ -466,6 +466,8 @@ def run(config: dict[str, Any], workload: dict[str, Any], model_dir: str,
         "num_finished": sum(p["status"] == "finished" for p in per_req.values()),
         "num_rejected": sum(p["status"] == "rejected" for p in per_req.values()),
     }
+    if summary["hit_max_steps"]:  # a livelock: kvsched must stop at the same step
+        cfg = {**cfg, "max_steps": max_steps}
     if caching:
         prompt_tokens = sum(int(reqs[i]["prompt_len"]) for i, r in enumerate(reqs)
                             if per_req[str(r["id"])]["prefix_hit_tokens"] is not None)
@@ -519,15 +521,22 @@ def _usable_blocks(rng: random.Random, requests: list[dict[str, Any]],
 
 
 def random_case(rng: random.Random, name: str, watermark_prob: float = 0.0,
-                extra: random.Random | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+                extra: random.Random | None = None,
+                ties: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
     """One random (config, workload), drawn to cover the V1 scheduler's rules.
 
     `watermark_prob` draws a non-default watermark from a separate stream (`extra`),
-    so the default draws (and the committed fixtures) stay reproducible.
+    so the default draws (and the committed fixtures) stay reproducible. `ties`: the
+    requests of a step share one arrival_time (the step, as a trace with whole-second
+    stamps gives them), come in an order unlike their ids' (`q7` before `q12` before `q3`),
+    and mostly under `priority` with two levels: vLLM's heap then breaks ties by request
+    id, its FCFS queue by input order, and preempted requests re-enter among equal keys.
     """
     block_size = rng.choice([4, 8, 16])
     chunked = rng.random() < 0.7
     policy = rng.choice(["fcfs", "priority"])
+    if ties and rng.random() < 0.5:
+        policy = "priority"  # (ties: three quarters under priority)
     max_num_seqs = rng.choice([2, 3, 4, 8, 16, 128])
     budget = rng.choice([16, 24, 32, 64, 128, 256])
     # vLLM refuses chunking off with max_num_batched_tokens < max_model_len.
@@ -559,6 +568,8 @@ def random_case(rng: random.Random, name: str, watermark_prob: float = 0.0,
         requests.append({"id": f"r{i:03d}", "prompt_len": prompt_len, "output_len": output_len,
                          "arrival_step": arrival, "priority": priority})
     requests.sort(key=lambda r: (r["arrival_step"], r["id"]))
+    if ties:
+        requests = _tied(rng, requests)
 
     usable = _usable_blocks(rng, requests, requests, max_model_len, block_size)
     config = {
@@ -578,6 +589,28 @@ def random_case(rng: random.Random, name: str, watermark_prob: float = 0.0,
         config["watermark"] = extra.choice([0.01, 0.05, 0.1, 0.2])
     workload = {"name": name, "requests": requests}
     return config, workload
+
+
+def _tied(rng: random.Random, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`requests` with one arrival_time per step, unpadded ids in a shuffled order within
+    each step, and priorities 0 or 1 where they had any."""
+    steps = sorted({int(r["arrival_step"]) for r in requests})
+    out = []
+    for step in steps:
+        group = [dict(r) for r in requests if int(r["arrival_step"]) == step]
+        rng.shuffle(group)
+        for r in group:
+            r["arrival_time"] = float(step)
+            if r["priority"]:
+                r["priority"] = r["priority"] % 2
+        out += group
+    for i, r in enumerate(out):
+        r["id"] = f"q{i}"
+    order = list(range(len(out)))
+    rng.shuffle(order)
+    for r, k in zip(out, order, strict=True):  # ids unlike the input order
+        r["id"] = f"q{k}"
+    return out
 
 
 def random_prefix_case(rng: random.Random, name: str,
@@ -850,6 +883,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--watermark-prob", type=float, default=0.0,
                     help="with --random: share of workloads with a non-default watermark")
     ap.add_argument("--cases", action="store_true", help="record vLLM's own test cases")
+    ap.add_argument("--ties", action="store_true",
+                    help="with --random: a step's arrivals share one arrival_time, ids out of "
+                         "input order, mostly priority scheduling (no 1e-6 spacing)")
     ap.add_argument("--random-prefix", type=int, default=0, metavar="N",
                     help="N random workloads sharing prefixes (groups, overlaps, some sessions), "
                          "prefix caching on")
@@ -867,9 +903,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.random:
             for i in range(args.random):
                 rng = random.Random(f"{args.seed}:{i}")
-                name = f"random-s{args.seed}-{i:04d}"
+                name = f"{'ties' if args.ties else 'random'}-s{args.seed}-{i:04d}"
                 extra = random.Random(f"{args.seed}:{i}:extra")
-                cfg, wl = random_case(rng, name, args.watermark_prob, extra)
+                cfg, wl = random_case(rng, name, args.watermark_prob, extra, args.ties)
                 jobs.append((name, cfg, wl, i))
         for kind, count in (("prefix", args.random_prefix), ("sessions", args.random_sessions)):
             for i in range(count):

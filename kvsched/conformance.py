@@ -7,8 +7,8 @@ status. It runs the public API only: `simulate` with the `vllm_v1` preset on the
 clock, and reads the step numbers back from the batches and events.
 
 The step clock: harness step k is kvsched step k + 1 (arrivals of step k arrive just before
-time k + 1, in the order of vLLM's `(arrival_time, index)`, so that simultaneous arrivals
-keep vLLM's distinct arrival times and kvsched's ties never decide).
+time k + 1, in the order of vLLM's `(arrival_time, index)`: distinct arrival times stay
+distinct, equal ones stay equal, so kvsched's tie rules decide where vLLM's did).
 
 Prefix caching (`enable_prefix_caching` in the record's config): each request's `prefix`
 segments become `Request.prefix`, `engine.enable_prefix_caching` is set, and the answer
@@ -44,14 +44,17 @@ _SPACING = 1e-6  # between arrivals of one step, in steps
 
 def vllm_v1_decisions(config: dict[str, Any], workload: dict[str, Any],
                       max_steps: int = 100_000) -> dict[str, Any]:
-    """kvsched's decisions for a harness `(config, workload)`, in the record's structure."""
+    """kvsched's decisions for a harness `(config, workload)`, in the record's structure
+    (up to the record's `max_steps` when vLLM was stopped there: a livelock)."""
     cfg = {**HARNESS_DEFAULTS, **config}
     caching = bool(cfg.get("enable_prefix_caching", False))
+    until = config.get("max_steps")
     engine = EngineSpec.model_validate(
-        {"preset": "vllm_v1", "max_steps": max_steps,
+        {"preset": "vllm_v1", "max_steps": max_steps if until is None else int(until),
          "enable_prefix_caching": caching,
          **{key: cfg[key] for key in _ENGINE_KEYS}}).to_config()
-    return _decisions(engine, cfg["policy"], workload, caching)
+    out = _decisions(engine, cfg["policy"], workload, caching)
+    return out if until is None else _cut(out, int(until))
 
 
 # The V0 harness's defaults (vLLM 0.8.5's, as conformance/vllm_v0_driver.py fills them in).
@@ -126,10 +129,15 @@ def _decisions(engine: EngineConfig, policy: str, workload: dict[str, Any], cach
 
     order = sorted(range(len(specs)), key=lambda i: (int(specs[i]["arrival_step"]),
                                                      vllm_time(i), i))
+    # requests vLLM saw at one arrival_time get one time here too, so that kvsched's own
+    # tie rules decide between them (input order in a queue, request id in V1's heap)
+    times = sorted({(int(specs[i]["arrival_step"]), vllm_time(i)) for i in order})
+    rank_of = {key: rank for rank, key in enumerate(times)}
     requests = []
-    for rank, i in enumerate(order):
+    for i in order:
         spec = specs[i]
-        arrival = int(spec["arrival_step"]) + 1 - (len(specs) - rank) * _SPACING
+        rank = rank_of[(int(spec["arrival_step"]), vllm_time(i))]
+        arrival = int(spec["arrival_step"]) + 1 - (len(times) - rank) * _SPACING
         segments = tuple((int(s), int(n)) for s, n in spec.get("prefix") or ())
         requests.append(Request(str(spec["id"]), arrival, int(spec["prompt_len"]),
                                 int(spec["output_len"]), int(spec.get("priority", 0)),

@@ -35,7 +35,7 @@ class WaitingQueue:
     """
 
     __slots__ = ("_policy", "_swapped", "_stack", "_heap", "_fresh", "_entries",
-                 "queued_tokens", "dynamic", "size")
+                 "queued_tokens", "dynamic", "size", "ties_by_id")
 
     def __init__(self, policy: Policy) -> None:
         self.dynamic = is_dynamic(policy)
@@ -45,6 +45,10 @@ class WaitingQueue:
         self._heap: list[tuple] = []  # static policies: (*key, entry number, seq)
         self._fresh: deque[Seq] = deque()  # dynamic policies: never started, in policy order
         self._entries = 0
+        # Ties of the policy's key by request id before entry order: vLLM V1's priority heap
+        # compares (priority, arrival_time, request_id), so a preempted request re-enters
+        # where it first stood, ahead of same-key requests that came in after it.
+        self.ties_by_id = False
         self.queued_tokens = 0  # budget tokens needed to admit everything queued
         # Requests queued, kept as they come and go: the hot path reads it every step
         # (an attribute, not four len() calls through __len__).
@@ -65,7 +69,9 @@ class WaitingQueue:
             self._fresh.append(seq)
             return
         self._entries += 1
-        key = cast(StaticPolicy, self._policy).key(seq.request, enqueue_time)
+        key: tuple = cast(StaticPolicy, self._policy).key(seq.request, enqueue_time)
+        if self.ties_by_id:
+            key = (*key, seq.request.request_id)
         heapq.heappush(self._heap, (*key, self._entries, seq))
 
     def push_front(self, seq: Seq) -> None:

@@ -153,7 +153,7 @@ def reference_simulate(requests, cfg: EngineConfig, policy, clock):
             if cfg.victim is Victim.LAST_ADMITTED:
                 return max(cands, key=lambda r: r.admit_seq)
             if cfg.victim is Victim.LOWEST_PRIORITY:
-                return max(cands, key=lambda r: (r.req.priority, r.req.arrival_time, r.admit_seq))
+                return max(cands, key=lambda r: (r.req.priority, r.req.arrival_time, -r.admit_seq))
             return min(cands, key=lambda r: (r.gen, -r.P, -r.admit_seq))
 
         def preempt(v):

@@ -90,6 +90,9 @@ class Scheduler:
         if requeue is Requeue.BY_POLICY:
             requeue = Requeue.FRONT if isinstance(policy, Fcfs) else Requeue.BY_POLICY
         self._requeue = requeue  # BY_POLICY here: back in policy order by original arrival
+        # vLLM V1's priority heap breaks (priority, arrival) ties by request id
+        self.waiting.ties_by_id = (config.requeue is Requeue.BY_POLICY
+                                   and isinstance(policy, PriorityFirst))
         # Prefix caching: blocks with identity beside the counts (kvsched.kvcache.tracker).
         self.prefix: PrefixTracker | None = None
         if config.enable_prefix_caching:
@@ -332,9 +335,10 @@ class Scheduler:
             tails = [next(reversed(q.values())) for q in (self.running, self.prefilling) if q]
             return max(tails, key=lambda s: s.admit_seq)
         candidates = chain(self.running.values(), self.prefilling.values())
-        if rule is Victim.LOWEST_PRIORITY:
+        if rule is Victim.LOWEST_PRIORITY:  # vLLM V1's max(running, key=(priority, arrival))
+            # returns the first of equal keys in its running list: the earliest admitted
             return max(candidates,
-                       key=lambda s: (s.request.priority, s.request.arrival_time, s.admit_seq))
+                       key=lambda s: (s.request.priority, s.request.arrival_time, -s.admit_seq))
         tick = self.tick - 1  # counts as at the start of this pass
         return min(candidates, key=lambda s: (
             s.base + tick if s.state is RUNNING else s.generated, -s.prompt_len, -s.admit_seq))
