@@ -1,18 +1,81 @@
-"""The KV pool a GPU can hold (`engine.num_blocks: auto`), as vLLM sizes it: what is left of
-`gpu_memory_utilization` x memory after the weights and an activation reserve, in blocks."""
+"""The KV pool a GPU can hold (`engine.num_blocks: auto`), as vLLM 0.33's GPU worker sizes it.
+
+`determine_available_memory` (v1/worker/gpu_worker.py) takes `gpu_memory_utilization` of the
+total CUDA reports, then subtracts what its profile run consumed: the weights, memory outside
+torch that grew after its baseline snapshot (NCCL and cuBLAS workspaces), the transient peak
+of a dummy forward of `max_num_batched_tokens` tokens and of the sampler's warm-up over
+`max_num_seqs` rows of logits, and (on by default since 0.21) its estimate of the CUDA graphs'
+memory. What is left, in whole blocks, is the pool (the null block included, as vLLM counts).
+
+The profile run cannot be run here, so its terms are estimated from the model's shapes:
+- the sampler warm-up dominates the peak: about 32 bytes per logit element of
+  min(max_num_seqs, max_num_batched_tokens) x vocab (the bf16 logits, an fp32 copy, the
+  log-softmax and the top-k of the warm-up's second pass); the forward's peak, one layer's
+  MLP at the full budget plus the residual streams, T x (6 I / tp + 4 h) bytes, where larger;
+- CUDA graphs: about 9 MiB per layer and rank-way of tensor parallelism (0.2-0.7 GiB logged
+  for 7-8B models at tp 1, 2.6-3.5 GiB for 80-94 layers at tp 4); none with `enforce_eager`;
+- outside torch after the snapshot: 0.15 GiB alone, 0.5 GiB with tensor parallelism.
+README's pool table compares the result with the logs these constants come from.
+"""
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 from kvsched.errors import KvschedError
 from kvsched.hardware import Gpu, Model, load_gpu, load_model
 
-# CUDA context, NCCL buffers and the peak activations of a forward pass at an ~8k-token budget
-# (vLLM's profile run measures them; ~1-3 GiB per GPU for 7B-70B models): a fixed estimate.
-ACTIVATION_RESERVE = 2 * 2**30
+GIB = 2**30
+DEFAULT_UTILIZATION = 0.92  # vLLM 0.33's CacheConfig.gpu_memory_utilization
+SAMPLER_BYTES_PER_LOGIT = 32
+CUDA_GRAPH_BYTES_PER_LAYER_RANK = 9 * 2**20
+NON_TORCH_BYTES = {1: int(0.15 * GIB)}  # by tp; tp > 1: NON_TORCH_TP_BYTES
+NON_TORCH_TP_BYTES = int(0.5 * GIB)
+KV_DTYPE_BYTES = {"auto": 2, "fp8": 1}  # auto: the model's dtype (bf16)
 
 
 class PoolDoesNotFit(KvschedError, ValueError):
-    """The weights and the reserve leave no room for a single KV block."""
+    """The weights and the profile run's memory leave no room for a single KV block."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolBreakdown:
+    """Bytes per GPU of each term of vLLM's budget, and the blocks the KV bytes hold."""
+
+    model: str
+    gpu: str
+    tp: int
+    total: float  # as CUDA reports it
+    utilization: float
+    weights: float
+    activations: float
+    cuda_graphs: float
+    non_torch: float
+    block_bytes: float
+
+    @property
+    def requested(self) -> float:
+        return float(math.ceil(self.total * self.utilization))
+
+    @property
+    def kv_bytes(self) -> float:
+        return self.requested - self.weights - self.activations - self.cuda_graphs - \
+            self.non_torch
+
+    @property
+    def blocks(self) -> int:
+        return int(self.kv_bytes // self.block_bytes)
+
+    def text(self) -> str:
+        """validate's line: every term in GiB, as vLLM's log prints them."""
+        def gib(value: float) -> str:
+            return f"{value / GIB:.2f}"
+
+        return (f"{self.utilization:g} x {gib(self.total)} GiB = {gib(self.requested)} GiB - "
+                f"weights {gib(self.weights)} - activation peak {gib(self.activations)} - "
+                f"CUDA graphs {gib(self.cuda_graphs)} - non-torch {gib(self.non_torch)} = "
+                f"{gib(self.kv_bytes)} GiB of KV cache per GPU")
 
 
 def kv_block_bytes(model: Model | str, tp: int, block_size: int, dtype_bytes: int = 2) -> float:
@@ -23,24 +86,50 @@ def kv_block_bytes(model: Model | str, tp: int, block_size: int, dtype_bytes: in
     return model.layers * kv_heads * model.head_dim * 2 * dtype_bytes * block_size
 
 
-def kv_pool_blocks(model: Model | str, gpu: Gpu | str, tp: int, block_size: int,
-                   gpu_memory_utilization: float = 0.9, dtype_bytes: int = 2,
-                   activation_reserve: float = ACTIVATION_RESERVE) -> int:
-    """Blocks of KV cache per engine: (memory x utilisation - weights / tp - reserve) / block
-    bytes, on each GPU. Raises `PoolDoesNotFit` (one line) when that is not positive."""
+def activation_peak(model: Model, tp: int, max_num_batched_tokens: int,
+                    max_num_seqs: int) -> float:
+    """The profile run's transient peak on one GPU: the sampler warm-up or the forward."""
+    rows = min(max_num_seqs, max_num_batched_tokens)
+    sampler = SAMPLER_BYTES_PER_LOGIT * rows * model.vocab
+    forward = max_num_batched_tokens * (6 * model.intermediate / tp + 4 * model.hidden) * 2
+    return float(max(sampler, forward))
+
+
+def pool_breakdown(model: Model | str, gpu: Gpu | str, tp: int, block_size: int,
+                   gpu_memory_utilization: float = DEFAULT_UTILIZATION,
+                   max_num_batched_tokens: int = 2048, max_num_seqs: int = 128,
+                   kv_dtype_bytes: int = 2, weight_bytes: int = 2,
+                   enforce_eager: bool = False) -> PoolBreakdown:
     model, gpu = load_model(model), load_gpu(gpu)
     if not 0 < gpu_memory_utilization <= 1:
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
     if tp < 1 or block_size < 1:
         raise ValueError(f"tp and block_size must be >= 1, got {tp} and {block_size}")
-    usable = gpu.memory * gpu_memory_utilization
-    weights = model.params * dtype_bytes / tp
-    free = usable - weights - activation_reserve
-    blocks = int(free // kv_block_bytes(model, tp, block_size, dtype_bytes))
-    if blocks < 1:
+    return PoolBreakdown(
+        model.name, gpu.name, tp, gpu.device_memory, gpu_memory_utilization,
+        weights=model.params * weight_bytes / tp,
+        activations=activation_peak(model, tp, max_num_batched_tokens, max_num_seqs),
+        cuda_graphs=0.0 if enforce_eager else float(
+            CUDA_GRAPH_BYTES_PER_LAYER_RANK * model.layers * tp),
+        non_torch=float(NON_TORCH_BYTES.get(tp, NON_TORCH_TP_BYTES)),
+        block_bytes=kv_block_bytes(model, tp, block_size, kv_dtype_bytes))
+
+
+def kv_pool_blocks(model: Model | str, gpu: Gpu | str, tp: int, block_size: int,
+                   gpu_memory_utilization: float = DEFAULT_UTILIZATION,
+                   max_num_batched_tokens: int = 2048, max_num_seqs: int = 128,
+                   kv_dtype_bytes: int = 2, weight_bytes: int = 2,
+                   enforce_eager: bool = False) -> int:
+    """Blocks of KV cache per engine (`pool_breakdown`). Raises `PoolDoesNotFit` (one line)
+    when not one block fits."""
+    pool = pool_breakdown(model, gpu, tp, block_size, gpu_memory_utilization,
+                          max_num_batched_tokens, max_num_seqs, kv_dtype_bytes, weight_bytes,
+                          enforce_eager)
+    if pool.blocks < 1:
+        rest = pool.activations + pool.cuda_graphs + pool.non_torch
         raise PoolDoesNotFit(
-            f"{model.name} does not fit on {tp} x {gpu.name}: {weights / 1e9:.1f} GB of weights "
-            f"and {activation_reserve / 1e9:.1f} GB reserved per GPU exceed the "
-            f"{usable / 1e9:.1f} GB usable ({gpu_memory_utilization:g} x {gpu.memory / 1e9:.0f} GB)"
-            f"; raise tp or gpu_memory_utilization")
-    return blocks
+            f"{pool.model} does not fit on {tp} x {pool.gpu}: {pool.weights / 1e9:.1f} GB of "
+            f"weights and {rest / 1e9:.1f} GB of activations, CUDA graphs and buffers per GPU "
+            f"exceed the {pool.requested / 1e9:.1f} GB usable ({gpu_memory_utilization:g} x "
+            f"{pool.total / 1e9:.1f} GB); raise tp or gpu_memory_utilization")
+    return pool.blocks

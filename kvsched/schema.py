@@ -89,7 +89,10 @@ class EngineSpec(Strict):
     block_size: PositiveInt = _ENGINE.block_size
     # also "auto": the pool the GPUs of `time: {kind: roofline}` hold (RunSpec resolves it)
     num_blocks: PositiveInt = _ENGINE.num_blocks
-    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = None  # auto: 0.9
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = None  # auto: 0.92
+    # the KV cache's element type for `num_blocks: auto` (fp8: half the bytes per token)
+    kv_cache_dtype: Literal["auto", "fp8"] = "auto"
+    enforce_eager: bool = False  # vLLM's flag: no CUDA graphs, so none in the pool's budget
     # whose defaults a preset with a GPU table takes (kvsched.serve_defaults): vLLM's API
     # server (`vllm serve`) or its offline LLM class
     usage: Literal["serve", "offline"] = "serve"
@@ -164,7 +167,8 @@ class EngineSpec(Strict):
 
     def to_config(self) -> EngineConfig:
         return EngineConfig(**self.model_dump(exclude={"gpu_memory_utilization", "preset",
-                                                       "usage"}))
+                                                       "usage", "kv_cache_dtype",
+                                                       "enforce_eager"}))
 
 
 _ENGINE_ALIASES = {"enable_chunked_prefill": "chunked_prefill",
@@ -328,7 +332,8 @@ def derived_pool(resolved: dict[str, Any], spec: "RunSpec") -> str | None:
         assert isinstance(time, RooflineTime)
         tokens = int(spec.engine.num_blocks) * spec.engine.block_size
         parts.append(f"engine.num_blocks: auto = {spec.engine.num_blocks:,} blocks ({tokens:,} "
-                     f"tokens of KV) for {time.model} on {time.tp} x {time.gpu}")
+                     f"tokens of KV) for {time.model} on {time.tp} x {time.gpu} "
+                     f"({_breakdown(time, spec.engine)})")
     cluster = resolved.get("cluster")
     entries = cluster.get("replicas") if isinstance(cluster, dict) else None
     if isinstance(entries, list) and spec.cluster is not None:
@@ -376,17 +381,30 @@ def unit_warnings(spec: "RunSpec") -> list[str]:
     return out
 
 
+def _breakdown(time: RooflineTime, engine: "EngineSpec") -> str:
+    """vLLM's memory budget behind a derived pool, term by term."""
+    from kvsched.kvpool import DEFAULT_UTILIZATION, KV_DTYPE_BYTES, pool_breakdown
+
+    return pool_breakdown(time.model, time.gpu, time.tp, engine.block_size,
+                          engine.gpu_memory_utilization or DEFAULT_UTILIZATION,
+                          engine.max_num_batched_tokens, engine.max_num_seqs,
+                          KV_DTYPE_BYTES[engine.kv_cache_dtype],
+                          enforce_eager=engine.enforce_eager).text()
+
+
 def _seconds_text(seconds: float) -> str:
     return {3600.0: "an hour", 60.0: "a minute"}.get(seconds, f"{seconds:g} s")
 
 
 def _does_not_fit(time: RooflineTime, engine: "EngineSpec") -> str | None:
     """Why the model's weights leave its GPUs no room for KV cache, or None."""
-    from kvsched.kvpool import PoolDoesNotFit, kv_pool_blocks
+    from kvsched.kvpool import DEFAULT_UTILIZATION, KV_DTYPE_BYTES, PoolDoesNotFit, kv_pool_blocks
 
     try:
         kv_pool_blocks(time.model, time.gpu, time.tp, engine.block_size,
-                       engine.gpu_memory_utilization or 0.9)
+                       engine.gpu_memory_utilization or DEFAULT_UTILIZATION,
+                       engine.max_num_batched_tokens, engine.max_num_seqs,
+                       KV_DTYPE_BYTES[engine.kv_cache_dtype], enforce_eager=engine.enforce_eager)
     except PoolDoesNotFit as exc:
         return str(exc).split("; raise")[0]
     return None
@@ -877,12 +895,19 @@ def _sized(engine: dict, time: dict) -> dict:
     block size and memory share); without it where the model or GPU is unknown or a field
     missing or mistyped: the fields' own validation names that."""
     from kvsched.hardware import UnknownHardware
-    from kvsched.kvpool import kv_pool_blocks
+    from kvsched.kvpool import DEFAULT_UTILIZATION, KV_DTYPE_BYTES, kv_pool_blocks
 
+    full = expand_preset(engine)  # the budget and seats the profile run is sized for
     try:
         blocks = kv_pool_blocks(time["model"], time["gpu"], time.get("tp", 1),
                                 engine.get("block_size") or _ENGINE.block_size,
-                                engine.get("gpu_memory_utilization") or 0.9)
+                                engine.get("gpu_memory_utilization") or DEFAULT_UTILIZATION,
+                                full.get("max_num_batched_tokens",
+                                         _ENGINE.max_num_batched_tokens),
+                                full.get("max_num_seqs", full.get("max_running_requests",
+                                                                  _ENGINE.max_num_seqs)),
+                                KV_DTYPE_BYTES[engine.get("kv_cache_dtype", "auto")],
+                                enforce_eager=engine.get("enforce_eager") is True)
     except (KeyError, TypeError, UnknownHardware):
         return {k: v for k, v in engine.items() if k != "num_blocks"}
     return {**engine, "num_blocks": blocks}
@@ -916,7 +941,9 @@ def _auto_replica_pools(data: dict, engine: dict, auto: bool) -> dict:
     for entry in entries:
         if isinstance(entry, dict) and _sizes_own_pool(entry, auto):
             own, time = _own_engine(entry), entry.get("time")
-            inherited = {k: engine[k] for k in ("block_size", "gpu_memory_utilization")
+            inherited = {k: engine[k] for k in ("block_size", "gpu_memory_utilization",
+                                                 "kv_cache_dtype", "enforce_eager",
+                                                 "max_num_batched_tokens", "max_num_seqs")
                          if k in engine and k not in own}
             entry = {**entry, "engine": {**own, **inherited, "num_blocks": "auto"}}
             if not _is_roofline(time) and _is_roofline(data.get("time")):

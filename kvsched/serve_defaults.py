@@ -30,8 +30,9 @@ class GpuDefaults:
 
 
 def device_memory(gpu: Any) -> float:
-    """Bytes of memory the device reports (CUDA's total where the catalogue has it)."""
-    return float(getattr(gpu, "cuda_memory", 0.0) or gpu.memory)
+    """Bytes of memory the device reports (CUDA's total where the catalogue has it; vLLM
+    reads NVML's, a few hundred MiB more, which moves no catalogued GPU across a tier)."""
+    return float(gpu.device_memory)
 
 
 def tier_for(tiers: tuple[GpuTier, ...], name: str, memory: float) -> GpuTier | None:

@@ -2,21 +2,70 @@
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+
 import pytest
 
 from kvsched.errors import KvschedError
 from kvsched.hardware import load_model
-from kvsched.kvpool import kv_block_bytes, kv_pool_blocks
+from kvsched.kvpool import kv_block_bytes, kv_pool_blocks, pool_breakdown
 
 LLAMA8 = "meta-llama/Llama-3.1-8B"
 
 
-def test_llama_8b_on_an_h100_is_the_memory_left_after_weights_and_reserve():
+def test_llama_8b_on_an_h100_is_vllms_budget_term_by_term():
+    """0.92 of the 79.19 GiB CUDA reports, less the weights, the sampler warm-up's peak over
+    128 rows of a 128,256-token vocabulary, 32 layers of CUDA graphs and the non-torch
+    growth, in 2 MiB blocks."""
     blocks = kv_pool_blocks(LLAMA8, "h100-sxm", 1, 16)
     assert kv_block_bytes(LLAMA8, 1, 16) == 32 * 8 * 128 * 2 * 2 * 16  # 2 MiB a block
     weights = load_model(LLAMA8).params * 2  # 16.06 GB of bf16
-    assert blocks == int((0.9 * 80e9 - weights - 2 * 2**30) // 2**21)
-    assert 400_000 < blocks * 16 < 420_000  # tokens of KV: ~54 GB
+    requested = math.ceil(85_027_979_264 * 0.92)
+    rest = 32 * 128 * 128_256 + 9 * 2**20 * 32 + int(0.15 * 2**30)
+    assert blocks == int((requested - weights - rest) // 2**21)
+    pool = pool_breakdown(LLAMA8, "h100-sxm", 1, 16)
+    assert pool.blocks == blocks and pool.total == 85_027_979_264
+    assert pool.text().startswith("0.92 x 79.19 GiB = 72.85 GiB - weights 14.96 - activation "
+                                  "peak 0.49 - CUDA graphs 0.28 - non-torch 0.15 = ")
+
+
+# vLLM's startup logs ("Available KV cache memory: X GiB"; see README's pool table):
+# (version, model, GPU, tp, gpu_memory_utilization, budget, seats, enforce_eager, logged GiB)
+LOGS = [
+    ("0.31.0", LLAMA8, "a100-80gb", 1, 0.92, 2048, 256, False, 56.21),
+    ("0.15.1", LLAMA8, "a100-40gb", 1, 0.9, 8192, 256, True, 19.28),
+    ("0.11.0", LLAMA8, "h100-sxm", 1, 0.9, 8192, 1024, False, 51.38),
+    ("0.6.5", "meta-llama/Meta-Llama-3-8B", "h100-sxm", 1, 0.9, 2048, 256, False, 53.29),
+]
+
+
+@pytest.mark.parametrize("log", LOGS, ids=[f"{v}-{g}" for v, _, g, *_ in LOGS])
+def test_the_pool_is_within_5_percent_of_vllms_logs(log):
+    _version, model, gpu, tp, util, budget, seats, eager, logged = log
+    pool = pool_breakdown(model, gpu, tp, 16, util, budget, seats, enforce_eager=eager)
+    assert pool.kv_bytes / 2**30 == pytest.approx(logged, rel=0.05)
+
+
+def test_the_profile_run_grows_with_the_seats_and_the_budget():
+    """H100's serve defaults (8192 tokens, 1024 seats) cost ~3.4 GiB more than 2048/128:
+    the sampler's warm-up over 1024 rows of logits."""
+    small = pool_breakdown(LLAMA8, "h100-sxm", 1, 16, 0.92, 2048, 128)
+    large = pool_breakdown(LLAMA8, "h100-sxm", 1, 16, 0.92, 8192, 1024)
+    assert (large.activations - small.activations) / 2**30 == pytest.approx(3.42, abs=0.01)
+    assert large.blocks < small.blocks
+    # a small vocabulary at a large budget: the forward's MLP peak wins
+    mistral = pool_breakdown("mistralai/Mistral-7B-v0.1", "h100-sxm", 1, 16, 0.92, 16384, 64)
+    model = load_model("mistralai/Mistral-7B-v0.1")
+    assert mistral.activations == 16384 * (6 * model.intermediate + 4 * model.hidden) * 2
+
+
+def test_fp8_kv_holds_twice_the_blocks_and_eager_gives_back_the_graphs():
+    auto = pool_breakdown(LLAMA8, "h100-sxm", 1, 16)
+    fp8 = pool_breakdown(LLAMA8, "h100-sxm", 1, 16, kv_dtype_bytes=1)
+    assert fp8.kv_bytes == auto.kv_bytes and fp8.blocks == int(auto.kv_bytes // 2**20)
+    eager = pool_breakdown(LLAMA8, "h100-sxm", 1, 16, enforce_eager=True)
+    assert eager.cuda_graphs == 0 and eager.kv_bytes - auto.kv_bytes == 32 * 9 * 2**20
 
 
 def test_more_gpus_or_memory_give_a_bigger_pool():
@@ -39,3 +88,38 @@ def test_kv_heads_replicate_beyond_their_number():
     # Llama-3.1-70B has 8 KV heads: at tp 16 each GPU still holds one head per layer
     assert kv_block_bytes("meta-llama/Llama-3.1-70B", 16, 16) == kv_block_bytes(
         "meta-llama/Llama-3.1-70B", 8, 16)
+
+
+def scenario(tmp_path: Path, engine: str) -> Path:
+    path = tmp_path / "pool.yaml"
+    path.write_text(f"name: pool\nengine: {{preset: vllm_v1, num_blocks: auto{engine}}}\n"
+                    f"time: {{kind: roofline, model: {LLAMA8}, gpu: h100-sxm}}\n"
+                    "workload: {kind: synthetic, num_requests: 5, prompt_len: 50, output_len: 5,"
+                    " arrival: {kind: all_at_once}}\n", encoding="utf-8")
+    return path
+
+
+def blocks_of(path) -> int:
+    from kvsched.scenario import load_scenario
+
+    return load_scenario(path).variants[0].spec.engine.num_blocks
+
+
+def test_validate_prints_the_budget_and_the_engine_keys_move_the_pool(tmp_path):
+    from typer.testing import CliRunner
+
+    from kvsched.cli import app
+
+    shown = CliRunner().invoke(app, ["validate", str(scenario(tmp_path, ""))])
+    assert shown.exit_code == 0, shown.output
+    assert ("(0.92 x 79.19 GiB = 72.85 GiB - weights 14.96 - activation peak 3.91 - CUDA "
+            "graphs 0.28 - non-torch 0.15 = 53.55 GiB of KV cache per GPU)") in shown.stdout
+    auto = blocks_of(scenario(tmp_path, ""))
+    assert blocks_of(scenario(tmp_path, ", kv_cache_dtype: fp8")) in (2 * auto, 2 * auto + 1)
+    assert blocks_of(scenario(tmp_path, ", enforce_eager: true")) == auto + 32 * 9 // 2
+    assert blocks_of(scenario(tmp_path, ", max_num_seqs: 128, max_num_batched_tokens: 2048")
+                     ) > auto + 1500  # the smaller profile run leaves ~3.4 GiB more
+    bad = CliRunner().invoke(app, ["validate", str(scenario(tmp_path, ", kv_cache_dtype: int4"))])
+    assert bad.exit_code == 2
+    (line,) = bad.stderr.strip().splitlines()
+    assert "engine.kv_cache_dtype: unknown value 'int4'; expected one of: auto, fp8" in line

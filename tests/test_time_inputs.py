@@ -97,8 +97,11 @@ def test_a_fleet_replica_sizes_its_own_pool(tmp_path):
     """The 70B replicas on A100-40GB get their own pool, not the 8B/H100 one."""
     path = write(tmp_path, fleet(8))
     specs = replica_specs(load_scenario(path).variants[0].spec)
-    own = kv_pool_blocks("meta-llama/Llama-3.1-70B", "a100-40gb", 8, 16)
-    base = kv_pool_blocks("meta-llama/Llama-3.1-8B", "h100-sxm", 1, 16)
+    # each at vllm serve's defaults for its GPU: 2048/256 on an A100, 8192/1024 on an H100
+    own = kv_pool_blocks("meta-llama/Llama-3.1-70B", "a100-40gb", 8, 16,
+                         max_num_batched_tokens=2048, max_num_seqs=256)
+    base = kv_pool_blocks("meta-llama/Llama-3.1-8B", "h100-sxm", 1, 16,
+                          max_num_batched_tokens=8192, max_num_seqs=1024)
     assert [s.engine.num_blocks for s in specs] == [base, own, own]
     assert own != base
     result = invoke("validate", path)

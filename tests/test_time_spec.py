@@ -86,7 +86,8 @@ workload: {{kind: synthetic, num_requests: 5, arrival: {{kind: all_at_once}}, pr
 
 def test_num_blocks_auto_is_the_pool_of_the_roofline_gpus():
     loaded = load_scenario_text(AUTO.format(extra="", tp=1), "a.yaml", ".")
-    blocks = kv_pool_blocks("meta-llama/Llama-3.1-8B", "h100-sxm", 1, 16)
+    blocks = kv_pool_blocks("meta-llama/Llama-3.1-8B", "h100-sxm", 1, 16,
+                            max_num_seqs=256)  # the lesson engine's seats
     assert loaded.variants[0].spec.engine.num_blocks == blocks
     half = load_scenario_text(AUTO.format(extra=", gpu_memory_utilization: 0.5", tp=1),
                               "a.yaml", ".")

@@ -85,6 +85,13 @@ class Gpu:
     interconnect_latency: float
     host_bw: float
     source: str = ""
+    cuda_memory: float = 0.0  # bytes CUDA reports (0: unknown, the datasheet's `memory`)
+    cuda_memory_source: str = ""
+
+    @property
+    def device_memory(self) -> float:
+        """Bytes CUDA reports: what vLLM sizes its budget from."""
+        return self.cuda_memory or self.memory
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +197,7 @@ def _suggest(wanted: str, lowered: dict[str, str]) -> str:
 
 
 _FLOATS = ("peak_flops", "memory_bw", "memory", "interconnect_bw", "interconnect_latency",
-           "host_bw")
+           "host_bw", "cuda_memory")
 
 
 def load_gpu(name: str | Gpu) -> Gpu:
