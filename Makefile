@@ -116,9 +116,11 @@ conformance-v0: install $(CSTAMP0)
 	$(CBIN0)/python conformance/vllm_v0_driver.py --random $(CONFORMANCE_N) \
 		--seed $(CONFORMANCE_SEED) --out-dir $(CONFORMANCE_OUT)/v0-random
 	$(CBIN0)/python conformance/vllm_v0_driver.py --cases --out-dir $(CONFORMANCE_OUT)/v0-cases
+	$(CBIN0)/python conformance/vllm_v0_driver.py --random $(CONFORMANCE_N) --ties \
+		--seed $$(($(CONFORMANCE_SEED) + 2)) --out-dir $(CONFORMANCE_OUT)/v0-ties
 	@echo "== kvsched ($(V0_FN)) vs vLLM 0.8.5 V0"
 	$(BIN)/python -m conformance.compare $(CONFORMANCE_OUT)/v0-random \
-		$(CONFORMANCE_OUT)/v0-cases --kvsched $(V0_FN) --quiet
+		$(CONFORMANCE_OUT)/v0-cases $(CONFORMANCE_OUT)/v0-ties --kvsched $(V0_FN) --quiet
 # Proof harness against SGLang 0.5.23's real admission code (issue 9), round by round on the
 # CPU. Not part of `make test` (which checks the committed tests/fixtures/sglang/). Its own
 # virtualenv: sglang==0.5.23 with --no-deps, torch 2.13.0 CPU, and the pinned import-time

@@ -569,7 +569,7 @@ def random_case(rng: random.Random, name: str, watermark_prob: float = 0.0,
                          "arrival_step": arrival, "priority": priority})
     requests.sort(key=lambda r: (r["arrival_step"], r["id"]))
     if ties:
-        requests = _tied(rng, requests)
+        requests = tied_requests(rng, requests)
 
     usable = _usable_blocks(rng, requests, requests, max_model_len, block_size)
     config = {
@@ -591,9 +591,9 @@ def random_case(rng: random.Random, name: str, watermark_prob: float = 0.0,
     return config, workload
 
 
-def _tied(rng: random.Random, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def tied_requests(rng: random.Random, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """`requests` with one arrival_time per step, unpadded ids in a shuffled order within
-    each step, and priorities 0 or 1 where they had any."""
+    each step, and priorities 0 or 1 where they had any (shared with vllm_v0_driver.py)."""
     steps = sorted({int(r["arrival_step"]) for r in requests})
     out = []
     for step in steps:

@@ -43,7 +43,7 @@ os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from conformance.vllm_driver import dump  # noqa: E402  (stdlib only at import time)
+from conformance.vllm_driver import dump, tied_requests  # noqa: E402  (stdlib only at import)
 
 FORMAT = "kvsched-vllm-v0-record/1"
 
@@ -312,13 +312,20 @@ def run(config: dict[str, Any], workload: dict[str, Any], max_steps: int = 5000,
 # --------------------------------------------------------------------------- random
 
 
-def random_case(rng: random.Random, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def random_case(rng: random.Random, name: str,
+                ties: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
     """One random (config, workload), drawn to cover the V0 scheduler's rules: chunking on
     and off, recompute and swap, fcfs and priority, partial prefills, max_num_seqs limits,
-    pools from one longest request to roomy (some over 100 blocks: a watermark)."""
+    pools from one longest request to roomy (some over 100 blocks: a watermark). `ties`:
+    a step's requests share one arrival_time, ids out of input order (as in vllm_driver),
+    and two draws in three under `priority`: V0 never compares request ids, its priority
+    sorts are stable, so equal keys keep their place in the deque (input order, a victim
+    at the front)."""
     block_size = rng.choice([4, 8, 16])
     chunked = rng.random() < 0.5
     policy = rng.choice(["fcfs", "fcfs", "priority"])
+    if ties and rng.random() < 0.5:
+        policy = "priority"  # (ties: two thirds under priority, where V0 sorts its queues)
     mode = rng.choice([None, "recompute", "swap", "swap"])
     if policy == "priority" and not chunked and mode == "swap":
         # vLLM 0.8.5 bug: _schedule_priority_preemption pushes a swapped-out victim onto
@@ -355,6 +362,8 @@ def random_case(rng: random.Random, name: str) -> tuple[dict[str, Any], dict[str
                          "arrival_step": 0 if burst else rng.randint(0, horizon),
                          "priority": rng.randint(0, 3) if policy == "priority" else 0})
     requests.sort(key=lambda r: (r["arrival_step"], r["id"]))
+    if ties:
+        requests = tied_requests(rng, requests)
 
     def kv_len(r: dict[str, Any]) -> int:  # tokens in the KV cache at its last decode
         out = min(r["output_len"], max_model_len - r["prompt_len"] + 1)
@@ -506,6 +515,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--random", type=int, default=0, metavar="N")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--cases", action="store_true", help="situations of vLLM's V0 tests")
+    ap.add_argument("--ties", action="store_true",
+                    help="with --random: a step's arrivals share one arrival_time, ids out of "
+                         "input order (no 1e-6 spacing)")
     ap.add_argument("--scenario", type=Path, help="one JSON holding {config, workload}")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--out-dir", type=Path)
@@ -516,8 +528,8 @@ def main(argv: list[str] | None = None) -> int:
 
     jobs: list[tuple[str, dict[str, Any], dict[str, Any], int]] = []
     for i in range(args.random):
-        name = f"v0-random-s{args.seed}-{i:04d}"
-        cfg, wl = random_case(random.Random(f"v0:{args.seed}:{i}"), name)
+        name = f"v0-{'ties' if args.ties else 'random'}-s{args.seed}-{i:04d}"
+        cfg, wl = random_case(random.Random(f"v0:{args.seed}:{i}"), name, args.ties)
         jobs.append((name, cfg, wl, i))
     if args.cases:
         for name, cfg, wl in vllm_test_cases():
