@@ -142,7 +142,8 @@ $(SGSTAMP): conformance/sglang-requirements.txt
 
 conformance-sglang: install $(SGSTAMP)
 	HF_HUB_OFFLINE=1 $(SGBIN)/python conformance/sglang_driver.py --rounds $(SGLANG_ROUNDS) \
-		--seed $(SGLANG_SEED) --out $(CONFORMANCE_OUT)/sglang/rounds-s$(SGLANG_SEED).json
+		--tie-rounds $$(($(SGLANG_ROUNDS) / 2)) --seed $(SGLANG_SEED) \
+		--out $(CONFORMANCE_OUT)/sglang/rounds-s$(SGLANG_SEED).json
 	$(BIN)/python -m conformance.sglang_compare $(CONFORMANCE_OUT)/sglang/rounds-s$(SGLANG_SEED).json
 
 clean:

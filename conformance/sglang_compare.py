@@ -42,7 +42,7 @@ def compare_record(record: dict[str, Any]) -> dict[str, Any]:
         diff = {f: (theirs[f], ours[f]) for f in FIELDS if theirs[f] != ours[f]}
         if diff:
             rounds.append((entry["name"], diff))
-    for entry in record.get("priority_rounds", []):
+    for entry in record.get("priority_rounds", []) + record.get("priority_tie_rounds", []):
         ours = sglang_priority_round_decisions(entry["config"], entry["state"])
         theirs = entry["sglang"]
         diff = {f: (theirs[f], ours[f]) for f in PRIORITY_FIELDS if theirs[f] != ours[f]}
@@ -58,7 +58,11 @@ def compare_record(record: dict[str, Any]) -> dict[str, Any]:
     retractions = [(r["keep_order"], retraction_keep_order(r["requests"]))
                    for r in record["retractions"]
                    if r["keep_order"] != retraction_keep_order(r["requests"])]
-    return {"rounds": len(record["rounds"]) + len(record.get("priority_rounds", [])),
+    ties = {entry["name"] for entry in record.get("priority_tie_rounds", [])}
+    return {"rounds": len(record["rounds"]) + len(record.get("priority_rounds", []))
+            + len(ties),
+            "tie_rounds": len(ties),
+            "tie_round_diffs": sum(name in ties for name, _diff in rounds),
             "round_diffs": rounds,
             "ratio_events": sum(len(t["events"]) for t in record["ratios"]),
             "ratio_diffs": ratios, "retractions": len(record["retractions"]),
@@ -75,7 +79,11 @@ def main(argv: list[str] | None = None) -> int:
         record = json.loads(Path(path).read_text())
         report = compare_record(record)
         ok = report["rounds"] - len(report["round_diffs"])
-        print(f"{path}: rounds {ok}/{report['rounds']} agree; ratio traces "
+        ties = ""
+        if report["tie_rounds"]:
+            ties = (f" (priority tie rounds {report['tie_rounds'] - report['tie_round_diffs']}"
+                    f"/{report['tie_rounds']})")
+        print(f"{path}: rounds {ok}/{report['rounds']} agree{ties}; ratio traces "
               f"{len(record['ratios']) - len(report['ratio_diffs'])}/{len(record['ratios'])} "
               f"({report['ratio_events']} events); retraction orders "
               f"{report['retractions'] - len(report['retraction_diffs'])}/{report['retractions']}")

@@ -259,6 +259,36 @@ def random_priority_round(rng: random.Random) -> tuple[dict[str, Any], dict[str,
     return config, state
 
 
+def random_priority_tie_round(rng: random.Random) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A priority round where ties decide: the running requests share few priorities (2-3)
+    and entry times (0-1), so that several tie on both, the waiting ones one priority (0-1)
+    and one entry time; ids are a permutation unlike the batch order; slots mostly full."""
+    config = {"page_size": 1, "chunked_prefill_size": rng.choice([64, 256, 1024]),
+              "max_prefill_tokens": 16384, "threshold": rng.choice([0, 0, 1]),
+              "max_running_requests": 0}
+    n = rng.randint(2, 8)
+    ids = list(range(n))
+    rng.shuffle(ids)
+    running = []
+    for i in range(n):
+        max_new = rng.randint(2, 400)
+        running.append({"id": f"r{ids[i]}", "prompt_len": rng.randint(1, 200),
+                        "generated": rng.randint(1, max_new - 1), "max_new_tokens": max_new,
+                        "priority": rng.choice([2, 3]), "arrival": rng.choice([0, 1])})
+    config["max_running_requests"] = n if rng.random() < 0.75 else rng.randint(n, n + 2)
+    m = rng.randint(1, 4)
+    wids = list(range(m))
+    rng.shuffle(wids)
+    priority = rng.choice([0, 1])
+    waiting = [{"id": f"w{wids[i]}", "prompt_len": rng.randint(1, 300),
+                "max_new_tokens": rng.randint(1, 300), "priority": priority, "arrival": 2,
+                "tried": rng.random() < 0.4} for i in range(m)]
+    free = rng.randint(0, 800)
+    state = {"free_tokens": free, "new_token_ratio": round(rng.uniform(0.098, 0.7), 4),
+             "running": running, "chunked": None, "waiting": waiting}
+    return config, state
+
+
 def random_round(rng: random.Random) -> tuple[dict[str, Any], dict[str, Any]]:
     """A random round: pools from nearly full to roomy, chunked or not, a chunk under way."""
     page = rng.choice([1, 1, 4, 16])
@@ -310,6 +340,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=400)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--tie-rounds", type=int, default=0, metavar="N",
+                        help="N more priority rounds whose running requests tie on priority "
+                             "and entry time, ids out of batch order (own random stream)")
     args = parser.parse_args(argv)
     sg = _import_sglang()
     rng = random.Random(args.seed)
@@ -347,15 +380,24 @@ def main(argv: list[str] | None = None) -> int:
         config, state = random_priority_round(prng)
         priority_rounds.append({"name": f"priority-s{args.seed}-{k:04d}", "config": config,
                                 "state": state, "sglang": run_priority_round(sg, config, state)})
+    trng = random.Random(args.seed + 2000)  # its own stream, as the priority rounds'
+    tie_rounds = []
+    for k in range(args.tie_rounds):
+        config, state = random_priority_tie_round(trng)
+        tie_rounds.append({"name": f"priority-ties-s{args.seed}-{k:04d}", "config": config,
+                           "state": state, "sglang": run_priority_round(sg, config, state)})
     record = {"format": FORMAT,
               "engine": {"name": "sglang", "version": sg.version,
                          "driven": "PrefillAdder, PrefillBudget, Req, NewTokenRatioTracker, "
                                    "ScheduleBatch._get_decode_retraction_order"},
               "seed": args.seed, "rounds": rounds, "retractions": retractions, "ratios": ratios,
               "priority_rounds": priority_rounds}
+    if tie_rounds:  # (absent otherwise: a record without them stays byte for byte)
+        record["priority_tie_rounds"] = tie_rounds
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(record, indent=None, sort_keys=True) + "\n")
     print(f"{len(rounds)} rounds, {len(priority_rounds)} priority rounds, "
+          f"{len(tie_rounds)} priority tie rounds, "
           f"{len(retractions)} retraction orders, "
           f"{sum(len(r['events']) for r in ratios)} ratio events -> {args.out}")
     return 0

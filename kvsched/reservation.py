@@ -74,7 +74,8 @@ class FutureTokenReservation:
     `after_decode` after a decode pass, `left_batch` when decoding requests finish."""
 
     __slots__ = ("ratio", "page", "max_prefill_tokens", "chunk_size", "preemption_threshold",
-                 "batch_is_full", "reopened", "_left", "_offset", "_pages", "_rem_input",
+                 "batch_is_full", "reopened", "_left", "_offset", "_charged", "_pages",
+                 "_rem_input",
                  "_rem_chunk", "_admitted", "_in_batch", "_prepared")
 
     def __init__(self, schedule_conservativeness: float, page: int,
@@ -89,7 +90,11 @@ class FutureTokenReservation:
         self.batch_is_full = False
         self.reopened = False  # the latch opened in the last decode pass: admissions may resume
         self._left = False  # a decoding request finished since the last decode pass
+        # SGLang's PrefillBudget.total_offset, built with its float operations in its order
+        # (running reservations in batch order, then one int per admission: pages charged +
+        # page + max_new), so remaining_total rounds as SGLang's does where a head fits exactly
         self._offset = 0.0
+        self._charged = 0  # pages charged in the round: kvsched's free pool already lacks them
         self._pages = 0
         self._rem_input = 0
         self._rem_chunk: int | None = None
@@ -130,15 +135,17 @@ class FutureTokenReservation:
         for done, output_len in running:
             offset += min(output_len - done, CLIP_MAX_NEW_TOKENS) * ratio
         page = self.page
+        self._charged = 0
         for seq, chunk in continued:
             charged = self._ceil(chunk)
             self._rem_input -= charged
             if self._rem_chunk is not None:
                 self._rem_chunk -= charged
-            offset += page
+            # its last chunk: it reserves its output too
+            max_new = 0 if seq.prefill_left else min(seq.output_len, CLIP_MAX_NEW_TOKENS)
+            offset += charged + page + max_new
+            self._charged += charged
             self._pages += page
-            if not seq.prefill_left:  # its last chunk: it reserves its output too
-                offset += min(seq.output_len, CLIP_MAX_NEW_TOKENS)
         self._offset = offset
         self._in_batch = len(running) + (self._pages // page)
         return bool(waiting) and (not self.batch_is_full or self.preemption_threshold is not None)
@@ -168,7 +175,7 @@ class FutureTokenReservation:
         `free_tokens`: free KV tokens, a prefill under way holding only its chunks done."""
         self.prepared(seq)  # scheduler.py line 4260, just before add_one_req
         max_new = min(max(seq.output_len - seq.generated, 0), CLIP_MAX_NEW_TOKENS)
-        if not tokens + max_new + self.page < free_tokens - self._offset:
+        if not tokens + max_new + self.page < (free_tokens + self._charged) - self._offset:
             # NO_TOKEN: the latch is set, or cleared, by whether the batch holds a request to
             # wait for (scheduler.py line 4282, `len(adder.can_run_list) > 0 or running`)
             self.batch_is_full = self._in_batch > 0 or self._admitted > 0
@@ -188,10 +195,11 @@ class FutureTokenReservation:
         """Charge an admission of `chunk` tokens; False when the round must end."""
         page = self.page
         charged = self._ceil(chunk)
-        self._offset += page
+        # not chunked: it reserves its clipped max_new_tokens, whole (PrefillBudget.reserve)
+        max_new = min(seq.output_len, CLIP_MAX_NEW_TOKENS) if chunk >= tokens else 0
+        self._offset += charged + page + max_new
+        self._charged += charged
         self._pages += page
-        if chunk >= tokens:  # not chunked: it reserves its clipped max_new_tokens, whole
-            self._offset += min(seq.output_len, CLIP_MAX_NEW_TOKENS)
         self._rem_input -= charged
         if self._rem_chunk is not None:
             self._rem_chunk -= charged
@@ -208,15 +216,23 @@ class FutureTokenReservation:
         return not (self._rem_input <= 0
                     or (self._rem_chunk is not None and self._rem_chunk <= 0))
 
+    def _remaining_total(self, free_tokens: int) -> float:
+        """SGLang's `remaining_total`: its pool, which does not lose a round's admissions
+        until the batch is built, less `total_offset`."""
+        return (free_tokens + self._charged) - self._offset
+
     def _capacity(self, free_tokens: int) -> bool:
         # remaining_total > 0 and remaining_current > 0; the prompts admitted are in the pool
-        return free_tokens - self._offset > 0 and free_tokens - self._pages > 0
+        # (SGLang's remaining_total, `_remaining_total` inlined: it runs before every head)
+        return ((free_tokens + self._charged) - self._offset > 0
+                and free_tokens - self._pages > 0)
 
     def priority_victims(self, seq: Seq, running: Iterable[tuple[Seq, int]],
                          free_tokens: int) -> list[Seq] | None:
         """SGLang's `preempt_to_schedule` for the head `seq` of a full batch: the running
-        requests (with their generated counts) worse than it by more than the threshold,
-        worst priority then latest arrival first, as many as free the tokens it needs
+        requests (with their generated counts, in the batch's order) worse than it by more
+        than the threshold, worst priority then latest arrival first, ties in batch order,
+        as many as free the tokens it needs
         (its prompt and clipped max_new_tokens beyond what is left); None if they cannot.
         kvsched's priorities are SGLang's with `--schedule-low-priority-values-first`."""
         assert self.preemption_threshold is not None
@@ -224,25 +240,28 @@ class FutureTokenReservation:
         # SGLang counts the head's fill ids, empty until a round has prepared it: a request
         # never tried yet lacks only its clipped output (schedule_policy.py line 1736)
         held = seq.prompt_len + seq.generated if seq.index in self._prepared else 0
-        deficit = held + min(seq.output_len, CLIP_MAX_NEW_TOKENS) - (free_tokens - self._offset)
+        deficit = (held + min(seq.output_len, CLIP_MAX_NEW_TOKENS)
+                   - self._remaining_total(free_tokens))
+        running = list(running)
+        # schedule_policy.py line 1728: sorted() is stable, so requests tied on both keys go
+        # in the running batch's order, the first first (`running` comes in that order)
         order = sorted(running, key=lambda item: (-item[0].request.priority,
-                                                  -item[0].request.arrival_time,
-                                                  -item[0].index))
+                                                  -item[0].request.arrival_time))
         victims: list[Seq] = []
         priority = seq.request.priority
         for victim, done in order:
             if victim.request.priority - priority <= self.preemption_threshold:
                 break
             victims.append(victim)
-            reserve = min(victim.output_len - done, CLIP_MAX_NEW_TOKENS) * ratio
-            deficit -= reserve
-            self._offset -= reserve  # a victim's reservation goes with it
+            deficit -= min(victim.output_len - done, CLIP_MAX_NEW_TOKENS) * ratio
             if deficit <= 0:
                 break
         if not victims or deficit > 0:
-            for victim, done in order[:len(victims)]:
-                self._offset += min(victim.output_len - done, CLIP_MAX_NEW_TOKENS) * ratio
             return None
+        taken = set(victims)
+        for victim, done in running:  # their reservations leave, in the batch's order
+            if victim in taken:
+                self._offset -= min(victim.output_len - done, CLIP_MAX_NEW_TOKENS) * ratio
         self._in_batch -= len(victims)
         return victims
 

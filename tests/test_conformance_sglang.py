@@ -130,3 +130,56 @@ def test_priority_preemption_counts_the_prompt_of_a_head_only_once_it_was_tried(
     else:
         assert (out["admitted"], out["preempted"]) == ([["w", 200]], ["r"])
     assert out["batch_is_full"] is True
+
+
+TIES = FIXTURES / "ties-s2.json"
+
+
+def test_recorded_tie_rounds_agree():
+    """Priority rounds whose running requests tie on priority and entry time, ids out of
+    batch order (`sglang_driver.py --tie-rounds`): SGLang's `preempt_to_schedule` sorts them
+    with a stable sort, so the first in the batch goes first. 12 of these disagreed before
+    kvsched took tied victims in batch order (281 of the 1,000 recorded did)."""
+    record = json.loads(TIES.read_text())
+    assert record["engine"]["version"] == "0.5.23"
+    rounds = record["priority_tie_rounds"]
+    assert len(rounds) >= 10
+    for entry in rounds:
+        keys = [(r["priority"], r["arrival"]) for r in entry["state"]["running"]]
+        assert len(set(keys)) < len(keys), entry["name"]  # ties the old draws never had
+        ids = [r["id"] for r in entry["state"]["running"]]
+        assert ids != sorted(ids) or len(ids) < 3, entry["name"]
+    assert all(entry["sglang"]["preempted"] for entry in rounds)
+    report = compare_record(record)
+    assert report["round_diffs"] == []
+    assert report["tie_rounds"] == len(rounds)
+
+
+def test_tied_victims_go_in_batch_order_the_first_first():
+    """b, a, c run with one priority (3) and one entry time, each reserving (120 - 20) x 0.5
+    = 50 tokens; w (priority 0, never tried) lacks 40 - (150 - 150) = 40: one victim is
+    enough, and SGLang 0.5.23 takes b, the first in the batch (recorded with its
+    `PrefillAdder`), not c, the last, nor a, the first by id."""
+    config = {"page_size": 1, "chunked_prefill_size": 1024, "max_prefill_tokens": 16384,
+              "threshold": 0, "max_running_requests": 3}
+    running = [{"id": rid, "prompt_len": 40, "generated": 20, "max_new_tokens": 120,
+                "priority": 3, "arrival": 0} for rid in ("b", "a", "c")]
+    state = {"free_tokens": 150, "new_token_ratio": 0.5, "chunked": None, "running": running,
+             "waiting": [{"id": "w", "prompt_len": 30, "max_new_tokens": 40, "priority": 0,
+                          "arrival": 1, "tried": False}]}
+    out = sglang_priority_round_decisions(config, state)
+    assert (out["admitted"], out["preempted"]) == ([["w", 30]], ["b"])
+
+
+def test_a_head_that_fits_exactly_is_refused_as_sglangs_float_sums_refuse_it():
+    """priority-ties-s2-0054: w2 needs 194 tokens, 143.6936 are left, and the two running
+    requests left reserve 12.9465 + 37.3599, exactly the difference. SGLang's deficit, its
+    `total_offset` built in its order (running in batch order, one int per admission, victims
+    out in batch order), ends a few 1e-14 above zero: no preemption, the round ends FULL.
+    kvsched builds the offset the same way and agrees."""
+    record = json.loads(TIES.read_text())
+    entry = next(e for e in record["priority_tie_rounds"] if e["name"].endswith("-0054"))
+    assert entry["sglang"]["result"] == "FULL"
+    out = sglang_priority_round_decisions(entry["config"], entry["state"])
+    assert (out["admitted"], out["preempted"]) == (entry["sglang"]["admitted"],
+                                                  entry["sglang"]["preempted"])
