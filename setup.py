@@ -8,6 +8,7 @@ No fused multiply-adds in either: their floats are Python's.
 """
 
 import ast
+import os
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -33,8 +34,12 @@ def extensions() -> list[Extension]:
         return out
     modules = [Extension(name, [name.replace(".", "/") + ".py"], optional=True,
                          extra_compile_args=FLAGS) for name in compiled_modules()]
-    return out + cythonize(modules, language_level=3, quiet=True, compiler_directives={
-        "binding": False, "annotation_typing": False, "embedsignature": False})
+    return out + cythonize(modules, language_level=3, quiet=True, nthreads=JOBS,
+                           compiler_directives={"binding": False, "annotation_typing": False,
+                                                "embedsignature": False})
 
 
-setup(ext_modules=extensions())
+JOBS = os.cpu_count() or 1
+"""Modules translated and compiled at once (a pip install builds them one by one else)."""
+
+setup(ext_modules=extensions(), options={"build_ext": {"parallel": JOBS}})

@@ -49,11 +49,14 @@ class ThrashMonitor:
     memory stays the same however long the run."""
 
     __slots__ = ("config", "_ring_r", "_ring_g", "_size", "_count", "_total_r", "_total_g",
-                 "signal", "_skipped")
+                 "signal", "_skipped", "_window", "_threshold", "_release")
 
     def __init__(self, config: Backpressure) -> None:
         self.config = config
         self._size = config.window + 1
+        self._window = config.window  # (the config's figures as typed fields: read per step)
+        self._threshold = config.threshold
+        self._release = config.release
         self.clear()
 
     def clear(self) -> None:
@@ -75,7 +78,7 @@ class ThrashMonitor:
         recomputation keeps the ratio at 0 (what a decode stretch needs)."""
         if self.signal:
             return False
-        start = max(0, self._count - self.config.window)
+        start = max(0, self._count - self._window)
         return self._total_r == self._ring_r[start % self._size]
 
     def update(self, recomputed: int, generated: int) -> float:
@@ -86,7 +89,7 @@ class ThrashMonitor:
         total_g = self._total_g = self._total_g + generated
         self._ring_r[count % size] = total_r
         self._ring_g[count % size] = total_g
-        start = max(0, count - self.config.window) % size
+        start = max(0, count - self._window) % size
         window_r = total_r - self._ring_r[start]
         if not window_r and not self.signal:
             return 0.0
@@ -94,9 +97,9 @@ class ThrashMonitor:
             self._write_skipped()
         ratio = window_r / max(1, total_g - self._ring_g[start])
         if self.signal:
-            self.signal = ratio >= self.config.release
+            self.signal = ratio >= self._release
         else:
-            self.signal = ratio > self.config.threshold
+            self.signal = ratio > self._threshold
         return ratio
 
     def skip(self, num_steps: int, generated: int) -> None:

@@ -2,8 +2,8 @@
 
 The modules in `COMPILED` are plain Python that Cython also compiles (setup.py), typed by the
 `.pxd` file beside each: one source, two builds, the same bytes. An import takes the compiled
-build when it is there and newer than its source and its `.pxd` (a build older than an edit
-is never run: the source is, until `make install` builds again), and the source when
+builds when every one is there and newer than its source and its `.pxd` (a build older than
+an edit is never run: the sources are, until `make install` builds again), and the sources when
 `KVSCHED_PURE=1` is set (to compare the two, or on a machine without a compiler, where only
 the source exists). `installed()` says which build each module runs.
 """
@@ -18,7 +18,29 @@ from collections.abc import Sequence
 from importlib.machinery import ModuleSpec
 from types import ModuleType
 
-COMPILED = ("kvsched.kvcache.hashed", "kvsched.kvcache.radix")
+COMPILED = ("kvsched.kvcache.hashed",
+            "kvsched.kvcache.radix",
+            "kvsched.sequence",
+            "kvsched.blocks",
+            "kvsched.engine.plan",
+            "kvsched.histogram",
+            "kvsched.engine.gaps",
+            "kvsched.waiting",
+            "kvsched.engine.mechanism",
+            "kvsched.engine.rules.lesson",
+            "kvsched.engine.rules.vllm_v0",
+            "kvsched.engine.rules.vllm_v0_chunked",
+            "kvsched.engine.rules.vllm_v1",
+            "kvsched.backpressure",
+            "kvsched.steplog",
+            "kvsched.engine.stretch",
+            "kvsched.engine.head_of_line",
+            "kvsched.engine.replica",
+            "kvsched.turns",
+            "kvsched.roofline",
+            "kvsched.floatsum",
+            "kvsched.kvcache.tracker",
+            "kvsched.loop")
 """The modules built by Cython from their own source (setup.py reads this tuple)."""
 
 
@@ -34,22 +56,42 @@ def fresh(binary: str | os.PathLike[str], sources: Sequence[str | os.PathLike[st
 
 
 class _Finder:
-    """Takes the source of a compiled module whose build is missing, stale or not wanted (a
-    meta path finder; importlib.abc's base class is left out: importing it costs 20 ms)."""
+    """Takes the source of every compiled module when any build is missing, stale or not
+    wanted: the builds cimport each other's types (a compiled scheduler takes a compiled
+    `Seq`), so they run all together or not at all (a meta path finder; importlib.abc's
+    base class is left out: importing it costs 20 ms)."""
+
+    def __init__(self) -> None:
+        self._builds: bool | None = None  # whether the builds run (decided at first import)
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: ModuleType | None = None) -> ModuleSpec | None:
         if fullname not in COMPILED:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.origin is None or not isinstance(
-                spec.loader, importlib.machinery.ExtensionFileLoader):
-            return spec  # only the source is there
-        stem = os.path.join(os.path.dirname(spec.origin), fullname.rpartition(".")[2])
-        source = stem + ".py"
-        if not _pure() and fresh(spec.origin, (source, stem + ".pxd")):
+        if spec is None or spec.origin is None:
             return spec
+        if self._builds is None:
+            self._builds = not _pure() and _all_fresh(spec.origin, fullname)
+        if self._builds or not isinstance(spec.loader, importlib.machinery.ExtensionFileLoader):
+            return spec
+        source = os.path.join(os.path.dirname(spec.origin), fullname.rpartition(".")[2] + ".py")
         return importlib.util.spec_from_file_location(fullname, source)
+
+
+def _all_fresh(origin: str, fullname: str) -> bool:
+    """Whether every module of COMPILED has a build at least as new as its source and
+    types (`origin`: where `fullname` was found, which locates the package)."""
+    root = os.path.dirname(origin)
+    for _ in range(fullname.count(".")):
+        root = os.path.dirname(root)
+    for name in COMPILED:
+        stem = os.path.join(root, *name.split("."))
+        binaries = [stem + suffix for suffix in importlib.machinery.EXTENSION_SUFFIXES
+                    if os.path.exists(stem + suffix)]
+        if not binaries or not fresh(binaries[0], (stem + ".py", stem + ".pxd")):
+            return False
+    return True
 
 
 def install() -> None:

@@ -16,6 +16,9 @@ MAX_COUNT = 2 ** 40
 """The largest pool, block, budget or sequence count (and request length, `kvsched.request`):
 the compiled modules count in 64-bit integers, with room for their sums."""
 
+MAX_STEPS = 2 ** 62
+"""The largest `max_steps` (step numbers are 64-bit integers in the compiled build)."""
+
 
 class PreemptionMode(StrEnum):
     """What happens to a victim's KV cache."""
@@ -217,6 +220,9 @@ class EngineConfig:
                      "max_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_steps > MAX_STEPS:
+            raise ValueError(f"max_steps must be <= {MAX_STEPS:,} (2**62), got "
+                             f"{self.max_steps:,}")
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_blocks"):
             if getattr(self, name) > MAX_COUNT:
                 raise ValueError(f"{name} must be <= {MAX_COUNT:,} (2**40), got "

@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from functools import reduce
-from itertools import accumulate, repeat
-from operator import add as add_
-from operator import mul, sub
+from itertools import accumulate
+from operator import sub
 
 import numpy as np
 
@@ -135,46 +133,55 @@ class GapHistogram:
     def add_gaps(self, gaps: list[float], count: int, high: float | None = None) -> None:
         """`count` gaps of each value of `gaps`, in order (what `add_between` counts for
         the gaps between its ends); `high`, if given, is max(gaps)."""
-        if not gaps or not count:
+        size = len(gaps)
+        if not size or not count:
             return
         low = min(gaps)
-        if high is None:
-            high = max(gaps)
-        if low == high:  # one value (a constant step's stretch, nearly always)
-            self.count += count * len(gaps)
+        top = max(gaps) if high is None else high
+        if low == top:  # one value (a constant step's stretch, nearly always)
+            self.count += count * size
             # Sequential, value x count at a time, as `add` would have summed them.
-            self.total = reduce(add_, repeat(low * count, len(gaps)), self.total)
-            self._count_value(low, count * len(gaps))
+            total, each = self.total, low * count
+            for _ in range(size):
+                total += each
+            self.total = total
+            self._count_value(low, count * size)
             return
         exact = self._exact
         if exact is None:  # buckets are monotone in the value: one for all, usually
-            one = self._span_key if self._span_low <= low and high <= self._span_high \
-                else self._bucket_spanned(low, high)
-            if one is not None and len(gaps) < LONG:
-                self.count += count * len(gaps)
-                # Sequential, value x count at a time, as `add` would have summed them.
-                self.total = reduce(add_, map(mul, gaps, repeat(count)), self.total)
+            one = self._span_key if self._span_low <= low and top <= self._span_high \
+                else self._bucket_spanned(low, top)
+            if one is not None and size < LONG:
+                self.count += count * size
+                self._add_total(gaps, count)
                 buckets = self._buckets
-                buckets[one] = buckets.get(one, 0) + len(gaps) * count
+                buckets[one] = buckets.get(one, 0) + size * count
                 return
         # A stretch's gaps take few distinct values (sums of equal steps differ only in
         # their last bits): count each with list.count, in C, in order of first sight.
-        distinct = dict.fromkeys(gaps) if len(gaps) < LONG else None
-        if distinct is not None and (len(gaps) < SHORT or len(distinct) <= FEW):
-            self.count += count * len(gaps)
-            self.total = reduce(add_, map(mul, gaps, repeat(count)), self.total)
+        distinct = dict.fromkeys(gaps) if size < LONG else None
+        if distinct is not None and (size < SHORT or len(distinct) <= FEW):
+            self.count += count * size
+            self._add_total(gaps, count)
             if exact is not None:
                 for value in distinct:
                     exact[value] = exact.get(value, 0) + gaps.count(value) * count
                 if len(exact) > self._max_exact:
                     self._to_buckets()
                 return
-            buckets, bucket = self._buckets, self._bucket
+            buckets = self._buckets
             for value in distinct:
-                key = bucket(value)
+                key = self._bucket(value)
                 buckets[key] = buckets.get(key, 0) + gaps.count(value) * count
             return
         self._add_many(np.asarray(gaps, dtype=float), count)
+
+    def _add_total(self, gaps: list[float], count: int) -> None:
+        """Sequential, value x count at a time, as `add` would have summed them."""
+        total = self.total
+        for gap in gaps:
+            total += gap * count
+        self.total = total
 
     def _add_many(self, values: np.ndarray, count: int) -> None:
         self.count += count * len(values)

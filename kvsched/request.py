@@ -10,6 +10,10 @@ from kvsched.prefix import Prefix
 MAX_LEN = 2 ** 40
 """The longest prompt or output (the compiled modules count tokens in 64-bit integers)."""
 
+MAX_TIME = 2.0 ** 50
+"""The latest arrival time (on the step clock a step number, which the compiled modules
+hold in 64 bits, and which must stay a whole float after as many steps again)."""
+
 
 class Status(StrEnum):
     """How a request ended a run."""
@@ -56,12 +60,14 @@ class Request:
         if max(self.prompt_len, self.output_len) > MAX_LEN:
             raise ValueError(f"request {self.request_id}: prompt_len and output_len must be "
                              f"<= {MAX_LEN:,} (2**40)")
-        if not self.arrival_time >= 0:  # also refuses NaN
-            raise ValueError(f"request {self.request_id}: arrival_time must be >= 0")
+        if not 0 <= self.arrival_time <= MAX_TIME:  # also refuses NaN
+            raise ValueError(f"request {self.request_id}: arrival_time must be >= 0 and "
+                             f"<= 2**50, got {self.arrival_time}")
         if self.prefix is not None:
             covered = self.prefix.num_tokens
             if covered > self.prompt_len and covered != self.prompt_len + self.output_len:
                 raise ValueError(f"request {self.request_id}: its prefix covers {covered} "
                                  f"tokens, more than its prompt ({self.prompt_len})")
-        if not self.think_time >= 0:
-            raise ValueError(f"request {self.request_id}: think_time must be >= 0")
+        if not 0 <= self.think_time <= MAX_TIME:
+            raise ValueError(f"request {self.request_id}: think_time must be >= 0 and "
+                             f"<= 2**50, got {self.think_time}")

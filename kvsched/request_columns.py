@@ -13,7 +13,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from kvsched.request import MAX_LEN, Request
+from kvsched.request import MAX_LEN, MAX_TIME, Request
 
 
 def same_items(self: Sequence, other: object) -> bool:
@@ -50,7 +50,7 @@ class RequestColumns(Sequence[Request]):
     def _check(self) -> None:
         """What `Request` itself refuses, found for the whole table at once."""
         for bad in (np.flatnonzero(self.prompt_len < 1), np.flatnonzero(self.output_len < 1),
-                    np.flatnonzero(~(self.arrival_time >= 0)),
+                    np.flatnonzero(~((self.arrival_time >= 0) & (self.arrival_time <= MAX_TIME))),
                     np.flatnonzero(np.maximum(self.prompt_len, self.output_len) > MAX_LEN)):
             if bad.size:
                 self[int(bad[0])]  # raises Request's own message

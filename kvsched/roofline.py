@@ -25,9 +25,6 @@ from kvsched.hardware import Calibration, Gpu, Model, load_calibration, load_gpu
 DTYPE_BYTES = 2  # bf16 weights, activations and KV cache
 
 
-_SHORT_STRETCH = 48  # steps up to which a stretch's durations are priced without numpy
-
-
 @dataclass(frozen=True, slots=True)
 class BatchShape:
     """What one step computes: prefill chunks as (chunk_tokens, cached_context_tokens) pairs,
@@ -94,6 +91,7 @@ class RooflineStep:
     _ar_fixed: float = field(init=False, repr=False, compare=False)
     _swap_per_block: float = field(init=False, repr=False, compare=False)
     _step_fixed: float = field(init=False, repr=False, compare=False)
+    _costs: StepCosts = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         model, gpu = load_model(self.model), load_gpu(self.gpu)
@@ -154,6 +152,7 @@ class RooflineStep:
         block_bytes = model.layers * kv_heads * hd * 2 * b * self.block_size
         set_(self, "_swap_per_block", block_bytes / gpu.host_bw)
         set_(self, "_step_fixed", cal.step_overhead)
+        set_(self, "_costs", StepCosts(model, gpu, tp, self._kv_coef))
 
     # -- operators ---------------------------------------------------------------------
 
@@ -252,63 +251,97 @@ class RooflineStep:
         return base + kv_read_tokens * self._kv_coef
 
     def stretch_durations(self, num_decodes: int, kv_tokens_start: int,
-                          num_steps: int) -> list[float] | np.ndarray:
+                          num_steps: int) -> list[float]:
         """Durations of `num_steps` pure-decode steps where each of `num_decodes` requests reads
-        one more token per step; element k equals `duration(0, n, kv_start + k * n, 0)`.
-        A short stretch (most of them) is a list: numpy's set-up costs more than its steps."""
+        one more token per step; element k equals `duration(0, n, kv_start + k * n, 0)`."""
         base = self._decode_cache.get(num_decodes)
         if base is None:
             base = self._base(num_decodes, num_decodes, 0.0, num_decodes, 0)
             if len(self._decode_cache) < 65536:
                 self._decode_cache[num_decodes] = base
-        coef = self._kv_coef
-        if num_steps <= _SHORT_STRETCH:
-            return [base + (kv_tokens_start + k * num_decodes) * coef for k in range(num_steps)]
-        kv = kv_tokens_start + np.arange(num_steps, dtype=np.int64) * num_decodes
-        return base + kv * coef
+        return self._costs.decode_durations(base, num_decodes, kv_tokens_start, num_steps)
 
     # -- accounting ----------------------------------------------------------------------
 
     def memory_bytes(self, shape: BatchShape) -> float:
         """Bytes one GPU must move in the step at least (for memory-bandwidth utilisation):
         its shard of the weights, LM head included, and the KV the attention reads."""
-        model = self.model
-        assert isinstance(model, Model)
-        kv_heads = max(model.kv_heads / self.tp, 1.0)
         kv_tokens = shape.decode_kv_tokens + sum(c + k for c, k in shape.prefill_chunks)
-        weights = (model.layers * model.layer_params + model.vocab * model.hidden) / self.tp
-        kv = model.layers * kv_heads * model.head_dim * 2 * kv_tokens
-        return (weights + kv) * DTYPE_BYTES
+        return self._costs.memory_bytes(kv_tokens)
 
     def utilisation(self, shape: BatchShape, seconds: float) -> tuple[float, float]:
         """(MFU, memory-bandwidth utilisation) of one GPU over a step of `seconds`: useful
         FLOPs / (seconds x peak FLOPS) and bytes moved / (seconds x peak bandwidth), against
         the datasheet peaks (not the calibrated achievable ones)."""
-        gpu = self.gpu
-        assert isinstance(gpu, Gpu)
-        return (self.flops(shape) / (seconds * gpu.peak_flops),
-                self.memory_bytes(shape) / (seconds * gpu.memory_bw))
+        costs = self._costs
+        return (self.flops(shape) / (seconds * costs.peak_flops),
+                self.memory_bytes(shape) / (seconds * costs.memory_bw))
 
     def stretch_utilisation(self, num_decodes: int, kv_tokens_start: int,
                             durations: list[float]) -> tuple[list[float], list[float]]:
         """`utilisation` of each step of a decode stretch (step k reads
-        `kv_tokens_start + k * num_decodes` tokens of KV and lasts `durations[k]`), vectorised
-        through the very same formulas: element for element the floats `utilisation` gives."""
-        gpu = self.gpu
-        assert isinstance(gpu, Gpu)
-        kv = kv_tokens_start + np.arange(len(durations), dtype=np.int64) * num_decodes
-        shape = BatchShape((), num_decodes, kv)  # type: ignore[arg-type]  # an array of reads
-        seconds = np.asarray(durations, dtype=float)
-        mfu = self.flops(shape) / (seconds * gpu.peak_flops)
-        mbu = self.memory_bytes(shape) / (seconds * gpu.memory_bw)
-        return mfu.tolist(), mbu.tolist()
+        `kv_tokens_start + k * num_decodes` tokens of KV and lasts `durations[k]`): element
+        for element the floats `utilisation` gives, through the same formulas."""
+        return self._costs.decode_utilisation(num_decodes, kv_tokens_start, durations)
 
     def flops(self, shape: BatchShape) -> float:
         """Useful FLOPs of the step on one GPU (for MFU): dense layers, attention, LM head."""
-        model = self.model
-        assert isinstance(model, Model)
-        dense = 2 * (model.layer_params / self.tp) * shape.num_tokens
         pairs = fold(c * (k + (c + 1) / 2) for c, k in shape.prefill_chunks)  # causal, useful
-        attention = 4 * model.heads / self.tp * model.head_dim * (pairs + shape.decode_kv_tokens)
-        rows = len(shape.prefill_chunks) + shape.num_decodes
-        return model.layers * (dense + attention) + 2 * model.hidden * model.vocab / self.tp * rows
+        return self._costs.flops(shape.num_tokens, pairs + shape.decode_kv_tokens,
+                                 len(shape.prefill_chunks) + shape.num_decodes)
+
+
+class StepCosts:
+    """A step's useful FLOPs and bytes on one GPU from the model's shapes, with the
+    constants multiplied out once (in the order the formulas multiply them, so the floats
+    are the formulas'), and a decode stretch's durations and utilisation step by step
+    (typed loops in the compiled build, kvsched/roofline.pxd)."""
+
+    __slots__ = ("layers", "dense_per_token", "attention_per_pair", "head_per_row",
+                 "weight_bytes", "kv_bytes_per_token", "kv_coef", "peak_flops", "memory_bw")
+
+    def __init__(self, model: Model, gpu: Gpu, tp: int, kv_coef: float) -> None:
+        self.layers = model.layers
+        self.dense_per_token = 2 * (model.layer_params / tp)  # 2 FLOPs a weight a token
+        self.attention_per_pair = 4 * model.heads / tp * model.head_dim
+        self.head_per_row = 2 * model.hidden * model.vocab / tp
+        self.weight_bytes = (model.layers * model.layer_params + model.vocab * model.hidden) / tp
+        self.kv_bytes_per_token = model.layers * max(model.kv_heads / tp, 1.0) * model.head_dim * 2
+        self.kv_coef = kv_coef  # seconds per token of KV a decode reads
+        self.peak_flops = gpu.peak_flops
+        self.memory_bw = gpu.memory_bw
+
+    def flops(self, tokens: int, attended: float, rows: int) -> float:
+        """FLOPs of `tokens` through the dense layers, `attended` (query, key) pairs of
+        attention and `rows` through the LM head."""
+        dense = self.dense_per_token * tokens
+        attention = self.attention_per_pair * attended
+        return self.layers * (dense + attention) + self.head_per_row * rows
+
+    def memory_bytes(self, kv_tokens: int) -> float:
+        """Bytes of the weights' shard and of `kv_tokens` tokens of KV."""
+        return (self.weight_bytes + self.kv_bytes_per_token * kv_tokens) * DTYPE_BYTES
+
+    def decode_durations(self, base: float, num_decodes: int, kv_start: int,
+                         num_steps: int) -> list[float]:
+        """`base` plus the KV reads of each of `num_steps` decode steps (step k reads
+        `kv_start + k * num_decodes` tokens)."""
+        coef = self.kv_coef
+        out = [0.0] * num_steps
+        for k in range(num_steps):
+            out[k] = base + (kv_start + k * num_decodes) * coef
+        return out
+
+    def decode_utilisation(self, num_decodes: int, kv_start: int,
+                           durations: list[float]) -> tuple[list[float], list[float]]:
+        """(MFU, MBU) of each step of a decode stretch."""
+        num_steps = len(durations)
+        mfu = [0.0] * num_steps
+        mbu = [0.0] * num_steps
+        peak, bandwidth = self.peak_flops, self.memory_bw
+        for k in range(num_steps):
+            kv = kv_start + k * num_decodes
+            seconds = durations[k]
+            mfu[k] = self.flops(num_decodes, 0.0 + kv, num_decodes) / (seconds * peak)
+            mbu[k] = self.memory_bytes(kv) / (seconds * bandwidth)
+        return mfu, mbu

@@ -23,27 +23,43 @@ from kvsched.record_mode import RecordMode as RecordMode  # (importable from her
 from kvsched.records import STEP_COLUMNS
 
 
-@dataclass(slots=True)
 class Stretch:
     """Steps `step` .. `step + num_steps - 1`, run in one move: every one decoded the same
     `num_decodes` requests and nothing else; only the last may finish requests.
     `starts` and `durations` hold each step's start and length, `blocks_used` the blocks in
     use as each batch ran."""
 
-    step: int
-    num_steps: int
-    num_decodes: int
-    num_running: int  # decoding + chunked prefills waiting for budget
-    num_waiting: int
-    starts: list[float]
-    durations: list[float]
-    blocks_used: list[int]
-    kv_first: int  # KV tokens its first step reads (each later one reads num_decodes more)
-    num_finished: int = 0
-    mfu: list[float] | None = None  # per step, with a hardware time model (set by the engine)
-    mbu: list[float] | None = None
-    cached_blocks: list[int] | None = None  # per step, with prefix caching on
-    evicted_blocks: list[int] | None = None
+    __slots__ = ("step", "num_steps", "num_decodes", "num_running", "num_waiting", "starts",
+                 "durations", "blocks_used", "kv_first", "num_finished", "mfu", "mbu",
+                 "cached_blocks", "evicted_blocks")
+
+    # (A plain class with its fields typed in steplog.pxd: a C struct in the compiled build.)
+    def __init__(self, step: int, num_steps: int, num_decodes: int, num_running: int,
+                 num_waiting: int, starts: list[float], durations: list[float],
+                 blocks_used: list[int], kv_first: int, num_finished: int = 0) -> None:
+        self.step = step
+        self.num_steps = num_steps
+        self.num_decodes = num_decodes
+        self.num_running = num_running  # decoding + chunked prefills waiting for budget
+        self.num_waiting = num_waiting
+        self.starts = starts
+        self.durations = durations
+        self.blocks_used = blocks_used
+        self.kv_first = kv_first  # KV tokens its first step reads (each later one: + decodes)
+        self.num_finished = num_finished
+        # per step, with a hardware time model (set by the engine)
+        self.mfu: list[float] | None = None
+        self.mbu: list[float] | None = None
+        self.cached_blocks: list[int] | None = None  # per step, with prefix caching on
+        self.evicted_blocks: list[int] | None = None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Stretch) and all(
+            getattr(self, name) == getattr(other, name) for name in Stretch.__slots__)
+
+    def __repr__(self) -> str:
+        return (f"Stretch(step={self.step}, num_steps={self.num_steps}, "
+                f"num_decodes={self.num_decodes})")
 
     @property
     def end(self) -> float:

@@ -282,15 +282,16 @@ def test_without_itl_the_figures_are_none_as_in_python():
 def test_what_the_loop_cannot_hold_stays_with_python():
     """Found by review: values past the loop's 64-bit counters or an infinite price are not
     carried, and the Python loop's run (or its error) is what comes out."""
-    requests = RequestColumns(np.array([0.0, 1e19]), np.array([4, 4]), np.array([2, 2]))
+    with pytest.raises(ValueError, match=r"arrival_time must be >= 0 and <= 2\*\*50"):
+        RequestColumns(np.array([0.0, 1e19]), np.array([4, 4]), np.array([2, 2]))
+    requests = RequestColumns(np.array([0.0, 2.0**50]), np.array([4, 4]), np.array([2, 2]))
     config = roomy()
     policy = make_policy("fcfs")
-    assert not fastcore.carries(requests, config, policy, StepClock(), None, False)
     run = simulate(requests, config, policy, StepClock())
-    assert [r.finish_time for r in run.requests] == [2.0, 1e19]
+    assert [r.finish_time for r in run.requests] == [2.0, 2.0**50 + 2]
     small = RequestColumns(np.zeros(2), np.array([4, 4]), np.array([2, 2]))
-    assert not fastcore.carries(small, roomy(max_steps=2**63), policy, StepClock(), None, False)
-    simulate(small, roomy(max_steps=2**63), policy, StepClock())  # runs in Python
+    with pytest.raises(ValueError, match=r"max_steps must be <= "):
+        roomy(max_steps=2**63)
     assert not fastcore.carries(small, config, policy, LinearStep(per_swapped_block=math.inf),
                                 None, False)
     with pytest.raises(ValueError, match="unknown column kind"):

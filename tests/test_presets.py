@@ -221,23 +221,17 @@ def test_lof_serves_the_longest_output_first():
 def test_sglang_has_one_chunked_request_at_a_time_continued_first():
     """Under sglang (threshold 0) only the last request admitted in a step can be cut, and
     the next step continues it before admitting anyone: at most one is mid-prefill."""
-    from kvsched.engine import Engine
-
-    seen = []
-    step = Engine.step
-
-    def watch(self, *args):
-        row = step(self, *args)
-        seen.append(len(self.sched.prefilling))
-        return row
-
     requests = [Request(f"r{i}", i % 7, 30 + (i * 37) % 200, 5 + i % 9) for i in range(40)]
-    original, Engine.step = Engine.step, watch
-    try:
-        simulate(requests, engine_config("sglang", max_num_batched_tokens=64, num_blocks=400,
-                                         block_size=4))
-    finally:
-        Engine.step = original
+    run = simulate(requests, engine_config("sglang", max_num_batched_tokens=64, num_blocks=400,
+                                           block_size=4), record_batches=True)
+    prompt = {r.request_id: r.prompt_len for r in requests}
+    done: dict[str, int] = {}  # prefill tokens computed so far
+    seen = []  # requests mid-prefill after each step
+    for step in sorted({row[0] for row in run.batches}):
+        for _step, _time, rid, phase, tokens in (r for r in run.batches if r[0] == step):
+            if phase == "prefill":
+                done[rid] = done.get(rid, 0) + tokens
+        seen.append(sum(0 < n < prompt[rid] for rid, n in done.items()))
     assert max(seen) == 1 and seen.count(1) > 10
 
 

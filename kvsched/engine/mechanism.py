@@ -109,6 +109,23 @@ class Scheduler:
             self.waiting = WaitingQueue(Fcfs())  # in arrival order
         if self.partial is not None:  # the threshold then classifies prompts, caps no chunk
             self._chunk_cap = config.max_num_batched_tokens
+        # The config's switches the hot path reads, as typed fields (the compiled build reads
+        # them as C values; the config is a dataclass).
+        self._chunked = config.chunked_prefill
+        self._max_num_seqs = config.max_num_seqs
+        self._worst_case = config.append_free_block
+        self._has_delay = bool(config.delay_factor)
+        self._admit_after_preempt = config.admit_after_preempt
+        self._swap_in_after_preempt = config.swap_in_after_preempt
+        self._prefill_past_swapped = config.prefill_past_swapped
+        self._readmit_victims = config.readmit_victims
+        self._swap = config.preemption is PreemptionMode.SWAP
+        self._swap_prefills = config.swap_prefills
+        self._swapped_fifo = config.swapped_fifo
+        self._swap_in_front = config.swap_in_front
+        self._warn_preemptions = config.preemption_warning
+        self._full_isl = config.scheduler_reserve_full_isl
+        self._long_threshold = config.long_prefill_token_threshold
 
     # -- arrivals turned away ----------------------------------------------------------
 
@@ -127,7 +144,7 @@ class Scheduler:
         plan = StepPlan(step, now)
         if self._dynamic:
             self.waiting.reorder(now, self.prefix)
-        if self.config.delay_factor:
+        if self._has_delay:
             self._delay_passed = self._passed_delay(now)
         if self.reservation is not None and not (self.running or self.prefilling):
             self.reservation.idle()
@@ -198,7 +215,7 @@ class Scheduler:
         prefix = self.prefix
         assert prefix is not None
         releases = self._releases
-        releases.sort(key=lambda seq: seq.admit_seq)
+        releases.sort(key=admission_key)
         for seq in releases:
             prefix.release(seq, seq.prompt_len + seq.output_len - 1)
         releases.clear()
@@ -210,13 +227,13 @@ class Scheduler:
 
     def _waiting_may_admit(self) -> bool:
         """With requests waiting, whether a rule may admit one mid-stretch (no stretch)."""
-        if self.config.delay_factor:
+        if self._has_delay:
             return True  # the delay passes with time alone: admissions may open mid-stretch
         if self._v0_priority:
             return True  # a shrinking pool may make a worse running request a victim
         if self._dynamic:
             return True  # the order changes with time and the cache: a new head may fit
-        if self.prefix is not None and not self.config.chunked_prefill:
+        if self.prefix is not None and not self._chunked:
             return True  # an eviction may lengthen a waiting prompt's uncached part
         reservation = self.reservation
         # The batch stopped being full, or a head may preempt: it may admit.
@@ -243,7 +260,7 @@ class Scheduler:
         self.tick += 1
         tick = plan.tick = self.tick
         due = self._block_due.pop(tick, None)
-        growing = [seq for seq, epoch in due if seq.epoch == epoch] if due else ()
+        growing = [seq for seq, epoch in due if seq.epoch == epoch] if due else []
         if n > budget or len(growing) > self.pool.free - self._append_floor:
             return self._decode_exact(plan, budget, tick)
         if growing:
@@ -285,7 +302,7 @@ class Scheduler:
         """The lesson's loop, request by request, for passes that cannot be decided in bulk."""
         block_size = self._block_size
         pool = self.pool
-        worst_case = self.config.append_free_block
+        worst_case = self._worst_case
         decoded: list[Seq] = []
         for seq in list(self.running.values()):
             if seq.state is not RUNNING:
@@ -321,7 +338,10 @@ class Scheduler:
                 self._push_block_due(seq)
                 self._push_finish_due(seq)
         plan.num_decodes = len(decoded)
-        plan.kv_read_tokens += sum(s.prompt_len + s.base + tick - 1 for s in decoded)
+        kv = 0
+        for s in decoded:
+            kv += s.prompt_len + s.base + tick - 1
+        plan.kv_read_tokens += kv
         self.kv_tokens += len(decoded)
         if self.record_batches:
             plan.decoded = decoded
@@ -364,7 +384,7 @@ class Scheduler:
         else:  # mid-prefill: the chunks computed so far are lost (unless swapped out)
             del self.prefilling[victim.index]
             done = computed = victim.prompt_len + victim.generated - victim.prefill_left
-            if not (self.config.swap_prefills and self.config.preemption is PreemptionMode.SWAP):
+            if not (self._swap_prefills and self._swap):
                 victim.recompute_upto = max(victim.recompute_upto, done)
                 victim.prefill_left = 0
         if self.prefix is not None:  # its computed blocks stay cached: it may find them again
@@ -375,16 +395,14 @@ class Scheduler:
         victim.epoch += 1
         victim.num_preemptions += 1
         plan.preempted.append(victim)
-        if self.config.preemption_warning and self._num_cumulative_preemption % 50 == 0:
-            mode = "SWAP" if (self.config.preemption is PreemptionMode.SWAP and (
-                was_decoding or self.config.swap_prefills)) else "RECOMPUTE"
+        swap = self._swap and (was_decoding or self._swap_prefills)
+        if self._warn_preemptions and self._num_cumulative_preemption % 50 == 0:
+            mode = "SWAP" if swap else "RECOMPUTE"
             self.events.append((plan.step, plan.time, request.request_id, "warning",
                                 V0_PREEMPTION_WARNING.format(
                                     request.request_id, mode,
                                     self._num_cumulative_preemption + 1)))
         self._num_cumulative_preemption += 1
-        swap = self.config.preemption is PreemptionMode.SWAP and (
-            was_decoding or self.config.swap_prefills)
         mode = "swap" if swap else "recompute"
         self.events.append((plan.step, plan.time, request.request_id, "preempt",
                             f"{mode}; {victim.blocks} blocks freed for "
@@ -400,7 +418,7 @@ class Scheduler:
             victim.state = SeqState.PREEMPTED
         victim.blocks = 0
         requeue = self._requeue
-        if swap and self.config.swapped_fifo:
+        if swap and self._swapped_fifo:
             self.waiting.push_swapped(victim)
         elif requeue is Requeue.FRONT:
             self.waiting.push_front(victim)
@@ -445,7 +463,7 @@ class Scheduler:
     def _continue_prefills(self, plan: StepPlan, budget: int) -> int:
         if not self.prefilling:
             return budget
-        worst_case = self.config.append_free_block
+        worst_case = self._worst_case
         limit = None
         if self.reservation is not None:  # SGLang caps the continued chunk by memory left
             limit = self.reservation.continue_limit(future_tokens.decoding_pairs(self, 0, plan),
@@ -477,17 +495,16 @@ class Scheduler:
         if self.reservation is None and not self.waiting.size:  # (most steps: nothing waits)
             self._stopped_at = None
             return budget
-        cfg = self.config
         pool = self.pool
         waiting = self.waiting
         block_size = self._block_size
-        chunked = cfg.chunked_prefill
-        max_num_seqs = cfg.max_num_seqs
+        chunked = self._chunked
+        max_num_seqs = self._max_num_seqs
         self._stopped_at = None
         reservation = self.reservation if allow_prefill else None
         partial = self.partial
-        past_swapped = cfg.prefill_past_swapped
-        readmit = cfg.readmit_victims
+        past_swapped = self._prefill_past_swapped
+        readmit = self._readmit_victims
         front: list[Seq] = []  # swapped in, to lead the running queue
         aside: list[tuple] = []
         if reservation is not None and not reservation.open_round(
@@ -529,7 +546,7 @@ class Scheduler:
                         self._stopped_at = (seq, f"needs {need} blocks", budget)
                     break
                 self._take_head(plan, seq, need)
-                if self.config.swap_in_front:  # V0 chunked: swap-ins lead the running queue
+                if self._swap_in_front:  # V0 chunked: swap-ins lead the running queue
                     front.append(seq)
                 plan.swapped_in_blocks += seq.host_blocks
                 seq.num_swapped_blocks += seq.host_blocks
@@ -602,11 +619,11 @@ class Scheduler:
         if aside:
             waiting.restore(aside)
         if front:  # ahead of every running request: decodes, then prefills, in their order
-            front.sort(key=lambda seq: seq in self._swapped_in)
+            front.sort(key=self._swapped_in.__contains__)
             self._front_admissions -= len(front)
             for i, seq in enumerate(front):
                 seq.admit_seq = self._front_admissions + i
-            self.running = dict(sorted(self.running.items(), key=lambda item: item[1].admit_seq))
+            self.running = by_admission(self.running)
         return budget
 
     def _start_prefill(self, plan: StepPlan, seq: Seq, blocks: int, tokens: int,
@@ -688,7 +705,7 @@ class Scheduler:
         late = bool(running) and next(reversed(running.values())).admit_seq > seq.admit_seq
         running[seq.index] = seq
         if late:  # a chunked prefill finished after a later admission: keep admission order
-            self.running = dict(sorted(running.items(), key=lambda item: item[1].admit_seq))
+            self.running = by_admission(running)
         self.kv_tokens += seq.prompt_len + seq.generated
         plan.produced.append(seq)
 
@@ -758,3 +775,16 @@ class Scheduler:
         if seq.max_token_gap is None or gap > seq.max_token_gap:
             seq.max_token_gap = gap
         seq.last_token_time = self.gaps.last_end
+
+
+def admission_key(seq: Seq) -> int:
+    return seq.admit_seq
+
+
+def _item_admit_seq(item: tuple[int, Seq]) -> int:
+    return item[1].admit_seq
+
+
+def by_admission(queue: dict[int, Seq]) -> dict[int, Seq]:
+    """`queue` (a running or prefilling set) in admission order."""
+    return dict(sorted(queue.items(), key=_item_admit_seq))

@@ -2,35 +2,39 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from kvsched.sequence import Seq
 
 Event = tuple[int, float, str, str, str]  # step, time, request_id, event, detail
 
 
-@dataclass(slots=True)
 class StepPlan:
     """One step's decision. `tick` is the decode pass the step runs (0: no decode pass)."""
 
-    step: int
-    time: float
-    tick: int = 0
-    num_decodes: int = 0  # running requests that decoded (swap-ins not included)
-    decoded: list[Seq] | None = None  # who decoded, kept only when batches are recorded
-    prefills: list[tuple[Seq, int]] = field(default_factory=list)  # seq, chunk tokens
-    # (chunk tokens, context tokens already in the cache), as the prefills: a BatchShape's
-    prefill_chunks: list[tuple[int, int]] = field(default_factory=list)
-    swap_ins: list[Seq] = field(default_factory=list)
-    produced: list[Seq] = field(default_factory=list)  # (re)prefills completed, swap-ins
-    preempted: list[Seq] = field(default_factory=list)
-    num_admitted: int = 0
-    num_finished: int = 0
-    prefill_tokens: int = 0  # first-time prefill tokens
-    recomputed_tokens: int = 0  # prefill tokens recomputed after a preemption
-    kv_read_tokens: int = 0  # KV tokens the step's decodes attend over
-    swapped_out_blocks: int = 0
-    swapped_in_blocks: int = 0
+    __slots__ = ("step", "time", "tick", "num_decodes", "decoded", "prefills", "prefill_chunks",
+                 "swap_ins", "produced", "preempted", "num_admitted", "num_finished",
+                 "prefill_tokens", "recomputed_tokens", "kv_read_tokens", "swapped_out_blocks",
+                 "swapped_in_blocks")
+
+    # (A plain class with its fields typed in plan.pxd: a C struct in the compiled build.)
+    def __init__(self, step: int, time: float) -> None:
+        self.step = step
+        self.time = time
+        self.tick = 0
+        self.num_decodes = 0  # running requests that decoded (swap-ins not included)
+        self.decoded: list[Seq] | None = None  # who decoded, kept only when batches are recorded
+        self.prefills: list[tuple[Seq, int]] = []  # seq, chunk tokens
+        # (chunk tokens, context tokens already in the cache), as the prefills: a BatchShape's
+        self.prefill_chunks: list[tuple[int, int]] = []
+        self.swap_ins: list[Seq] = []
+        self.produced: list[Seq] = []  # (re)prefills completed, swap-ins
+        self.preempted: list[Seq] = []
+        self.num_admitted = 0
+        self.num_finished = 0
+        self.prefill_tokens = 0  # first-time prefill tokens
+        self.recomputed_tokens = 0  # prefill tokens recomputed after a preemption
+        self.kv_read_tokens = 0  # KV tokens the step's decodes attend over
+        self.swapped_out_blocks = 0
+        self.swapped_in_blocks = 0
 
     @property
     def is_idle(self) -> bool:

@@ -23,7 +23,7 @@ from kvsched.prefix import Prefix
 from kvsched.records import StepOutcome
 from kvsched.sequence import Seq
 from kvsched.steplog import Stretch
-from kvsched.timing import TimeModel
+from kvsched.timing import TimeModel, constant_duration
 
 _outcome = tuple.__new__
 
@@ -65,6 +65,10 @@ class Engine:
         # vLLM V1 lists a step's batch in running-list order, then admissions: by admission
         self._batch_in_admission_order = config.step_order is StepOrder.RUNNING_LOOP
         self._steady = False  # the last step was pure decode and nothing arrived since
+        step_time = constant_duration(clock)  # (every step alike: no model to ask)
+        self._constant_time = step_time is not None
+        self._step_time = step_time or 0.0
+        self._block_size = config.block_size
 
     # -- what the world outside the engine reads of it ----------------------------------------
 
@@ -151,7 +155,9 @@ class Engine:
         computed = plan.prefill_tokens + plan.recomputed_tokens
         swapped = plan.swapped_out_blocks + plan.swapped_in_blocks
         mfu = mbu = None
-        if self._duration_shape is None:
+        if self._constant_time:
+            duration = self._step_time
+        elif self._duration_shape is None:
             duration = self.clock.duration(computed, num_decodes, plan.kv_read_tokens, swapped)
         else:
             assert self._shape is not None
@@ -168,7 +174,7 @@ class Engine:
         end = now + duration
         sched.postprocess(plan, end)
         signal = monitor.signal
-        ratio = monitor.update(plan.recomputed_tokens + swapped * self.config.block_size,
+        ratio = monitor.update(plan.recomputed_tokens + swapped * self._block_size,
                                plan.num_decodes + len(plan.produced))
         changed = monitor.signal != signal
         if changed:  # admissions open or close from the next step: not a steady state

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_left
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
@@ -70,13 +69,12 @@ def decode_stretch(sched: Scheduler, step: int, now: float, clock: TimeModel, ne
             # The limit above is at most two steps past the arrival, or before it: look
             # down from it (what the bisection below finds, without a call per probe).
             while limit > 1:
-                t = ends[limit - 1]
-                if next_arrival > t + 1e-9 * (1.0 + t):
+                at = ends[limit - 1]
+                if next_arrival > at + 1e-9 * (1.0 + at):
                     break
                 limit -= 1
         else:
-            limit = bisect_left(ends, True, 1, limit,
-                                key=lambda t: next_arrival <= t + 1e-9 * (1.0 + t))
+            limit = first_due(ends, 1, limit, next_arrival)
     pool = sched.pool
     spare = pool.free - sched._append_floor  # blocks it may take
     if sched._hol_head is not None:
@@ -183,6 +181,19 @@ def decode_stretch(sched: Scheduler, step: int, now: float, clock: TimeModel, ne
         if stretch.num_finished and reservation is not None:
             reservation.left_batch()
     return stretch
+
+def first_due(ends: list[float], lo: int, hi: int, arrival: float) -> int:
+    """The first index in [lo, hi) whose time has `arrival` due by it (with the loop's hair
+    of slack), or hi: a bisection (the test only turns true as the times go on)."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        at = ends[mid]
+        if arrival <= at + 1e-9 * (1.0 + at):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
 
 def cross_all(sched: Scheduler, tick: int, limit: int, blocks_used: int) -> list[int]:
     """Passes `tick + 1` .. `tick + limit` of a stretch with blocks to spare: every

@@ -28,7 +28,9 @@ def identity(seq: Seq) -> Prefix:
         return own
     request = seq.request
     segments = list(request.prefix.segments) if request.prefix is not None else []
-    covered = sum(length for _, length in segments)
+    covered = 0
+    for _, length in segments:
+        covered += length
     prompt, total = request.prompt_len, request.prompt_len + request.output_len
     if covered < prompt:
         segments.append((-2 * seq.index - 1, prompt - covered))
@@ -92,7 +94,8 @@ class PrefixTracker:
     def grow_each(self, seqs: list[Seq]) -> None:
         """`grow(seq, 1)` for each of `seqs` (a decode pass's block boundaries): taken at
         once, the same blocks and evictions as one by one."""
-        self.cache.grow_each([seq.index for seq in seqs])
+        owners = [seq.index for seq in seqs]
+        self.cache.grow_each(owners)
         self.pool.free = self.cache.num_free
 
     def shrink(self, seq: Seq, blocks: int) -> None:
@@ -111,9 +114,9 @@ class PrefixTracker:
 
     def filled_each(self, seqs: list[Seq]) -> None:
         """`filled` for each of `seqs`, in their order."""
-        commit, size = self.cache.commit, self.block_size
+        cache, size = self.cache, self.block_size
         for seq in seqs:
-            commit(seq.index, identity(seq), seq.blocks * size)
+            cache.commit(seq.index, identity(seq), seq.blocks * size)
 
     def release(self, seq: Seq, computed: int) -> None:
         """`seq` stops running with `computed` tokens of KV: cache them, free its blocks."""

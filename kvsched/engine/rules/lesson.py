@@ -23,8 +23,8 @@ class LessonScheduler(Scheduler):
     def _admit_after_running(self, plan: StepPlan, budget: int) -> None:
         """Admissions with the budget the running requests left (none after a preemption
         where the rules say so)."""
-        if not plan.preempted or self.config.admit_after_preempt:
-            allow_swap = not plan.preempted or self.config.swap_in_after_preempt
+        if not plan.preempted or self._admit_after_preempt:
+            allow_swap = not plan.preempted or self._swap_in_after_preempt
             self._admit(plan, budget, True, allow_swap)
             if self._stopped_at is not None or self._hol_head is not None:
                 head_of_line.track(self, plan)  # (else no head-of-line state to change)

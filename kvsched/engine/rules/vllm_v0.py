@@ -28,7 +28,7 @@ class VllmV0Scheduler(Scheduler):
         budget = self._decode(plan, budget)
         if self.reservation is not None and plan.tick:
             future_tokens.after_decode(self, plan, len(plan.preempted) > admitted_victims)
-        if len(plan.preempted) == admitted_victims or self.config.admit_after_preempt:
+        if len(plan.preempted) == admitted_victims or self._admit_after_preempt:
             self._admit(plan, budget, allow_prefill=False, allow_swap=True)
 
     def _v0_priority_preemption(self, plan: StepPlan) -> None:
@@ -51,7 +51,7 @@ class VllmV0Scheduler(Scheduler):
             need = blocks_for(head.prompt_len + head.generated, self._block_size)
             self.tick += 1  # _preempt counts a decoding victim as at the start of a pass
             while running and key(running[-1]) > key(head):
-                if (len(self.running) < self.config.max_num_seqs
+                if (len(self.running) < self._max_num_seqs
                         and head.prompt_len + head.generated <= self._budget
                         and self.pool.can_admit(need)):
                     break

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import deque
 from itertools import chain
 
+from kvsched.engine.mechanism import admission_key, by_admission
 from kvsched.engine.plan import StepPlan
 from kvsched.engine.rules.lesson import LessonScheduler
 from kvsched.sequence import Seq, SeqState
@@ -23,7 +24,7 @@ class VllmV0ChunkedScheduler(LessonScheduler):
         if self.partial is not None:
             self.partial.begin(self.prefilling.values(), self.waiting)
         if not (self._queue_tail and self.prefilling):
-            super()._assemble(plan)
+            LessonScheduler._assemble(self, plan)
             return
         budget, walked = self._v0_queue_loop(plan, self._budget)
         admitted = len(plan.prefills)
@@ -41,7 +42,7 @@ class VllmV0ChunkedScheduler(LessonScheduler):
         block_size = self._block_size
         tick = self._open_pass(plan)
         queue = deque(sorted(chain(self.running.values(), self.prefilling.values()),
-                             key=lambda s: s.admit_seq))
+                             key=admission_key))
         cap = self._chunk_cap if self.partial is None else self.partial.slot
         decoded: list[Seq] = []
         chunks: dict[Seq, int] = {}
@@ -85,6 +86,5 @@ class VllmV0ChunkedScheduler(LessonScheduler):
             if seq.state is RUNNING or seq.state is PREFILLING:
                 self._admissions += 1
                 seq.admit_seq = self._admissions
-        self.running = dict(sorted(self.running.items(), key=lambda item: item[1].admit_seq))
-        self.prefilling = dict(sorted(self.prefilling.items(),
-                                      key=lambda item: item[1].admit_seq))
+        self.running = by_admission(self.running)
+        self.prefilling = by_admission(self.prefilling)

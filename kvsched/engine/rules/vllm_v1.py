@@ -9,7 +9,7 @@ from itertools import chain
 
 from kvsched.blocks import blocks_for
 from kvsched.engine import head_of_line
-from kvsched.engine.mechanism import Scheduler
+from kvsched.engine.mechanism import Scheduler, admission_key
 from kvsched.engine.plan import StepPlan
 from kvsched.sequence import Seq, SeqState
 
@@ -21,14 +21,14 @@ class VllmV1Scheduler(Scheduler):
     """The running loop, then admissions unless the step preempted."""
 
     def _assemble(self, plan: StepPlan) -> None:
-        threshold = self.config.long_prefill_token_threshold
+        threshold = self._long_threshold
         if len(self.running) + len(self.prefilling) + self.waiting.size <= 1:
             threshold = 0  # R5: a request alone gets the whole budget
         if self.prefilling:
             budget = self._loop_exact(plan, self._budget, threshold)
         else:  # only decodes: the decode pass (bulk when it fits) is the same loop
             budget = self._decode(plan, self._budget)
-        if not plan.preempted or self.config.admit_after_preempt:
+        if not plan.preempted or self._admit_after_preempt:
             self._admit_chunk(plan, budget, threshold)
             head_of_line.track(self, plan)
 
@@ -42,7 +42,7 @@ class VllmV1Scheduler(Scheduler):
         block_size = self._block_size
         tick = self._open_pass(plan)
         members = sorted(chain(self.running.values(), self.prefilling.values()),
-                         key=lambda s: s.admit_seq)
+                         key=admission_key)
         decoded: list[Seq] = []
         chunks: dict[Seq, int] = {}
         for seq in members:
@@ -91,15 +91,14 @@ class VllmV1Scheduler(Scheduler):
     def _admit_chunk(self, plan: StepPlan, budget: int, threshold: int) -> None:
         """vLLM V1's waiting loop (RULES.md R4, R8, R10, R12): the head is admitted with its
         first chunk's blocks only; the loop stops at the first head that does not fit."""
-        cfg = self.config
         pool = self.pool
         waiting = self.waiting
         block_size = self._block_size
-        chunked = cfg.chunked_prefill
-        full_isl = cfg.scheduler_reserve_full_isl
+        chunked = self._chunked
+        full_isl = self._full_isl
         prefix = self.prefix
         self._stopped_at = None
-        while budget > 0 and len(self.running) + len(self.prefilling) < cfg.max_num_seqs:
+        while budget > 0 and len(self.running) + len(self.prefilling) < self._max_num_seqs:
             seq = waiting.peek()
             if seq is None or self._head_stops(seq, budget):
                 break

@@ -1,0 +1,28 @@
+cimport cython
+from kvsched.blocks cimport BlockPool
+from kvsched.sequence cimport Seq
+
+@cython.locals(covered=cython.longlong, prompt=cython.longlong, total=cython.longlong, segments=list)
+cpdef object identity(Seq seq)
+
+cdef class PrefixTracker:
+    cdef public object cache
+    cdef public BlockPool pool
+    cdef public long long block_size, _evicted_seen
+    cdef public bint eager
+
+    cpdef long long match(self, Seq seq)
+    cpdef long long hit_cost(self, Seq seq, long long hit)
+    cpdef admit(self, Seq seq, long long hit, long long fresh)
+    cpdef grow(self, Seq seq, long long fresh)
+    @cython.locals(seq=Seq, owners=list)
+    cpdef grow_each(self, list seqs)
+    cpdef shrink(self, Seq seq, long long blocks)
+    cpdef computed(self, Seq seq, long long num_tokens)
+    cpdef filled(self, Seq seq)
+    @cython.locals(seq=Seq, size=cython.longlong)
+    cpdef filled_each(self, list seqs)
+    cpdef release(self, Seq seq, long long computed)
+    cpdef preempted(self, Seq seq, long long computed)
+    @cython.locals(total=cython.longlong, evicted=cython.longlong)
+    cpdef long long take_evicted(self)
