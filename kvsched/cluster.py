@@ -20,7 +20,7 @@ import heapq
 import math
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,7 +28,7 @@ import numpy as np
 from kvsched.admission import Slo, SloAdmission
 from kvsched.backpressure import Backpressure
 from kvsched.config import EngineConfig
-from kvsched.engine import Engine
+from kvsched.engine.replica import Engine
 from kvsched.engine.view import RouteLike
 from kvsched.histogram import GapHistogram
 from kvsched.loop import put_record
@@ -235,17 +235,24 @@ def _release_next_turns(queue: ArrivalQueue) -> Callable[[Seq], None]:
     return done
 
 
-@dataclass
 class _Loop:
-    replicas: list[_Replica]
-    router: Router
-    delay: float
-    arrivals: ArrivalQueue
-    order: list[int] = field(default_factory=list)  # input index of each arrival index
-    routed: list[int | None] = field(default_factory=list)
-    seqs: list[Seq | None] = field(default_factory=list)
-    idle_witness: tuple[int, int, float, int] | None = None
-    _routed_at: list[list[float]] = field(default_factory=list)
+    """The cluster's clock: arrivals routed, each replica's next step or stretch."""
+
+    __slots__ = ("replicas", "router", "delay", "arrivals", "order", "routed", "seqs",
+                 "idle_witness", "_routed_at")
+
+    # (A plain class typed in cluster.pxd: C calls to the replicas in the compiled build.)
+    def __init__(self, replicas: list[_Replica], router: Router, delay: float,
+                 arrivals: ArrivalQueue) -> None:
+        self.replicas = replicas
+        self.router = router
+        self.delay = delay
+        self.arrivals = arrivals
+        self.order: list[int] = []  # input index of each arrival index
+        self.routed: list[int | None] = []
+        self.seqs: list[Seq | None] = []
+        self.idle_witness: tuple[int, int, float, int] | None = None
+        self._routed_at: list[list[float]] = []
 
     def run(self) -> None:
         """Run until every arrival is routed and no replica has a step left."""

@@ -40,7 +40,8 @@ COMPILED = ("kvsched.kvcache.hashed",
             "kvsched.roofline",
             "kvsched.floatsum",
             "kvsched.kvcache.tracker",
-            "kvsched.loop")
+            "kvsched.loop",
+            "kvsched.cluster")
 """The modules built by Cython from their own source (setup.py reads this tuple)."""
 
 

@@ -172,12 +172,15 @@ def run_loop(engine: Engine, seqs: Arrivals, log: StepLog, max_steps: int,
     step = 0
     executed = 0  # steps run (step numbers also jump over idle time on the step clock)
     now = 0.0
-    poll = events.poll if events is not None and events.sink is not None else None
+    # The events drained to their sink a chunk at a time (EventStream.poll, inlined).
+    stream = events if events is not None and events.sink is not None else None
+    backlog = stream.events if stream is not None else []
+    drain_at = stream._chunk if stream is not None else 0
     turns = 0
     abort_mask = ABORT_EVERY - 1
     while True:
-        if poll is not None:
-            poll()
+        if stream is not None and len(backlog) >= drain_at:
+            stream.drain()
         turns += 1
         if progress is not None and not turns & 4095:
             progress(len(seqs.order), now)

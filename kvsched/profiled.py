@@ -201,14 +201,15 @@ class ProfiledStep:
         return self.duration_shape(BatchShape(chunks, num_decodes, kv_read_tokens))
 
     def stretch_durations(self, num_decodes: int, kv_tokens_start: int,
-                          num_steps: int) -> np.ndarray:
+                          num_steps: int) -> list[float]:
         """Element k equals `duration(0, n, kv_start + k * n, 0)` exactly."""
         base = self._base(num_decodes, ())
         if not num_decodes:
-            return np.full(num_steps, base)
+            return [base] * num_steps
         xs, ys = self._decode
         kv = kv_tokens_start + np.arange(num_steps, dtype=np.int64) * num_decodes
         inside = np.interp(kv, xs, ys)
         beyond = ys[-1] * kv / xs[-1]
         decode = np.where(kv <= xs[-1], inside, beyond)
-        return base + self.model.layers * decode  # type: ignore[union-attr]
+        out: list[float] = (base + self.model.layers * decode).tolist()  # type: ignore[union-attr]
+        return out

@@ -6,9 +6,35 @@ cdef class Stretch:
     cdef public long long kv_first, num_finished
     cdef public list mfu, mbu, cached_blocks, evicted_blocks
 
+cdef class Timeline:
+    cdef public double start, end, width
+    cdef public list busy, waiting, count
+
+    cpdef object _bucket(self, double time)
+    @cython.locals(k=object)
+    cpdef add_row(self, double start, double duration, long long num_waiting)
+    @cython.locals(starts=list, begin=cython.double, end=cython.double, width=cython.double, top=cython.longlong, first=cython.longlong)
+    cpdef add_stretch(self, Stretch stretch)
+
+cdef class StepStats:
+    cdef public long long num_steps
+    cdef public double end, busy_time
+    cdef public long long prefill_tokens, decode_tokens, recomputed_tokens, swapped_blocks
+    cdef public long long blocks_used_sum, peak_blocks_used
+    cdef public double thrash_ratio_max
+    cdef public long long backpressure_steps
+    cdef public Timeline timeline
+    cdef public object mfu_sum, mbu_sum
+    cdef public long long evicted_blocks
+
+    @cython.locals(start=cython.double, duration=cython.double, used=cython.longlong, mfu=object)
+    cpdef add_row(self, object row)
+    @cython.locals(total=cython.longlong, used=cython.longlong, evicted=cython.longlong)
+    cpdef add_stretch(self, Stretch stretch)
+
 cdef class StepLog:
     cdef public long long num_blocks
-    cdef public object stats
+    cdef public StepStats stats
     cdef public list kept
     cdef public object _sink
     cdef public list _chunk

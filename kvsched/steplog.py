@@ -12,9 +12,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import repeat
 from operator import attrgetter, mul
-from typing import cast
 
 import numpy as np
 
@@ -133,7 +132,11 @@ class Timeline:
                 self.waiting[first] += stretch.num_waiting * len(starts)
                 self.count[first] += len(starts)
                 return
-        # Several buckets: cut the stretch where its start times change bucket.
+        self._add_spread(stretch)
+
+    def _add_spread(self, stretch: Stretch) -> None:
+        """A stretch over several buckets: cut where its start times change bucket."""
+        starts = stretch.starts
         size = len(self.busy)
 
         def key(time: float) -> int:  # monotone: -1 before the span, size after it
@@ -157,115 +160,83 @@ class Timeline:
         return [self.start + k * self.width for k in range(len(self.busy))]
 
 
-@dataclass(slots=True)
 class StepStats:
-    """Running sums over every step (in step order, so float sums match a plain sum)."""
+    """Running sums over every step, added as each step or stretch is logged (in step order,
+    so float sums match a plain sum)."""
 
-    num_steps: int = 0
-    end: float = 0.0  # end of the last step
-    busy_time: float = 0.0
-    prefill_tokens: int = 0
-    decode_tokens: int = 0
-    recomputed_tokens: int = 0
-    swapped_blocks: int = 0
-    blocks_used_sum: int = 0
-    peak_blocks_used: int = 0
-    thrash_ratio_max: float = 0.0
-    backpressure_steps: int = 0
-    timeline: Timeline | None = None
-    mfu_sum: float | None = None  # None: no step had a figure (no hardware time model)
-    mbu_sum: float | None = None
-    evicted_blocks: int = 0
+    __slots__ = ("num_steps", "end", "busy_time", "prefill_tokens", "decode_tokens",
+                 "recomputed_tokens", "swapped_blocks", "blocks_used_sum", "peak_blocks_used",
+                 "thrash_ratio_max", "backpressure_steps", "timeline", "mfu_sum", "mbu_sum",
+                 "evicted_blocks")
+
+    # (A plain class typed in steplog.pxd: C sums in the compiled build.)
+    def __init__(self) -> None:
+        self.num_steps = 0
+        self.end = 0.0  # end of the last step
+        self.busy_time = 0.0
+        self.prefill_tokens = 0
+        self.decode_tokens = 0
+        self.recomputed_tokens = 0
+        self.swapped_blocks = 0
+        self.blocks_used_sum = 0
+        self.peak_blocks_used = 0
+        self.thrash_ratio_max = 0.0
+        self.backpressure_steps = 0
+        self.timeline: Timeline | None = None
+        # None: no step had a figure (no hardware time model; one model per run: all or none)
+        self.mfu_sum: float | None = None
+        self.mbu_sum: float | None = None
+        self.evicted_blocks = 0
 
     def add_rows(self, rows: list[tuple]) -> None:
-        columns = list(zip(*rows, strict=True))
-        if self.timeline is not None:
-            self.timeline.add_rows(columns[1], columns[2], columns[4])
-        self.num_steps += len(rows)
-        self.end = rows[-1][1] + rows[-1][2]
-        self.busy_time = fold(columns[2], self.busy_time)
-        self._add_exact(columns)
-        if columns[19][0] is not None:  # one time model per run: all steps or none
-            self.mfu_sum = fold(columns[19], self.mfu_sum or 0.0)
-            self.mbu_sum = fold(columns[20], self.mbu_sum or 0.0)
+        for row in rows:
+            self.add_row(row)
 
-    def _add_exact(self, columns: list[tuple]) -> None:
-        """Exact steps' counts and maxima, by column (whole numbers: any order gives them)."""
-        self.prefill_tokens += sum(columns[6])
-        self.decode_tokens += sum(columns[7])
-        self.recomputed_tokens += sum(columns[8])
-        self.blocks_used_sum += sum(columns[10])
-        self.peak_blocks_used = max(self.peak_blocks_used, max(columns[10]))
-        self.swapped_blocks += sum(columns[15]) + sum(columns[16])
-        self.thrash_ratio_max = max(self.thrash_ratio_max, max(columns[17]))
-        self.backpressure_steps += sum(columns[18])
-        self.evicted_blocks += sum(columns[22])
+    def add_row(self, row: tuple) -> None:
+        """One exact step, as its STEP_COLUMNS row."""
+        start, duration, used = row[1], row[2], row[10]
+        if self.timeline is not None:
+            self.timeline.add_row(start, duration, row[4])
+        self.num_steps += 1
+        self.end = start + duration
+        self.busy_time += duration
+        self.prefill_tokens += row[6]
+        self.decode_tokens += row[7]
+        self.recomputed_tokens += row[8]
+        self.blocks_used_sum += used
+        if used > self.peak_blocks_used:
+            self.peak_blocks_used = used
+        self.swapped_blocks += row[15] + row[16]
+        if row[17] > self.thrash_ratio_max:
+            self.thrash_ratio_max = row[17]
+        self.backpressure_steps += row[18]
+        self.evicted_blocks += row[22]
+        mfu = row[19]
+        if mfu is not None:
+            self.mfu_sum = (self.mfu_sum or 0.0) + mfu
+            self.mbu_sum = (self.mbu_sum or 0.0) + row[20]
 
     def add_stretch(self, stretch: Stretch) -> None:
-        self.add_stretches([stretch])
-
-    def add_chunk(self, chunk: list[Segment]) -> None:
-        """Rows and stretches in step order, at once: what `add_rows` and `add_stretches`
-        give group by group (float sums chained over every step in order), without a
-        call per group (a busy run alternates one exact step and one stretch)."""
-        timeline = self.timeline
-        if timeline is not None:
-            for segment in chunk:
-                if isinstance(segment, tuple):
-                    timeline.add_row(segment[1], segment[2], segment[4])
-                else:
-                    timeline.add_stretch(segment)
-        rows = [segment for segment in chunk if isinstance(segment, tuple)]
-        stretches = cast(list[Stretch], [s for s in chunk if not isinstance(s, tuple)])
-        last = chunk[-1]
-        self.end = last[1] + last[2] if isinstance(last, tuple) else last.end
-        self.busy_time = fold(chain.from_iterable(
-            (segment[2],) if isinstance(segment, tuple) else segment.durations
-            for segment in chunk), self.busy_time)
-        self.num_steps += len(rows) + sum(map(_NUM_STEPS, stretches))
-        self.decode_tokens += sum(map(mul, map(_NUM_DECODES, stretches),
-                                      map(_NUM_STEPS, stretches)))
-        blocks = list(map(_BLOCKS_USED, stretches))
-        self.blocks_used_sum += sum(chain.from_iterable(blocks))
-        if blocks:
-            self.peak_blocks_used = max(self.peak_blocks_used, *(used[-1] for used in blocks))
-        self.evicted_blocks += sum(sum(s.evicted_blocks) for s in stretches
-                                   if s.evicted_blocks)
-        if rows:
-            self._add_exact(list(zip(*rows, strict=True)))
-        first = chunk[0]
-        if (first[19] if isinstance(first, tuple) else first.mfu) is not None:
-            # one time model per run: every step has a figure (or none does)
-            for index, name, total in ((19, "mfu", self.mfu_sum), (20, "mbu", self.mbu_sum)):
-                value = fold(chain.from_iterable(
-                    (segment[index],) if isinstance(segment, tuple)
-                    else getattr(segment, name) for segment in chunk), total or 0.0)
-                if index == 19:
-                    self.mfu_sum = value
-                else:
-                    self.mbu_sum = value
-
-    def add_stretches(self, stretches: list[Stretch]) -> None:
-        """Consecutive stretches, in order: float sums chained over their steps, the same
-        additions in the same order as one stretch at a time."""
-        timeline = self.timeline
-        if timeline is not None:
-            for stretch in stretches:
-                timeline.add_stretch(stretch)
-        self.num_steps += sum(map(_NUM_STEPS, stretches))
-        self.end = stretches[-1].end
-        self.busy_time = fold(chain.from_iterable(map(_DURATIONS, stretches)), self.busy_time)
-        self.decode_tokens += sum(map(mul, map(_NUM_DECODES, stretches),
-                                      map(_NUM_STEPS, stretches)))
-        blocks = list(map(_BLOCKS_USED, stretches))
-        self.blocks_used_sum += sum(chain.from_iterable(blocks))
-        self.peak_blocks_used = max(self.peak_blocks_used, *(used[-1] for used in blocks))
-        rated = [(s.mfu, s.mbu) for s in stretches if s.mfu is not None and s.mbu is not None]
-        if rated:
-            self.mfu_sum = fold(chain.from_iterable(mfu for mfu, _ in rated), self.mfu_sum or 0.0)
-            self.mbu_sum = fold(chain.from_iterable(mbu for _, mbu in rated), self.mbu_sum or 0.0)
-        self.evicted_blocks += sum(sum(s.evicted_blocks) for s in stretches
-                                   if s.evicted_blocks)
+        """One decode stretch: its steps' sums, in step order."""
+        if self.timeline is not None:
+            self.timeline.add_stretch(stretch)
+        self.num_steps += stretch.num_steps
+        self.end = stretch.end
+        self.busy_time = fold(stretch.durations, self.busy_time)
+        self.decode_tokens += stretch.num_decodes * stretch.num_steps
+        total = 0
+        for used in stretch.blocks_used:
+            total += used
+        self.blocks_used_sum += total
+        used = stretch.blocks_used[-1]
+        if used > self.peak_blocks_used:
+            self.peak_blocks_used = used
+        if stretch.evicted_blocks is not None:
+            for evicted in stretch.evicted_blocks:
+                self.evicted_blocks += evicted
+        if stretch.mfu is not None and stretch.mbu is not None:
+            self.mfu_sum = fold(stretch.mfu, self.mfu_sum or 0.0)
+            self.mbu_sum = fold(stretch.mbu, self.mbu_sum or 0.0)
 
 
 def stretch_rows(stretch: Stretch, num_blocks: int) -> Iterator[tuple]:
@@ -376,12 +347,14 @@ class StepLog:
         self._limit = chunk
 
     def row(self, row: tuple) -> None:
+        self.stats.add_row(row)
         chunk = self._chunk
         chunk.append(row)
         if len(chunk) >= self._limit:
             self.flush()
 
     def stretch(self, stretch: Stretch) -> None:
+        self.stats.add_stretch(stretch)
         chunk = self._chunk
         chunk.append(stretch)
         if len(chunk) >= self._limit:
@@ -391,7 +364,6 @@ class StepLog:
         chunk = self._chunk
         if not chunk:
             return
-        self.stats.add_chunk(chunk)
         if self._sink is not None:
             self._sink(chunk)
         if self.kept is not None:

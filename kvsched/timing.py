@@ -7,6 +7,7 @@ their real pace.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -36,19 +37,34 @@ def stretch_durations(model: TimeModel, num_decodes: int, kv_tokens_start: int,
     `kv_tokens_start + k * num_decodes` tokens of KV: exactly what `duration` gives step by
     step. Models may offer a faster `stretch_durations` method (same contract); steps must
     never get shorter within a stretch (the KV read only grows)."""
-    fast = getattr(model, "stretch_durations", None)
-    if fast is not None:
-        out = fast(num_decodes, kv_tokens_start, num_steps)
-        return out if isinstance(out, list) else list(map(float, out))
+    return stretch_pricer(model)(num_decodes, kv_tokens_start, num_steps)
+
+
+Pricer = Callable[[int, int, int], list[float]]
+"""A decode stretch's step durations from (num_decodes, kv_tokens_start, num_steps)."""
+
+
+def stretch_pricer(model: TimeModel) -> Pricer:
+    """`stretch_durations(model, ...)` as one function of (num_decodes, kv_tokens_start,
+    num_steps), resolved once (an engine asks it at every decode stretch)."""
+    fast: Pricer | None = getattr(
+        model, "stretch_durations", None)
+    if fast is not None:  # (a list of Python floats, as every model here returns)
+        return fast
     by_shape = getattr(model, "duration_shape", None)
     if by_shape is not None:  # priced from the batch, as the engine prices its steps
         from kvsched.roofline import BatchShape
 
-        return [by_shape(BatchShape((), num_decodes, kv_tokens_start + k * num_decodes))
-                for k in range(num_steps)]
+        def shaped(num_decodes: int, kv_tokens_start: int, num_steps: int) -> list[float]:
+            return [by_shape(BatchShape((), num_decodes, kv_tokens_start + k * num_decodes))
+                    for k in range(num_steps)]
+        return shaped
     duration = model.duration
-    return [duration(0, num_decodes, kv_tokens_start + k * num_decodes, 0)
-            for k in range(num_steps)]
+
+    def stepped(num_decodes: int, kv_tokens_start: int, num_steps: int) -> list[float]:
+        return [duration(0, num_decodes, kv_tokens_start + k * num_decodes, 0)
+                for k in range(num_steps)]
+    return stepped
 
 
 def constant_duration(model: TimeModel) -> float | None:

@@ -85,4 +85,4 @@ def test_a_missing_file_is_one_line(tmp_path):
 def test_a_decode_stretch_equals_the_steps_exactly(tmp_path_factory, n, kv, steps):
     step = ProfiledStep(write_compact(tmp_path_factory.mktemp("p")), LLAMA7)
     expected = [step.duration(0, n, kv + k * n, 0) for k in range(steps)]
-    assert step.stretch_durations(n, kv, steps).tolist() == expected
+    assert step.stretch_durations(n, kv, steps) == expected

@@ -23,7 +23,7 @@ from kvsched.prefix import Prefix
 from kvsched.records import StepOutcome
 from kvsched.sequence import Seq
 from kvsched.steplog import Stretch
-from kvsched.timing import TimeModel, constant_duration
+from kvsched.timing import TimeModel, constant_duration, stretch_pricer
 
 _outcome = tuple.__new__
 
@@ -69,6 +69,7 @@ class Engine:
         self._constant_time = step_time is not None
         self._step_time = step_time or 0.0
         self._block_size = config.block_size
+        self._pricer = stretch_pricer(clock)  # a decode stretch's step durations
 
     # -- what the world outside the engine reads of it ----------------------------------------
 
@@ -202,8 +203,9 @@ class Engine:
         None when the next step must run on its own. Identical records either way."""
         if not self._steady or not self.monitor.is_quiet:
             return None
-        stretch = decode_stretch(self.sched, step, now, self.clock, next_arrival,
-                                            max_steps)
+        stretch = decode_stretch(self.sched, step, now,
+                                 self._step_time if self._constant_time else None,
+                                 self._pricer, next_arrival, max_steps)
         if stretch is None:
             return None
         if self._utilisation is not None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from kvsched.engine.head_of_line import hol_floor
 from kvsched.steplog import Stretch
-from kvsched.timing import TimeModel, constant_duration, stretch_durations
+from kvsched.timing import Pricer
 
 if TYPE_CHECKING:
     from kvsched.engine.mechanism import Scheduler
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 MAX_STRETCH = 1 << 14  # steps one stretch may cover (bounds its lists; the next continues)
 
 
-def decode_stretch(sched: Scheduler, step: int, now: float, clock: TimeModel, next_arrival: float,
-                   max_steps: int) -> Stretch | None:
+def decode_stretch(sched: Scheduler, step: int, now: float, step_time: float | None,
+                   pricer: Pricer, next_arrival: float, max_steps: int) -> Stretch | None:
     """Run, in one move, the pure-decode steps that repeat the step just run.
 
     Call only right after a step whose plan `is_pure_decode`, with no arrival since:
@@ -34,8 +34,9 @@ def decode_stretch(sched: Scheduler, step: int, now: float, clock: TimeModel, ne
     (the same head fails for the same reason: the budget left and the running count are
     unchanged and free blocks only shrink). The stretch ends before a step with an
     arrival, with a block shortage, or with a change of head-of-line state, and at the
-    first finish (included) or `max_steps`. The caller owns the thrash monitor and the
-    admission gate: see `kvsched.engine`.
+    first finish (included) or `max_steps`. `step_time`: every step's length when the
+    time model makes them all alike, else `pricer` prices the steps (`stretch_pricer`). The
+    caller owns the thrash monitor and the admission gate: see `kvsched.engine`.
     """
     running = sched.running
     n = len(running)
@@ -50,17 +51,16 @@ def decode_stretch(sched: Scheduler, step: int, now: float, clock: TimeModel, ne
     if finish is not None:
         limit = min(limit, finish - sched.tick)
     kv = sched.kv_tokens
-    step_time = constant_duration(clock)
     if step_time is not None:  # every step alike: no model to ask
         if next_arrival != math.inf:
             limit = min(limit, int((next_arrival - now) / step_time) + 2)
         durations = [step_time] * limit
     else:
-        durations = stretch_durations(clock, n, kv + n, 1)
+        durations = pricer(n, kv + n, 1)
         if next_arrival != math.inf and durations[0] > 0:  # steps never get shorter
             limit = min(limit, int((next_arrival - now) / durations[0]) + 2)
         if limit > 1:
-            durations = stretch_durations(clock, n, kv + n, limit)
+            durations = pricer(n, kv + n, limit)
     ends = list(accumulate(durations, initial=now))  # sequential sums, as step by step
     if next_arrival != math.inf:
         # The first step with an arrival by its start ends the stretch before it (the

@@ -1,0 +1,38 @@
+cimport cython
+from kvsched.engine.replica cimport Engine
+from kvsched.sequence cimport Seq
+from kvsched.steplog cimport StepLog, Stretch
+from kvsched.turns cimport ArrivalQueue
+
+cdef class _Replica:
+    cdef public long long index
+    cdef public Engine engine
+    cdef public StepLog log
+    cdef public object events
+    cdef public bint whole_steps
+    cdef public long long max_steps, step
+    cdef public double now
+    cdef public long long executed
+    cdef public list pending
+    cdef public bint idle, stopped
+    cdef public tuple snapshot
+    cdef public list history
+    cdef public long long num_blocks
+
+    cpdef observe(self, double time, long long waiting, long long running, long long free)
+
+cdef class _Loop:
+    cdef public list replicas
+    cdef public object router
+    cdef public double delay
+    cdef public ArrivalQueue arrivals
+    cdef public list order, routed, seqs
+    cdef public tuple idle_witness
+    cdef public list _routed_at
+
+    @cython.locals(heap=list, arrival=cython.double, start=cython.double, index=cython.longlong, replica=_Replica)
+    cpdef run(self)
+    @cython.locals(i=cython.longlong, k=cython.longlong, replica=_Replica, seq=Seq)
+    cpdef _route(self, double now, list heap)
+    @cython.locals(engine=Engine, arrivals=ArrivalQueue, seq=Seq, horizon=cython.double, due=cython.double, upcoming=cython.double, stretch=Stretch, pending=list, start=cython.double, used=cython.longlong)
+    cpdef bint _advance(self, _Replica replica, list heap)
