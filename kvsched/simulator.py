@@ -49,8 +49,9 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
     `abort(now, live)` is asked as often, with the requests arrived and not yet recorded:
     True stops the run there, as `max_steps` does (the rest count as unfinished); capacity
     probes use it to stop once their SLO is already lost.
-    `stretches=False` runs every step through the exact per-step rules instead of jumping
-    over steady decode stretches: the same records, slower (for checking the fast path).
+    `stretches=False` runs every step through the exact per-step rules, request by
+    request, instead of jumping over steady decode stretches and walking only the requests
+    that change: the same records, slower (for checking the fast paths).
     `utilisation=False` leaves a hardware time model's `mfu` and `mbu` out (empty columns,
     None in the summary), and `itl=False` the `itl_*` figures (None), for a caller that
     reads none of them (a capacity probe): every other record is the same.

@@ -18,7 +18,7 @@ from test_stretches import preset_configs
 
 from kvsched import EngineConfig, Request, make_policy, simulate
 from kvsched.engine import mechanism
-from kvsched.kvcache.tracker import PrefixTracker, identity
+from kvsched.kvcache.tracker import PrefixTracker, identity, make_tracker
 from kvsched.prefix import Prefix, common_prefix
 from kvsched.presets import engine_config
 from kvsched.sequence import Seq
@@ -141,8 +141,12 @@ def test_the_cache_keeps_its_own_invariants_at_every_release(requests, config, p
             assert self.pool.free == self.cache.num_free
             checked.append(seq)
 
+    def checked_tracker(config, pool):
+        made = make_tracker(config, pool)
+        return Checked(made.cache, pool) if made is not None else None
+
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(mechanism, "PrefixTracker", Checked)
+        patch.setattr(mechanism, "make_tracker", checked_tracker)
         result = simulate(requests, config, policy, clock)
     finished = sum(r.status == "finished" for r in result.requests)
     assert len(checked) >= finished  # every finish went through a checked release

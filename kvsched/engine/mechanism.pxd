@@ -2,6 +2,7 @@ cimport cython
 from kvsched.blocks cimport BlockPool
 from kvsched.engine.gaps cimport GapTracker
 from kvsched.engine.plan cimport StepPlan
+from kvsched.kvcache.tracker cimport PrefixTracker
 from kvsched.sequence cimport Seq
 from kvsched.waiting cimport WaitingQueue
 
@@ -30,7 +31,7 @@ cdef class Scheduler:
     cdef public object _victim
     cdef public bint _queue_tail
     cdef public object _requeue
-    cdef public object prefix
+    cdef public PrefixTracker prefix
     cdef public bint _v0_prefix
     cdef public list _releases
     cdef public bint _dynamic
@@ -41,6 +42,7 @@ cdef class Scheduler:
     cdef public bint _swap_prefills, _swap, _swapped_fifo, _swap_in_front, _warn_preemptions
     cdef public bint _full_isl
     cdef public long long _max_num_seqs, _long_threshold
+    cdef public bint fast_loops
 
     cpdef reject(self, Seq seq, long long step, str reason)
     cpdef StepPlan schedule(self, long long step, double now)
@@ -48,8 +50,9 @@ cdef class Scheduler:
     @cython.locals(tick=cython.longlong, due=list, seq=Seq, epoch=cython.longlong, last=object, gap=cython.double)
     cpdef postprocess(self, StepPlan plan, double end_time)
     cpdef long long generated(self, Seq seq)
-    @cython.locals(running=dict, n=cython.longlong, tick=cython.longlong, due=list, growing=list, seq=Seq, epoch=cython.longlong, fills=list)
+    @cython.locals(running=dict, n=cython.longlong, tick=cython.longlong, due=list, growing=list, seq=Seq, epoch=cython.longlong, fills=list, prefix=PrefixTracker)
     cpdef long long _decode(self, StepPlan plan, long long budget)
+    @cython.locals(prefix=PrefixTracker)
     cpdef _decoded(self, Seq seq, long long tick, bint grew, list decoded)
     @cython.locals(block_size=cython.longlong, pool=BlockPool, decoded=list, seq=Seq, victim=Seq, grows=bint)
     cpdef long long _decode_exact(self, StepPlan plan, long long budget, long long tick)
@@ -80,3 +83,6 @@ cdef class Scheduler:
     cpdef object next_finish_tick(self)
     @cython.locals(first=cython.longlong, gap=cython.double, later=object)
     cpdef _close_run(self, Seq seq, long long last_tick)
+
+@cython.locals(merged=list, left=list, right=list, i=Py_ssize_t, j=Py_ssize_t, a=Seq, b=Seq)
+cpdef list in_admission_order(dict first, dict second)

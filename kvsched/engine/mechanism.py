@@ -21,7 +21,7 @@ from kvsched.engine import future_tokens
 from kvsched.engine.gaps import GapTracker
 from kvsched.engine.plan import Event, StepPlan
 from kvsched.engine.texts import V0_PREEMPTION_WARNING
-from kvsched.kvcache.tracker import CACHES, PrefixTracker
+from kvsched.kvcache.tracker import PrefixTracker, make_tracker
 from kvsched.partial_prefills import make_partial_prefills
 from kvsched.policies.base import Policy
 from kvsched.policies.fcfs import Fcfs
@@ -94,10 +94,7 @@ class Scheduler:
         self.waiting.ties_by_id = (config.requeue is Requeue.BY_POLICY
                                    and isinstance(policy, PriorityFirst))
         # Prefix caching: blocks with identity beside the counts (kvsched.kvcache.tracker).
-        self.prefix: PrefixTracker | None = None
-        if config.enable_prefix_caching:
-            cache = CACHES[config.prefix_cache](config.usable_blocks, config.block_size)
-            self.prefix = PrefixTracker(cache, self.pool)
+        self.prefix: PrefixTracker | None = make_tracker(config, self.pool)
         self._v0_prefix = config.prefix_accounting is PrefixAccounting.V0
         self._releases: list[Seq] = []  # finished in this step, blocks not yet released
         self._dynamic = bool(getattr(self.waiting, "dynamic", False))  # re-ranked each step
@@ -126,6 +123,9 @@ class Scheduler:
         self._warn_preemptions = config.preemption_warning
         self._full_isl = config.scheduler_reserve_full_isl
         self._long_threshold = config.long_prefill_token_threshold
+        # False: every step through the request-by-request loops (the exact path, to check
+        # the O(changes) ones against; the engine's `stretches=False`)
+        self.fast_loops = True
 
     # -- arrivals turned away ----------------------------------------------------------
 
@@ -328,20 +328,24 @@ class Scheduler:
     def _settle_pass(self, plan: StepPlan, tick: int, decoded: list[Seq]) -> None:
         """After an exact decode pass: who was left out stands still (its lazy counters
         move back a pass), and the plan counts who decoded."""
-        for seq in self.running.values():
-            if seq.decoded_tick != tick:  # left out this pass: its counters stand still
-                seq.base -= 1
-                seq.epoch += 1
-                self._close_run(seq, tick - 1)
-                seq.run_tick = tick + 1
-                self.gaps.want(seq.run_tick, seq)
-                self._push_block_due(seq)
-                self._push_finish_due(seq)
+        if len(decoded) == len(self.running):  # (decoded is a subset): all of them decoded
+            # each read its context and the token it decodes: the KV held, plus one each
+            plan.kv_read_tokens += self.kv_tokens + len(decoded)
+        else:
+            for seq in self.running.values():
+                if seq.decoded_tick != tick:  # left out this pass: its counters stand still
+                    seq.base -= 1
+                    seq.epoch += 1
+                    self._close_run(seq, tick - 1)
+                    seq.run_tick = tick + 1
+                    self.gaps.want(seq.run_tick, seq)
+                    self._push_block_due(seq)
+                    self._push_finish_due(seq)
+            kv = 0
+            for s in decoded:
+                kv += s.prompt_len + s.base + tick - 1
+            plan.kv_read_tokens += kv
         plan.num_decodes = len(decoded)
-        kv = 0
-        for s in decoded:
-            kv += s.prompt_len + s.base + tick - 1
-        plan.kv_read_tokens += kv
         self.kv_tokens += len(decoded)
         if self.record_batches:
             plan.decoded = decoded
@@ -783,6 +787,26 @@ def admission_key(seq: Seq) -> int:
 
 def _item_admit_seq(item: tuple[int, Seq]) -> int:
     return item[1].admit_seq
+
+
+def in_admission_order(first: dict[int, Seq], second: dict[int, Seq]) -> list[Seq]:
+    """The requests of two queues each in admission order (the running and the prefilling
+    sets), merged into one list in admission order: one pass, not a sort."""
+    merged: list[Seq] = []
+    left = list(first.values())
+    right = list(second.values())
+    i = j = 0
+    while i < len(left) and j < len(right):
+        a, b = left[i], right[j]
+        if b.admit_seq < a.admit_seq:
+            merged.append(b)
+            j += 1
+        else:
+            merged.append(a)
+            i += 1
+    merged.extend(left[i:])
+    merged.extend(right[j:])
+    return merged
 
 
 def by_admission(queue: dict[int, Seq]) -> dict[int, Seq]:

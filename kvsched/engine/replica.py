@@ -54,6 +54,7 @@ class Engine:
             clock, "stretch_utilisation")
         self._utilisation = getattr(clock, "utilisation", None) if has_utilisation else None
         self.sched = scheduler_class(config)(config, policy, events, record_batches)
+        self.sched.fast_loops = stretches
         if not itl:  # nobody reads the itl_* figures: count no gaps
             self.sched.gaps.itl = NoGaps()
         self.events = self.sched.events

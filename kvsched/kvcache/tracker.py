@@ -15,6 +15,7 @@ cache (as vLLM), when the request finishes with the radix tree (as SGLang).
 from __future__ import annotations
 
 from kvsched.blocks import BlockPool
+from kvsched.config import EngineConfig
 from kvsched.kvcache.hashed import HashedBlockCache
 from kvsched.kvcache.radix import RadixCache
 from kvsched.prefix import Prefix
@@ -137,3 +138,11 @@ class PrefixTracker:
         evicted = total - self._evicted_seen
         self._evicted_seen = total
         return evicted
+
+
+def make_tracker(config: EngineConfig, pool: BlockPool) -> PrefixTracker | None:
+    """The prefix cache `config` asks for, tracked beside `pool`; None without caching."""
+    if not config.enable_prefix_caching:
+        return None
+    return PrefixTracker(CACHES[config.prefix_cache](config.usable_blocks, config.block_size),
+                         pool)

@@ -5,11 +5,9 @@ which admits a head with its first chunk's blocks only and none in a step that p
 
 from __future__ import annotations
 
-from itertools import chain
-
 from kvsched.blocks import blocks_for
 from kvsched.engine import head_of_line
-from kvsched.engine.mechanism import Scheduler, admission_key
+from kvsched.engine.mechanism import Scheduler, admission_key, in_admission_order
 from kvsched.engine.plan import StepPlan
 from kvsched.sequence import Seq, SeqState
 
@@ -25,12 +23,79 @@ class VllmV1Scheduler(Scheduler):
         if len(self.running) + len(self.prefilling) + self.waiting.size <= 1:
             threshold = 0  # R5: a request alone gets the whole budget
         if self.prefilling:
-            budget = self._loop_exact(plan, self._budget, threshold)
+            budget = self._loop_settled(plan, self._budget, threshold)
+            if budget < 0:
+                budget = self._loop_exact(plan, self._budget, threshold)
         else:  # only decodes: the decode pass (bulk when it fits) is the same loop
             budget = self._decode(plan, self._budget)
         if not plan.preempted or self._admit_after_preempt:
             self._admit_chunk(plan, budget, threshold)
             head_of_line.track(self, plan)
+
+    def _loop_settled(self, plan: StepPlan, budget: int, threshold: int) -> int:
+        """The running loop in O(changes) when it can neither run out of budget nor of
+        blocks (every decode and every chunk fits): the loop's operations for the requests
+        that do something (a chunk, a decode that takes or fills a block), in admission
+        order, as `_loop_exact` makes them; the others only decode. -1 when it could run
+        out (or batches are recorded): `_loop_exact` decides then."""
+        if self.record_batches or not self.fast_loops:
+            return -1
+        running = self.running
+        block_size = self._block_size
+        demand = len(running)
+        need = 0
+        for seq in self.prefilling.values():
+            n = seq.prefill_left
+            if 0 < threshold < n:
+                n = threshold
+            demand += n
+            done = seq.prompt_len + seq.generated - seq.prefill_left
+            need += blocks_for(done + n, block_size) - seq.blocks
+        if demand > budget:
+            return -1
+        tick = self.tick + 1
+        growing: list[Seq] = []
+        if running:
+            due = self._block_due.get(tick)
+            if due:
+                growing = [seq for seq, epoch in due if seq.epoch == epoch]
+        if need + len(growing) > self.pool.free:
+            return -1
+        active = list(growing)
+        prefix = self.prefix
+        if prefix is not None and prefix.eager and running:
+            fills = self._block_due.get(tick + 1)  # their last block fills in this pass
+            if fills:
+                active.extend([seq for seq, epoch in fills if seq.epoch == epoch])
+        tick = self._open_pass(plan)
+        grows = set(growing)
+        decoded: list[Seq] = []
+        chunks: dict[Seq, int] = {}
+        acting = {seq.index: seq for seq in sorted(active, key=admission_key)}  # (once each)
+        for seq in in_admission_order(acting, self.prefilling):
+            if seq.state is RUNNING:
+                grew = seq in grows
+                if grew:
+                    self._grow(seq, 1)
+                self._decoded(seq, tick, grew, decoded)
+                continue
+            n = seq.prefill_left
+            if 0 < threshold < n:
+                n = threshold
+            done = seq.prompt_len + seq.generated - seq.prefill_left
+            fresh = blocks_for(done + n, block_size) - seq.blocks
+            if fresh:
+                self._grow(seq, fresh)
+            if prefix is not None:  # (as `_loop_exact`: cached as allocated)
+                prefix.computed(seq, done + n)
+            chunks[seq] = n
+        if tick:  # every running request decoded: each read its context and its token
+            plan.num_decodes = len(running)
+            plan.kv_read_tokens += self.kv_tokens + len(running)
+            self.kv_tokens += len(running)
+        for seq, n in chunks.items():
+            self._prefill_chunk(plan, seq, n)
+        return budget - demand
 
     def _loop_exact(self, plan: StepPlan, budget: int, threshold: int) -> int:
         """The running loop request by request when chunks are under way (RULES.md R3, R6).
@@ -41,8 +106,7 @@ class VllmV1Scheduler(Scheduler):
         pool = self.pool
         block_size = self._block_size
         tick = self._open_pass(plan)
-        members = sorted(chain(self.running.values(), self.prefilling.values()),
-                         key=admission_key)
+        members = in_admission_order(self.running, self.prefilling)
         decoded: list[Seq] = []
         chunks: dict[Seq, int] = {}
         for seq in members:
