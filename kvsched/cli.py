@@ -448,10 +448,13 @@ def sweep(
         write_sweep,
     )
 
+    from kvsched.cli_capacity import backend_of
+
     if jobs < 1:
         raise KvschedError(f"--jobs: expected a number of processes >= 1, got {jobs}")
     check_name(name)
     check_out(out)
+    chosen = backend_of(backend, address)
     axes: list[Axis] = []
     for option, text in (("budget", budget), ("blocks", blocks), ("policy", policy),
                          ("preemption", preemption)):
@@ -475,7 +478,7 @@ def sweep(
                   console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task("sweep", total=points)
         frame = run_sweep(source, axes, variant, jobs, lambda: progress.advance(task),
-                          _backend(backend), address)
+                          chosen, address)
     existed = folder.exists()
     write_sweep(folder, frame, axes, source)
     if existed:
@@ -487,12 +490,6 @@ def sweep(
 
         plot_sweep_folder(folder)
     typer.echo(f"records: {folder}/summary.csv")
-
-
-def _backend(name: str) -> Any:
-    from kvsched.cli_capacity import backend_of
-
-    return backend_of(name)
 
 
 # -- validate, policies, scenarios ------------------------------------------------------

@@ -33,9 +33,10 @@ AddressOpt = Annotated[str | None, typer.Option(
     "(default: start a local Ray).")]
 
 
-def backend_of(name: str) -> "Backend":
-    """The --backend value, or one clear error line (Ray not installed included)."""
-    from kvsched.backends import RAY_MISSING, Backend, ray_available
+def backend_of(name: str, address: str | None = None) -> "Backend":
+    """The --backend value, or one clear error line (Ray not installed included, and an
+    --address where nothing answers, within seconds)."""
+    from kvsched.backends import RAY_MISSING, Backend, check_address, ray_available
 
     try:
         backend = Backend(name)
@@ -43,6 +44,10 @@ def backend_of(name: str) -> "Backend":
         raise KvschedError(f"--backend: unknown backend '{name}'; expected local or ray") from None
     if backend is Backend.RAY and not ray_available():
         raise KvschedError(RAY_MISSING)
+    if backend is Backend.RAY:
+        check_address(address)
+    elif address is not None:
+        raise KvschedError("--address needs --backend ray")
     return backend
 
 
@@ -92,7 +97,7 @@ def capacity(
 
     check_name(name)
     check_out(out)
-    chosen = backend_of(backend)
+    chosen = backend_of(backend, address)
     targets = [SloTarget.parse(text) for text in slo]
     axes = []
     for option, text in (("budget", budget), ("blocks", blocks), ("policy", policy),
