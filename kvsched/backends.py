@@ -239,21 +239,20 @@ def _connecting(address: str | None) -> Iterator[None]:
     os.environ.setdefault(wait, str(CONNECT_TRIES))
     sys.stderr.flush()
     saved = os.dup(2)
-    held = tempfile.TemporaryFile()
-    os.dup2(held.fileno(), 2)  # Ray's C++ logs write to the descriptor, not to sys.stderr
-    connected = False
-    try:
-        yield
-        connected = True
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        if given is None:
-            os.environ.pop(wait, None)
-        if connected:
-            held.seek(0)
-            sys.stderr.write(held.read().decode("utf-8", "replace"))
-        held.close()
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)  # Ray's C++ logs write to the descriptor, not sys.stderr
+        connected = False
+        try:
+            yield
+            connected = True
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            if given is None:
+                os.environ.pop(wait, None)
+            if connected:
+                held.seek(0)
+                sys.stderr.write(held.read().decode("utf-8", "replace"))
 
 
 def _first_and_last(exc: BaseException) -> str:

@@ -21,6 +21,8 @@ from kvsched.errors import KvschedError
 
 pytest.importorskip("ray")
 
+WAIT = "RAY_gcs_server_port_wait_time_s"  # Ray's name for its seconds of tries
+
 SCENARIO = """\
 name: small
 engine: {max_num_batched_tokens: 512, num_blocks: 200}
@@ -130,9 +132,9 @@ def test_a_connection_made_shows_what_ray_said(capfd):
     """What Ray writes on stderr while it connects is held back, and shown once connected
     (a version warning, say); dropped when the connection fails."""
     with backends._connecting("127.0.0.1:1"):
-        assert os.environ["RAY_gcs_server_port_wait_time_s"] == str(backends.CONNECT_TRIES)
+        assert os.environ[WAIT] == str(backends.CONNECT_TRIES)
         os.write(2, b"from ray's logger\n")
-    assert "RAY_gcs_server_port_wait_time_s" not in os.environ
+    assert WAIT not in os.environ
     assert capfd.readouterr().err == "from ray's logger\n"
     with pytest.raises(ConnectionError), backends._connecting("127.0.0.1:1"):
         os.write(2, b"retrying\n")
@@ -142,9 +144,9 @@ def test_a_connection_made_shows_what_ray_said(capfd):
 
 def test_started_here_ray_is_not_touched(monkeypatch):
     """No address: a local Ray is started, Ray's settings and stderr as they are."""
-    monkeypatch.delenv("RAY_gcs_server_port_wait_time_s", raising=False)
+    monkeypatch.delenv(WAIT, raising=False)
     with backends._connecting(None):
-        assert "RAY_gcs_server_port_wait_time_s" not in os.environ
+        assert WAIT not in os.environ
 
 
 def test_readme_and_help_say_so():
