@@ -438,19 +438,29 @@ def probes_frame(results: Sequence[Capacity], targets: Sequence[SloTarget]) -> p
 def write_capacity(folder: Path, results: Sequence[Capacity], targets: Sequence[SloTarget],
                    tolerance: float, source: SweepSource, axes: Sequence[Axis] = (),
                    plot: bool = False) -> None:
-    """`capacity.csv`, `capacity_probes.csv`, `capacity.json` (the scenario, grid, SLOs and
-    tolerance: the marker of a capacity folder) and with `plot` `capacity.png`, staged
+    """`capacity.csv`, `capacity_probes.csv`, `capacity.json` (the scenario, grid, SLOs,
+    tolerance and time unit: the marker of a capacity folder) and with `plot`
+    `capacity.png` (`kvsched.plots_capacity`, which `kvsched plot` redraws it with), staged
     beside `folder` and renamed into its place: a previous search of the same name is
     replaced whole (anything else there is refused, left as it is), and an OS error (disk
     full...) leaves nothing partial."""
-    spec = {**grid_spec(source, axes), "slo": [{"metric": t.metric, "limit": t.limit}
-                                               for t in targets], "tolerance": tolerance}
+    slo = [{"metric": t.metric, "limit": t.limit, **({"written": t.written} if t.written
+                                                      else {})} for t in targets]
+    names = {result.variant for result in results}
+    units = {time_unit_of(v.spec) for v in source.load({}).variants if v.name in names}
+    spec = {**grid_spec(source, axes), "slo": slo, "tolerance": tolerance,
+            "time_unit": units.pop() if len(units) == 1 else None}
+    answers, probes = capacity_frame(results, targets), probes_frame(results, targets)
     with staging(folder.parent, folder.name) as staged:
-        write_csv(capacity_frame(results, targets), staged / "capacity.csv")
-        write_csv(probes_frame(results, targets), staged / "capacity_probes.csv")
+        write_csv(answers, staged / "capacity.csv")
+        write_csv(probes, staged / "capacity_probes.csv")
         write_json(spec, staged / "capacity.json")
         if plot:
+            from kvsched.plots import save_png
             from kvsched.plots_capacity import draw_capacity
 
-            draw_capacity(results, targets).savefig(staged / "capacity.png", dpi=110)
+            figure = draw_capacity(answers, probes, slo, tolerance, spec["time_unit"],
+                                   f"{folder.name} ({source.source})",
+                                   [axis.path for axis in axes])
+            save_png(figure, staged / "capacity.png")
         replace_dir(staged, folder, CAPACITY)

@@ -451,7 +451,8 @@ def sweep(
     name: Annotated[str | None, typer.Option(
         metavar="NAME", help="Results go to OUT/sweep-NAME/.")] = None,
     plot: Annotated[bool, typer.Option(
-        "--plot", help="Also draw sweep.png and print its path.")] = False,
+        "--plot", help="Also draw sweep.png (requests completed/starved, incidents, latency "
+        "over the completed requests) and print its path.")] = False,
     wide: Annotated[bool, typer.Option(
         "--wide", help="Every column, however wide the terminal.")] = False,
     columns: Columns = None,
@@ -528,7 +529,7 @@ def sweep(
         existed = folder.exists()
         write_sweep(folder, frame, axes, source)
         if plot:
-            from kvsched.plots import plot_sweep_folder
+            from kvsched.plots_sweep import plot_sweep_folder
 
             beat.status = f"drawing {folder}/sweep.png"
             plot_sweep_folder(folder)
@@ -639,9 +640,10 @@ def scenarios(
 @app.command(epilog="Example: kvsched plot results/pool60")
 @friendly
 def plot(
-    folder: Annotated[Path, typer.Argument(help="results/<scenario> or results/sweep-<name>.")],
+    folder: Annotated[Path, typer.Argument(
+        help="results/<scenario>, results/sweep-<name> or results/capacity-<name>.")],
 ) -> None:
-    """Draw the pictures of a past run or sweep from its CSV files."""
+    """Draw the pictures of a past run, sweep or capacity search from its CSV files."""
     from kvsched.plots import plot_folder
 
     work_begins()  # (drawing a long run's pictures takes seconds and makes garbage)

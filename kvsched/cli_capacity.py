@@ -85,7 +85,7 @@ def capacity(
         metavar="NAME", help="Results go to OUT/capacity-NAME/.")] = None,
     plot: Annotated[bool, typer.Option(
         "--plot", help="Also draw capacity.png (runs every probe in full) and print its "
-        "path.")] = False,
+        "path; kvsched plot OUT/capacity-NAME draws it again.")] = False,
     full_probes: Annotated[bool, typer.Option(
         "--full-probes", help="Run every probe to its end, even once its TTFT/e2e/queue "
         "SLO is already lost (same answer, slower; every probe gets its figures).")] = False,

@@ -223,13 +223,16 @@ def run_sweep(source: SweepSource, axes: Sequence[Axis], variants: Sequence[str]
 
 def write_sweep(folder: Path, frame: pd.DataFrame, axes: Sequence[Axis],
                 source: SweepSource) -> None:
-    """`summary.csv` and `sweep.json` (the grid), staged beside `folder` and renamed into its
+    """`summary.csv` and `sweep.json` (the grid, and each variant's `slo` targets as
+    `variant_slo`, which sweep.png draws), staged beside `folder` and renamed into its
     place: a previous sweep of the same name is replaced whole (anything else there is
     refused, left as it is), other sweeps are untouched, and an OS error (disk full...)
     leaves nothing partial."""
+    slos = {v.name: v.spec.slo.model_dump(exclude_none=True) for v in source.load({}).variants
+            if v.spec.slo is not None}
     with staging(folder.parent, folder.name) as staged:
         write_csv(frame, staged / "summary.csv")
-        write_json(grid_spec(source, axes), staged / "sweep.json")
+        write_json({**grid_spec(source, axes), "variant_slo": slos}, staged / "sweep.json")
         replace_dir(staged, folder, SWEEP)
 
 
