@@ -663,6 +663,33 @@ BATCH_COLUMNS = ("num_prefill_requests", "prefill_tokens_each", "prefill_cached_
                  "num_decode_requests", "mean_kv_context")
 
 
+MAX_BATCH_SEQS = 2 ** 20
+"""Sequences (prefill chunks, decodes) one step may hold: a thousand times vLLM's largest
+max_num_seqs, and small enough to build (10**17 chunks ran out of memory)."""
+
+
+def batch_problem(num_prefills: int, tokens: int, cached: int, num_decodes: int,
+                  context: int) -> str | None:
+    """Why a step-time batch is empty or absurd, or None: it must hold a prefill chunk of
+    at least one token or a decode; at most MAX_BATCH_SEQS chunks and decodes; token counts
+    at most 2**40, as a request's lengths (beyond them the roofline's floats overflow)."""
+    from kvsched.request import MAX_LEN
+
+    for name, value, limit in (("prefill chunks", num_prefills, MAX_BATCH_SEQS),
+                               ("decodes", num_decodes, MAX_BATCH_SEQS),
+                               ("tokens per prefill chunk", tokens, MAX_LEN),
+                               ("cached tokens per chunk", cached, MAX_LEN),
+                               ("decode context", context, MAX_LEN)):
+        if value > limit:
+            shown = f"{value:,}" if value < 10 ** 15 else f"{float(value):.3g}"
+            return f"{shown} {name}: at most {limit:,} in a step"
+    if num_prefills and not tokens:
+        return f"{num_prefills:,} prefill chunks of 0 tokens: a chunk has at least one"
+    if not (num_prefills and tokens) and not num_decodes:
+        return "an empty batch (no prefill token and no decode): nothing to time"
+    return None
+
+
 def _count(text: str, option: str, syntax: str) -> tuple[int, int]:
     """'AxB' or 'A@B' as two integers >= 0."""
     sep = "x" if "x" in syntax else "@"
@@ -699,6 +726,10 @@ def step_time(
     if batches is None:
         tokens, num_chunks = _count(prefill, "--prefill", "TOKENSxN") if prefill else (0, 0)
         num_decodes, context = _count(decode, "--decode", "N@CONTEXT") if decode else (0, 0)
+        problem = batch_problem(num_chunks, tokens, cached, num_decodes, context)
+        if problem is not None:
+            raise KvschedError(f"step-time: {problem} (--prefill TOKENSxN, --cached, "
+                               "--decode N@CONTEXT)")
         shape = BatchShape(((tokens, cached),) * num_chunks, num_decodes, num_decodes * context)
         typer.echo(f"{roofline.duration_shape(shape) * 1e3:.3f} ms")
         return
@@ -714,6 +745,9 @@ def step_time(
         num_prefills, tokens, cached_kv, num_decodes, context = (
             _whole(batches, line, column, row[i]) for column, i in zip(BATCH_COLUMNS, at,
                                                                       strict=True))
+        problem = batch_problem(num_prefills, tokens, cached_kv, num_decodes, context)
+        if problem is not None:
+            raise KvschedError(f"{batches}: row {line}: {problem}")
         shape = BatchShape(((tokens, cached_kv),) * num_prefills, num_decodes,
                            num_decodes * context)
         predicted = str(round(roofline.duration_shape(shape) * 1e3, 4))
