@@ -506,9 +506,8 @@ def sweep(
     check_replaceable(folder, SWEEP)
     work_begins()
     console = Console(stderr=True)
-    checked = CountTally(f"checking {folder.name}", points // max(len(variant or
-                                                                   loaded.variants), 1),
-                         "grid points (each is checked before any runs)")
+    checked = CountTally(f"checking {folder.name} (every point, before any runs)",
+                         points // max(len(variant or loaded.variants), 1), "grid points")
     done = CountTally(f"running {folder.name}", points, "runs")
     with run_heartbeat("sweep", not console.is_terminal) as beat, \
             Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
