@@ -33,8 +33,12 @@ explore: install
 	KVSCHED_HYPOTHESIS=explore $(BIN)/python -m pytest -q -p no:cacheprovider \
 		--hypothesis-seed=$$seed $$(grep -l '@given' tests/test_*.py) || exit 1; done
 
+# Every shipped scenario with its pictures, JOBS processes at a time: two thirds of the time
+# is drawing the PNGs, one core per process (tools/experiments.py prints each scenario's
+# report whole, PNG paths included, once it is done).
+JOBS ?= 2
 experiments: install
-	$(BIN)/kvsched run scenarios/*.yaml --out $(OUT) --plot
+	$(BIN)/python tools/experiments.py --jobs $(JOBS) --out $(OUT) scenarios/*.yaml
 
 bench: install
 	$(BIN)/python bench/bench_engine.py

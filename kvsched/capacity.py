@@ -17,6 +17,7 @@ figures are those of full probes; `early_abort=False` runs every probe in full.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Generator, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -222,14 +223,19 @@ class _Observer:
 
 
 def search(variant: Variant, targets: Sequence[SloTarget], tolerance: float,
-           point: dict[str, Any] | None = None, early_abort: bool = True) -> Capacity:
-    """`variant`'s capacity on the grid (1 + tolerance)^k (see the module docstring)."""
+           point: dict[str, Any] | None = None, early_abort: bool = True,
+           on_probe: Callable[[Probe], None] | None = None) -> Capacity:
+    """`variant`'s capacity on the grid (1 + tolerance)^k (see the module docstring);
+    `on_probe` after each probe (a progress bar)."""
     rate = base_rate(variant)  # a trace's is read from the whole trace: once per search
     steps = _search_steps(variant, rate, targets, tolerance, point, early_abort)
     scale, early = next(steps)
     while True:
+        probe = run_probe(variant, targets, scale, rate, early)
+        if on_probe:
+            on_probe(probe)
         try:
-            scale, early = steps.send(run_probe(variant, targets, scale, rate, early))
+            scale, early = steps.send(probe)
         except StopIteration as done:
             return done.value
 
@@ -277,20 +283,24 @@ def margin(probe: Probe, targets: Sequence[SloTarget]) -> float | None:
 
 
 def _search_job(job: tuple[SweepSource, dict[str, Any], str, tuple[SloTarget, ...], float,
-                           bool]) -> Capacity:
+                           bool], on_probe: Callable[[Probe], None] | None = None) -> Capacity:
     source, point, name, targets, tolerance, early_abort = job
     scenario = source.load(point)
     variant = next(v for v in scenario.variants if v.name == name)
-    return search(variant, targets, tolerance, point, early_abort)
+    return search(variant, targets, tolerance, point, early_abort, on_probe)
 
 
 def run_capacity(source: SweepSource, targets: Sequence[SloTarget], axes: Sequence[Axis] = (),
                  variants: Sequence[str] = (), tolerance: float = DEFAULT_TOLERANCE,
                  backend: Backend = Backend.LOCAL, jobs: int = 1, address: str | None = None,
                  on_done: Callable[[], None] | None = None,
-                 early_abort: bool = True) -> list[Capacity]:
+                 early_abort: bool = True,
+                 on_probe: Callable[[int, Probe], None] | None = None) -> list[Capacity]:
     """A capacity per grid point (one point without axes) and selected variant
-    (`early_abort=False`: every probe runs in full, so every probe has its figures)."""
+    (`early_abort=False`: every probe runs in full, so every probe has its figures), in
+    the order of `search_labels`. `on_done` after each search; `on_probe(index, probe)`
+    after each probe of search `index` run on this machine (Ray's are not seen one by
+    one)."""
     if not 0 < tolerance < 1:
         raise KvschedError(f"--tolerance: expected a value in (0, 1), got {tolerance:g}")
     points = grid(axes) if axes else [{}]
@@ -306,8 +316,24 @@ def run_capacity(source: SweepSource, targets: Sequence[SloTarget], axes: Sequen
     work = [(source, point, name, tuple(targets), tolerance, early_abort) for point in points
             for name in names]
     if backend is Backend.LOCAL and address is None and jobs > 1 and len(work) > 1:
-        return _searches_sharing_workers(work, jobs, on_done)
+        return _searches_sharing_workers(work, jobs, on_done, on_probe)
+    if backend is Backend.LOCAL and address is None:  # here, one after the other
+        results = []
+        for index, job in enumerate(work):
+            told = None if on_probe is None else functools.partial(on_probe, index)
+            results.append(_search_job(job, told))
+            if on_done:
+                on_done()
+        return results
     return run_jobs(_search_job, work, backend, jobs, address, on_done)
+
+
+def search_labels(axes: Sequence[Axis], variants: Sequence[str]) -> list[str]:
+    """How each search of `run_capacity` is named, in its order: the variant, and the
+    grid point's values when there are axes."""
+    return [name + "".join(f" {path.rsplit('.', 1)[-1]}={value}"
+                           for path, value in point.items())
+            for point in (grid(axes) if axes else [{}]) for name in variants]
 
 
 @dataclass
@@ -321,7 +347,9 @@ class _Shared:
 
 
 def _searches_sharing_workers(work: Sequence[tuple], workers: int,
-                              on_done: Callable[[], None] | None) -> list[Capacity]:
+                              on_done: Callable[[], None] | None,
+                              on_probe: Callable[[int, Probe], None] | None = None
+                              ) -> list[Capacity]:
     """Every search at once, probe by probe, on `workers` processes: a worker takes the
     next probe of any search that waits for one, so no worker idles while a long search
     ends on the other (a search as one job left one core idle for its last probes). Each
@@ -347,8 +375,11 @@ def _searches_sharing_workers(work: Sequence[tuple], workers: int,
             for future in sorted(finished, key=running.__getitem__):
                 index = running.pop(future)
                 shared = searches[index]
+                probe = future.result()
+                if on_probe:
+                    on_probe(index, probe)
                 try:
-                    shared.ask = shared.steps.send(future.result())
+                    shared.ask = shared.steps.send(probe)
                 except StopIteration as done:
                     shared.ask = None
                     results[index] = done.value
@@ -407,19 +438,29 @@ def probes_frame(results: Sequence[Capacity], targets: Sequence[SloTarget]) -> p
 def write_capacity(folder: Path, results: Sequence[Capacity], targets: Sequence[SloTarget],
                    tolerance: float, source: SweepSource, axes: Sequence[Axis] = (),
                    plot: bool = False) -> None:
-    """`capacity.csv`, `capacity_probes.csv`, `capacity.json` (the scenario, grid, SLOs and
-    tolerance: the marker of a capacity folder) and with `plot` `capacity.png`, staged
+    """`capacity.csv`, `capacity_probes.csv`, `capacity.json` (the scenario, grid, SLOs,
+    tolerance and time unit: the marker of a capacity folder) and with `plot`
+    `capacity.png` (`kvsched.plots_capacity`, which `kvsched plot` redraws it with), staged
     beside `folder` and renamed into its place: a previous search of the same name is
     replaced whole (anything else there is refused, left as it is), and an OS error (disk
     full...) leaves nothing partial."""
-    spec = {**grid_spec(source, axes), "slo": [{"metric": t.metric, "limit": t.limit}
-                                               for t in targets], "tolerance": tolerance}
+    slo = [{"metric": t.metric, "limit": t.limit, **({"written": t.written} if t.written
+                                                      else {})} for t in targets]
+    names = {result.variant for result in results}
+    units = {time_unit_of(v.spec) for v in source.load({}).variants if v.name in names}
+    spec = {**grid_spec(source, axes), "slo": slo, "tolerance": tolerance,
+            "time_unit": units.pop() if len(units) == 1 else None}
+    answers, probes = capacity_frame(results, targets), probes_frame(results, targets)
     with staging(folder.parent, folder.name) as staged:
-        write_csv(capacity_frame(results, targets), staged / "capacity.csv")
-        write_csv(probes_frame(results, targets), staged / "capacity_probes.csv")
+        write_csv(answers, staged / "capacity.csv")
+        write_csv(probes, staged / "capacity_probes.csv")
         write_json(spec, staged / "capacity.json")
         if plot:
+            from kvsched.plots import save_png
             from kvsched.plots_capacity import draw_capacity
 
-            draw_capacity(results, targets).savefig(staged / "capacity.png", dpi=110)
+            figure = draw_capacity(answers, probes, slo, tolerance, spec["time_unit"],
+                                   f"{folder.name} ({source.source})",
+                                   [axis.path for axis in axes])
+            save_png(figure, staged / "capacity.png")
         replace_dir(staged, folder, CAPACITY)

@@ -32,6 +32,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 if TYPE_CHECKING:  # the commands import what they use: `kvsched --help` stays fast
     from collections.abc import Sequence
 
+    from kvsched.cli_progress import RunTally
     from kvsched.request import Request
     from kvsched.runner import ScenarioRun
     from kvsched.scenario import Scenario
@@ -139,7 +140,9 @@ def run(
         "--check/--no-check", help="Exit 1 when an expectation fails.")] = True,
     record_batches: Annotated[bool, typer.Option(
         "--record-batches", help="Also write batches.csv: what ran in each step.")] = False,
-    plot: Annotated[bool, typer.Option("--plot", help="Also draw the run's pictures.")] = False,
+    plot: Annotated[bool, typer.Option(
+        "--plot", help="Also draw the run's pictures (timelines, ttft.png, latency.png) and "
+        "print their paths.")] = False,
     wide: Annotated[bool, typer.Option(
         "--wide", help="Every column, however wide the terminal.")] = False,
     records: Annotated[RecordMode, typer.Option(
@@ -148,10 +151,25 @@ def run(
              "none (summary: requests, events and the summary only).")] = RecordMode.FULL,
     columns: Columns = None,
 ) -> None:
-    """Run every variant of each scenario, write records to OUT/<scenario>/, compare them."""
-    from kvsched.runner import prepare, replaced_by, run_scenario, staging, write_scenario
-    from kvsched.scenario import Assignment, load_scenario
+    """Run every variant of each scenario, write records to OUT/<scenario>/, compare them.
+    A long run says how far it got on stderr: a bar on a terminal, else a line now and then."""
+    from kvsched.cli_progress import on_terminal, run_heartbeat
 
+    with run_heartbeat("run", not on_terminal()) as beat:
+        _run(scenarios, out, seed, set_, variant, as_json, check, record_batches, plot, wide,
+             records, columns, beat)
+
+
+def _run(scenarios: list[Path], out: Path, seed: int | None, set_: list[str],
+         variant: list[str], as_json: bool, check: bool, record_batches: bool, plot: bool,
+         wide: bool, records: RecordMode, columns: str | None, beat: Any) -> None:
+    """`run`'s work; `beat.status` says what it is doing (a plain line now and then when
+    stderr is not a terminal)."""
+    from kvsched.cli_progress import RunTally
+    from kvsched.runner import prepare, replaced_by, run_scenario, staging, write_scenario
+    from kvsched.scenario import Assignment, load_scenario, time_unit_of
+
+    beat.status = "reading the scenario files"
     sets = [Assignment.parse(text) for text in set_]
     loaded = [load_scenario(path, sets, seed) for path in scenarios]
     picked = column_names(columns, loaded, variant)
@@ -163,6 +181,7 @@ def run(
     check_out(out)
     for scenario in loaded:
         check_replaceable(out / scenario.name, RUN)
+    beat.status = "making the workloads (reading traces, drawing requests)"
     workloads = [prepare(scenario, variant) for scenario in loaded]  # all valid before any run
     for scenario, requests in zip(loaded, workloads, strict=True):
         _unit_warnings(scenario, variant, requests)
@@ -170,12 +189,19 @@ def run(
     payload: list[dict[str, Any]] = []
     failed = False
     for scenario, requests in zip(loaded, workloads, strict=True):
+        tally = RunTally(scenario.name, {v.name: time_unit_of(v.spec)
+                                         for v in scenario.variants})
+        beat.status = tally.text
         with staging(out, scenario.name) as staged:
-            with run_progress(scenario.name) as progress:
+            with run_progress(scenario.name, tally) as progress:
                 result = run_scenario(scenario, variant, record_batches, workloads=requests,
                                       records=records, spool=staged, progress=progress)
+            beat.status = (f"writing the records{' and pictures' if plot else ''} of "
+                           f"{scenario.name}")
             replaced, kept = replaced_by(result, out)
-            folder = write_scenario(result, out, _plot_files if plot else None, staged)
+            drawn: list[str] = []
+            folder = write_scenario(result, out, functools.partial(_plot_files, drawn)
+                                    if plot else None, staged)
         if replaced:
             note = f"; kept {', '.join(kept)}" if kept else ""
             typer.echo(one_line(f"replaced the previous results of {', '.join(replaced)} in "
@@ -190,7 +216,11 @@ def run(
             for line in check_failures(result):
                 typer.echo(line, err=True)
         else:
-            typer.echo(render_run(result, folder, table_width(wide), picked))
+            typer.echo(render_run(result, folder, table_width(wide), picked), nl=False)
+        for picture in drawn:  # (stdout carries the JSON with --json)
+            typer.echo(f"wrote {folder / picture}", err=as_json)
+        if not as_json:
+            typer.echo()
     if as_json:
         typer.echo(json.dumps(payload, indent=2))
     if check and failed:
@@ -277,23 +307,20 @@ def _idle_warnings(result: "ScenarioRun", workloads: "dict[str, Sequence[Request
     return list(dict.fromkeys(messages))
 
 
-_RICH_TERMINAL = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
-"""Variables that make rich treat a stream as a terminal when it is not a tty."""
-
-
 @contextmanager
-def run_progress(name: str) -> Iterator[Callable[[str, int, int, float], None] | None]:
-    """A long run is not silent on a terminal: a bar per variant on stderr (requests
-    arrived, simulated time, time spent); nothing when stderr is not a terminal."""
-    if not sys.stderr.isatty() and not any(os.environ.get(name) for name in _RICH_TERMINAL):
-        yield None  # what rich would say, without its import (a few hundredths of a second)
+def run_progress(name: str, tally: "RunTally") -> Iterator[Callable[[str, int, int, float],
+                                                                   None]]:
+    """A long run is not silent: on a terminal a bar per variant on stderr (requests
+    arrived, simulated time, time spent); off a terminal the figures go to `tally`, which
+    the command's heartbeat prints now and then."""
+    from kvsched.cli_progress import on_terminal
+
+    if not on_terminal():
+        yield tally.update
         return
     from rich.console import Console
 
     console = Console(stderr=True)
-    if not console.is_terminal:
-        yield None
-        return
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -322,12 +349,13 @@ def check_out(out: Path) -> None:
         raise KvschedError(f"--out {problem}")
 
 
-def _plot_files(folder: Path, result: "ScenarioRun") -> None:
-    """Draw into the staged folder; a drawing problem must not cost the run its records."""
+def _plot_files(drawn: list[str], folder: Path, result: "ScenarioRun") -> None:
+    """Draw into the staged folder, adding the pictures' names to `drawn`; a drawing
+    problem must not cost the run its records."""
     from kvsched.plots import plot_run_folder
 
     try:
-        plot_run_folder(folder)
+        drawn += [path.name for path in plot_run_folder(folder)]
     except Exception as exc:  # noqa: BLE001 - report and keep the records
         typer.echo(f"warning: {result.scenario.name}: plots not drawn: {exc}", err=True)
 
@@ -416,17 +444,21 @@ def sweep(
         metavar="local|ray", help="Run the points here (-j processes) or as Ray tasks.")
     ] = "local",
     address: Annotated[str | None, typer.Option(
-        metavar="ADDR", help="With --backend ray: an existing Ray cluster (default: a local "
-        "Ray).")] = None,
+        metavar="ADDR", help="With --backend ray: an existing Ray cluster, HOST:PORT or "
+        "ray://HOST:PORT (default: a local Ray); one where no Ray answers fails within "
+        "seconds.")] = None,
     out: Out = Path("results"),
     name: Annotated[str | None, typer.Option(
         metavar="NAME", help="Results go to OUT/sweep-NAME/.")] = None,
-    plot: Annotated[bool, typer.Option("--plot", help="Also draw sweep.png.")] = False,
+    plot: Annotated[bool, typer.Option(
+        "--plot", help="Also draw sweep.png (requests completed/starved, incidents, latency "
+        "over the completed requests) and print its path.")] = False,
     wide: Annotated[bool, typer.Option(
         "--wide", help="Every column, however wide the terminal.")] = False,
     columns: Columns = None,
 ) -> None:
-    """Run the grid of all values given; A..B doubles, A..B:+S steps, A..B:xF multiplies."""
+    """Run the grid of all values given; A..B doubles, A..B:+S steps, A..B:xF multiplies.
+    Progress on stderr: a bar on a terminal, else a line now and then."""
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -436,6 +468,8 @@ def sweep(
         TimeElapsedColumn,
     )
 
+    from kvsched.cli_capacity import backend_of
+    from kvsched.cli_progress import CountTally, run_heartbeat
     from kvsched.report import sweep_table
     from kvsched.scenario import load_scenario
     from kvsched.sweep import (
@@ -452,6 +486,7 @@ def sweep(
         raise KvschedError(f"--jobs: expected a number of processes >= 1, got {jobs}")
     check_name(name)
     check_out(out)
+    chosen = backend_of(backend, address)
     axes: list[Axis] = []
     for option, text in (("budget", budget), ("blocks", blocks), ("policy", policy),
                          ("preemption", preemption)):
@@ -471,28 +506,39 @@ def sweep(
     check_replaceable(folder, SWEEP)
     work_begins()
     console = Console(stderr=True)
-    with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True, disable=not console.is_terminal) as progress:
-        task = progress.add_task("sweep", total=points)
-        frame = run_sweep(source, axes, variant, jobs, lambda: progress.advance(task),
-                          _backend(backend), address)
-    existed = folder.exists()
-    write_sweep(folder, frame, axes, source)
+    checked = CountTally(f"checking {folder.name} (every point, before any runs)",
+                         points // max(len(variant or loaded.variants), 1), "grid points")
+    done = CountTally(f"running {folder.name}", points, "runs")
+    with run_heartbeat("sweep", not console.is_terminal) as beat, \
+            Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                     TimeElapsedColumn(), console=console, transient=True,
+                     disable=not console.is_terminal) as progress:
+        task = progress.add_task("sweep: checking the points", total=points)
+        beat.status = lambda: (done if done.done else checked).text()
+
+        def on_point() -> None:
+            if not done.done:
+                progress.update(task, description="sweep")
+            done.advance()
+            progress.advance(task)
+
+        frame = run_sweep(source, axes, variant, jobs, on_point, chosen, address,
+                          on_checked=checked.advance)
+        beat.status = f"writing {folder}/summary.csv"
+        existed = folder.exists()
+        write_sweep(folder, frame, axes, source)
+        if plot:
+            from kvsched.plots_sweep import plot_sweep_folder
+
+            beat.status = f"drawing {folder}/sweep.png"
+            plot_sweep_folder(folder)
     if existed:
         typer.echo(one_line(f"replaced: {folder}/ (the previous sweep named "
                             f"'{name or loaded.name}'; give --name to keep both)"), err=True)
     typer.echo(sweep_table(frame, [axis.path for axis in axes], table_width(wide), picked))
-    if plot:
-        from kvsched.plots import plot_sweep_folder
-
-        plot_sweep_folder(folder)
     typer.echo(f"records: {folder}/summary.csv")
-
-
-def _backend(name: str) -> Any:
-    from kvsched.cli_capacity import backend_of
-
-    return backend_of(name)
+    if plot:
+        typer.echo(f"wrote {folder}/sweep.png")
 
 
 # -- validate, policies, scenarios ------------------------------------------------------
@@ -593,9 +639,10 @@ def scenarios(
 @app.command(epilog="Example: kvsched plot results/pool60")
 @friendly
 def plot(
-    folder: Annotated[Path, typer.Argument(help="results/<scenario> or results/sweep-<name>.")],
+    folder: Annotated[Path, typer.Argument(
+        help="results/<scenario>, results/sweep-<name> or results/capacity-<name>.")],
 ) -> None:
-    """Draw the pictures of a past run or sweep from its CSV files."""
+    """Draw the pictures of a past run, sweep or capacity search from its CSV files."""
     from kvsched.plots import plot_folder
 
     work_begins()  # (drawing a long run's pictures takes seconds and makes garbage)
@@ -613,6 +660,33 @@ GpuOpt = Annotated[str, typer.Option("--gpu", metavar="NAME", help="e.g. h100-sx
 TpOpt = Annotated[int, typer.Option("--tp", min=1, metavar="N", help="Tensor-parallel GPUs.")]
 BATCH_COLUMNS = ("num_prefill_requests", "prefill_tokens_each", "prefill_cached_kv_each",
                  "num_decode_requests", "mean_kv_context")
+
+
+MAX_BATCH_SEQS = 2 ** 20
+"""Sequences (prefill chunks, decodes) one step may hold: a thousand times vLLM's largest
+max_num_seqs, and small enough to build (10**17 chunks ran out of memory)."""
+
+
+def batch_problem(num_prefills: int, tokens: int, cached: int, num_decodes: int,
+                  context: int) -> str | None:
+    """Why a step-time batch is empty or absurd, or None: it must hold a prefill chunk of
+    at least one token or a decode; at most MAX_BATCH_SEQS chunks and decodes; token counts
+    at most 2**40, as a request's lengths (beyond them the roofline's floats overflow)."""
+    from kvsched.request import MAX_LEN
+
+    for name, value, limit in (("prefill chunks", num_prefills, MAX_BATCH_SEQS),
+                               ("decodes", num_decodes, MAX_BATCH_SEQS),
+                               ("tokens per prefill chunk", tokens, MAX_LEN),
+                               ("cached tokens per chunk", cached, MAX_LEN),
+                               ("decode context", context, MAX_LEN)):
+        if value > limit:
+            shown = f"{value:,}" if value < 10 ** 15 else f"{float(value):.3g}"
+            return f"{shown} {name}: at most {limit:,} in a step"
+    if num_prefills and not tokens:
+        return f"{num_prefills:,} prefill chunks of 0 tokens: a chunk has at least one"
+    if not (num_prefills and tokens) and not num_decodes:
+        return "an empty batch (no prefill token and no decode): nothing to time"
+    return None
 
 
 def _count(text: str, option: str, syntax: str) -> tuple[int, int]:
@@ -651,6 +725,10 @@ def step_time(
     if batches is None:
         tokens, num_chunks = _count(prefill, "--prefill", "TOKENSxN") if prefill else (0, 0)
         num_decodes, context = _count(decode, "--decode", "N@CONTEXT") if decode else (0, 0)
+        problem = batch_problem(num_chunks, tokens, cached, num_decodes, context)
+        if problem is not None:
+            raise KvschedError(f"step-time: {problem} (--prefill TOKENSxN, --cached, "
+                               "--decode N@CONTEXT)")
         shape = BatchShape(((tokens, cached),) * num_chunks, num_decodes, num_decodes * context)
         typer.echo(f"{roofline.duration_shape(shape) * 1e3:.3f} ms")
         return
@@ -666,6 +744,9 @@ def step_time(
         num_prefills, tokens, cached_kv, num_decodes, context = (
             _whole(batches, line, column, row[i]) for column, i in zip(BATCH_COLUMNS, at,
                                                                       strict=True))
+        problem = batch_problem(num_prefills, tokens, cached_kv, num_decodes, context)
+        if problem is not None:
+            raise KvschedError(f"{batches}: row {line}: {problem}")
         shape = BatchShape(((tokens, cached_kv),) * num_prefills, num_decodes,
                            num_decodes * context)
         predicted = str(round(roofline.duration_shape(shape) * 1e3, 4))

@@ -23,19 +23,22 @@ from kvsched.paths import CAPACITY, check_name, check_replaceable
 
 if TYPE_CHECKING:  # (kvsched.backends loads multiprocessing: only `capacity` needs it)
     from kvsched.backends import Backend
+    from kvsched.cli_progress import ProbeTally
     from kvsched.scenario import Scenario
 
 BackendOpt = Annotated[str, typer.Option(
     "--backend", metavar="local|ray",
     help="Run the points here (-j processes) or as Ray tasks.")]
 AddressOpt = Annotated[str | None, typer.Option(
-    "--address", metavar="ADDR", help="With --backend ray: an existing Ray cluster "
-    "(default: start a local Ray).")]
+    "--address", metavar="ADDR", help="With --backend ray: an existing Ray cluster, HOST:PORT "
+    "or ray://HOST:PORT (default: start a local Ray); one where no Ray answers fails within "
+    "seconds.")]
 
 
-def backend_of(name: str) -> "Backend":
-    """The --backend value, or one clear error line (Ray not installed included)."""
-    from kvsched.backends import RAY_MISSING, Backend, ray_available
+def backend_of(name: str, address: str | None = None) -> "Backend":
+    """The --backend value, or one clear error line (Ray not installed included, and an
+    --address where nothing answers, within seconds)."""
+    from kvsched.backends import RAY_MISSING, Backend, check_address, ray_available
 
     try:
         backend = Backend(name)
@@ -43,6 +46,10 @@ def backend_of(name: str) -> "Backend":
         raise KvschedError(f"--backend: unknown backend '{name}'; expected local or ray") from None
     if backend is Backend.RAY and not ray_available():
         raise KvschedError(RAY_MISSING)
+    if backend is Backend.RAY:
+        check_address(address)
+    elif address is not None:
+        raise KvschedError("--address needs --backend ray")
     return backend
 
 
@@ -77,13 +84,16 @@ def capacity(
     name: Annotated[str | None, typer.Option(
         metavar="NAME", help="Results go to OUT/capacity-NAME/.")] = None,
     plot: Annotated[bool, typer.Option(
-        "--plot", help="Also draw capacity.png (runs every probe in full).")] = False,
+        "--plot", help="Also draw capacity.png (runs every probe in full) and print its "
+        "path; kvsched plot OUT/capacity-NAME draws it again.")] = False,
     full_probes: Annotated[bool, typer.Option(
         "--full-probes", help="Run every probe to its end, even once its TTFT/e2e/queue "
         "SLO is already lost (same answer, slower; every probe gets its figures).")] = False,
 ) -> None:
     """For each variant (or grid point), the highest request rate at which every --slo
-    holds (and no request starves), searched on a geometric grid of step --tolerance."""
+    holds (and no request starves), searched on a geometric grid of step --tolerance.
+    Progress on stderr: a bar that moves with each probe on a terminal, else a line now and
+    then."""
     from tabulate import tabulate
 
     from kvsched.capacity import SloTarget, capacity_frame, run_capacity, write_capacity
@@ -92,7 +102,7 @@ def capacity(
 
     check_name(name)
     check_out(out)
-    chosen = backend_of(backend)
+    chosen = backend_of(backend, address)
     targets = [SloTarget.parse(text) for text in slo]
     axes = []
     for option, text in (("budget", budget), ("blocks", blocks), ("policy", policy),
@@ -107,30 +117,61 @@ def capacity(
     folder = out / f"capacity-{name or loaded.name}"
     check_replaceable(folder, CAPACITY)
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    searches = len(variant or loaded.variants)
-    for axis in axes:
-        searches *= len(axis.values)
+    from kvsched.capacity import Probe, search_labels
+    from kvsched.cli_progress import ProbeTally, run_heartbeat
+    from kvsched.runner import select
+
+    unit = "steps" if not _seconds(loaded) else "s"
+    tally = ProbeTally(search_labels(axes, [v.name for v in select(loaded, variant)]),
+                       tolerance, unit)
     work_begins()
     console = Console(stderr=True)
-    with Progress(TextColumn("capacity"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True, disable=not console.is_terminal) as progress:
-        task = progress.add_task("capacity", total=searches)
+    with run_heartbeat("capacity", not console.is_terminal) as beat, \
+            Progress(TextColumn("capacity"), BarColumn(),
+                     TextColumn("{task.fields[searches]}, {task.completed:.0f} of about "
+                                "{task.total:.0f} probes; {task.fields[latest]}"),
+                     TimeElapsedColumn(), console=console, transient=True,
+                     disable=not console.is_terminal) as progress:
+        task = progress.add_task("capacity", total=tally.total, searches=_searches(tally),
+                                 latest=tally.latest())
+        beat.status = lambda: tally.text(folder.name)
+
+        def show() -> None:
+            progress.update(task, completed=tally.done, total=tally.total,
+                            searches=_searches(tally), latest=tally.latest())
+
+        def on_probe(index: int, probe: Probe) -> None:
+            tally.probe(index, probe)
+            show()
+
+        def on_done() -> None:
+            tally.search_done()
+            show()
+
         results = run_capacity(source, targets, axes, variant, tolerance, chosen, jobs, address,
-                               lambda: progress.advance(task),
-                               early_abort=not (full_probes or plot))
-    if not results:
-        raise KvschedError("nothing to search")
-    write_capacity(folder, results, targets, tolerance, source, axes, plot)
+                               on_done, early_abort=not (full_probes or plot),
+                               on_probe=on_probe)
+        if not results:
+            raise KvschedError("nothing to search")
+        beat.status = f"writing {folder}/" + (" and drawing capacity.png" if plot else "")
+        write_capacity(folder, results, targets, tolerance, source, axes, plot)
     frame = capacity_frame(results, targets)
-    unit = "requests/s" if _seconds(loaded) else "requests/step"
+    per = "requests/s" if _seconds(loaded) else "requests/step"
     slos = ", ".join(f"{t.metric} <= {t.limit:g}" + (f" ({t.written})" if t.written else "")
                      for t in targets)
-    typer.echo(f"capacity: highest rate with {slos} (tolerance {tolerance:g}; {unit})")
+    typer.echo(f"capacity: highest rate with {slos} (tolerance {tolerance:g}; {per})")
     typer.echo(tabulate(frame.to_dict("records"), headers="keys", floatfmt=".4g",
                         missingval="-"))
     typer.echo(f"records: {folder}/capacity.csv")
+    if plot:
+        typer.echo(f"wrote {folder}/capacity.png")
+
+
+def _searches(tally: "ProbeTally") -> str:
+    done, searches = sum(tally.finished), len(tally.labels)
+    return f"{done} of {searches} search{'es' if searches != 1 else ''} done"
 
 
 def _seconds(scenario: "Scenario") -> bool:

@@ -1,11 +1,13 @@
-"""Pictures of a past run or sweep, drawn from the records it wrote (PNG, matplotlib's Agg).
+"""Pictures of a past run, drawn from the records it wrote (PNG, matplotlib's Agg), and
+what the pictures of sweeps (`kvsched.plots_sweep`) and capacity searches
+(`kvsched.plots_capacity`) share with them.
 
-A run folder `<out>/<scenario>/` gets `timeline-<variant>.png`, `ttft.png` and `latency.png`;
-a sweep folder `<out>/sweep-<name>/` gets `sweep.png`. The series are prepared by pure
-functions (`timeline_series`, `ttft_cdf`, `latency_points`, `sweep_lines`: a DataFrame in, a
-small DataFrame out) and the drawing functions only lay them out. Figures are built with
-`matplotlib.figure.Figure`, never pyplot: no display, no global figure registry, and the
-caller's matplotlib backend is left alone. The engine never imports this module.
+A run folder `<out>/<scenario>/` gets `timeline-<variant>.png`, `ttft.png` and `latency.png`.
+The series are prepared by pure functions (`timeline_series`, `ttft_cdf`, `ttft_share`,
+`latency_points`: a DataFrame in, a small DataFrame out) and the drawing functions only lay
+them out. Figures are built with `matplotlib.figure.Figure`, never pyplot: no display, no
+global figure registry, and the caller's matplotlib backend is left alone. The engine never
+imports this module. `kvsched plot FOLDER` redraws any of the three kinds of folder.
 """
 
 from __future__ import annotations
@@ -69,7 +71,6 @@ WIDE_RANGE = 100.0  # a log axis once the values span more than two decades
 STEP_COLUMNS = ("step", "time", "prefill_tokens", "recomputed_tokens", "decode_tokens",
                 "budget_used", "blocks_used", "num_waiting", "num_running", "num_preempted")
 REQUEST_COLUMNS = ("request_id", "prompt_len", "class", "status", "ttft")
-SWEEP_METRICS = ("ttft_p50", "ttft_p99", "throughput", "num_preemptions")
 
 
 # -- reading the records ------------------------------------------------------------------
@@ -89,16 +90,8 @@ class VariantRecords:
     requests: pd.DataFrame
     ttft_slo: float | None = None  # the variant's slo.ttft, drawn as a reference line
     duration: float | None = None  # the run's end in its clock (summary `duration`)
-
-
-@dataclass(frozen=True, slots=True)
-class SweepAxis:
-    """One swept field as sweep.json records it."""
-
-    path: str
-    option: str
-    values: tuple[Any, ...]
-    geometric: bool
+    outcomes: tuple[tuple[str, int], ...] = ()  # (status, requests): finished, starved...
+    incidents: tuple[str, ...] = ()  # the diagnosis' kinds (summary `incidents`)
 
 
 def read_csv(path: Path, columns: tuple[str, ...] = ()) -> pd.DataFrame:
@@ -141,15 +134,36 @@ def read_variant(folder: Path) -> VariantRecords:
     requests["class"] = requests["class"].fillna("")
     slo = run["resolved"].get("slo") or {}
     ttft_slo = float(slo["ttft"]) if isinstance(slo, dict) and slo.get("ttft") else None
-    duration = None
+    duration: float | None = None
+    incidents: tuple[str, ...] = ()
     if (folder / "summary.json").is_file():
-        value = read_json(folder / "summary.json").get("duration")
+        summary = read_json(folder / "summary.json")
+        value = summary.get("duration")
         duration = float(value) if isinstance(value, int | float) else None
+        incidents = tuple(str(i["kind"]) for i in summary.get("incidents") or ()
+                          if isinstance(i, dict) and "kind" in i)
     # the folder may be a staging copy (`run --plot`): the scenario's name is in run.json
     steps = (None if run.get("records") == "summary"  # the run wrote no steps.csv
              else expand_compact(read_csv(folder / "steps.csv", STEP_COLUMNS)))
     return VariantRecords(str(run.get("scenario", folder.parent.name)), folder.name, time_unit,
-                          *limits, steps, requests, ttft_slo, duration)
+                          *limits, steps, requests, ttft_slo, duration,
+                          request_outcomes(requests), incidents)
+
+
+OUTCOME_ORDER = ("finished", "unfinished", "starved", "rejected")
+"""requests.csv's statuses, in the order the requests panel stacks them."""
+
+OUTCOME_COLORS = {"finished": COLORS["finished"], "unfinished": "#bab0ac",
+                  "starved": COLORS["starved"], "rejected": "#f28e2b"}
+
+
+def request_outcomes(requests: pd.DataFrame) -> tuple[tuple[str, int], ...]:
+    """How many requests ended in each status (requests.csv's `status`), finished first,
+    then unfinished, starved, rejected, then any other; every request counted once."""
+    counts = requests["status"].fillna("unknown").astype(str).value_counts()
+    order = [s for s in OUTCOME_ORDER if s in counts.index] + sorted(
+        s for s in counts.index if s not in OUTCOME_ORDER)
+    return tuple((status, int(counts[status])) for status in order)
 
 
 SPREAD = ("prefill_tokens", "decode_tokens", "recomputed_tokens", "budget_used",
@@ -183,20 +197,6 @@ def read_run(folder: Path) -> list[VariantRecords]:
     if not variants:
         raise KvschedError(f"{folder / 'summary.csv'}: no variants")
     return variants
-
-
-def read_sweep(folder: Path) -> tuple[dict[str, Any], list[SweepAxis], pd.DataFrame]:
-    """sweep.json, its axes, and summary.csv (one row per grid point and variant)."""
-    info = read_json(folder / "sweep.json")
-    try:
-        axes = [SweepAxis(str(a["path"]), str(a["option"]), tuple(a["values"]),
-                          bool(a["geometric"])) for a in info["axes"]]
-    except (KeyError, TypeError) as exc:
-        raise KvschedError(f"{folder / 'sweep.json'}: no usable field {exc}") from None
-    if not axes:
-        raise KvschedError(f"{folder / 'sweep.json'}: no axes")
-    columns = tuple(a.path for a in axes) + ("variant", "time_unit") + SWEEP_METRICS
-    return info, axes, read_csv(folder / "summary.csv", columns)
 
 
 # -- preparing the series (pure) -----------------------------------------------------------
@@ -238,6 +238,16 @@ def timeline_series(steps: pd.DataFrame, max_points: int = MAX_POINTS) -> pd.Dat
     return pd.DataFrame(series)
 
 
+def ttft_share(requests: pd.DataFrame) -> pd.DataFrame:
+    """TTFT against the share of *all* the requests that had their first token by then:
+    columns `ttft` (sorted) and `share` (k/n for the k-th smallest of n requests). The last
+    share is the part of the requests that got a token at all: a variant that starves most
+    of its requests ends low, however fast it served the few."""
+    values = np.sort(requests["ttft"].dropna().to_numpy(dtype=float))
+    return pd.DataFrame({"ttft": values,
+                         "share": np.arange(1, len(values) + 1) / max(len(requests), 1)})
+
+
 def ttft_cdf(requests: pd.DataFrame) -> pd.DataFrame:
     """The empirical CDF of TTFT over the requests that got a first token.
 
@@ -270,37 +280,6 @@ def class_names(frames: list[pd.DataFrame]) -> list[str]:
     """The request classes found in any of the frames, sorted; empty when none carry one."""
     names = set().union(*(set(frame["class"].dropna().astype(str)) for frame in frames))
     return sorted(names - {""})
-
-
-def sweep_x_axis(axes: list[SweepAxis]) -> SweepAxis:
-    """The axis drawn along x: the numeric one with the most values (the first of equals),
-    else the categorical one with the most; the others become lines."""
-    numeric = [axis for axis in axes if _numeric(axis.values)]
-    return max(numeric or axes, key=lambda axis: len(axis.values))
-
-
-def sweep_lines(frame: pd.DataFrame, axes: list[SweepAxis]) -> dict[str, pd.DataFrame]:
-    """One line per value of the other axes (and per variant, when several): its label and a
-    frame of `x` and SWEEP_METRICS sorted by x. A numeric x axis gives its values as `x`;
-    a categorical one the position of each value in the axis (draw them as tick labels)."""
-    x_axis = sweep_x_axis(axes)
-    others = [axis.path for axis in axes if axis is not x_axis]
-    keys = others + (["variant"] if frame["variant"].nunique() > 1 else [])
-    if _numeric(x_axis.values):
-        x = frame[x_axis.path].astype(float)
-    else:
-        position = {_value_key(value): i for i, value in enumerate(x_axis.values)}
-        x = frame[x_axis.path].map(lambda value: position.get(_value_key(value), np.nan))
-    points = frame.assign(x=x)
-    groups = points.groupby(keys, sort=False, dropna=False) if keys else [((), points)]
-    lines = {}
-    for key, group in groups:
-        values = key if isinstance(key, tuple) else (key,)
-        label = ", ".join(str(value) if name == "variant" else f"{_short(name)}={value}"
-                          for name, value in zip(keys, values, strict=True))
-        line = group[["x", *SWEEP_METRICS]].astype(float).sort_values("x", kind="stable")
-        lines[label or str(group["variant"].iloc[0])] = line.reset_index(drop=True)
-    return lines
 
 
 def wide_range(values: Any) -> bool:
@@ -551,23 +530,31 @@ def _time_axis(ax: Axes, steps_frame: pd.DataFrame, time_unit: str) -> None:
 
 
 def draw_ttft(variants: list[VariantRecords]) -> Figure:
-    """TTFT CDFs of all variants, side by side; one panel per request class when present."""
+    """TTFT of all variants against the share of all their requests that had a first token
+    by then (one panel per request class when present), beside what each variant's
+    requests came to (completed, unfinished, starved, rejected) and its incidents: a variant
+    that serves few of its requests ends low on the left and shows why on the right."""
     frames = [v.requests for v in variants]
     classes = class_names(frames)
     panels: list[str | None] = [None, *classes]
     height = 4.4 + 0.2 * (len(variants) + 2)  # room for the legends under the panels
-    fig = Figure(figsize=(1 + 5.2 * len(panels), height), dpi=DPI, layout="constrained")
-    axes = fig.subplots(1, len(panels), sharex=True, sharey=True, squeeze=False)[0]
+    fig = Figure(figsize=(1 + 5.2 * len(panels) + 4.2, height), dpi=DPI, layout="constrained")
+    axes = fig.subplots(1, len(panels) + 1, squeeze=False,
+                        width_ratios=[5.2] * len(panels) + [4.2])[0]
+    cdf_axes, outcome_ax = list(axes[:-1]), axes[-1]
+    for ax in cdf_axes[1:]:
+        ax.sharex(cdf_axes[0])
+        ax.sharey(cdf_axes[0])
     unit = _units(v.time_unit for v in variants)
-    fig.suptitle(f"{variants[0].scenario}: time to first token, distribution per variant",
-                 fontsize="medium")
+    fig.suptitle(f"{variants[0].scenario}: time to first token per variant, over all its "
+                 "requests (a curve ends at the share that got a token)", fontsize="medium")
     log = wide_range(pd.concat([frame["ttft"] for frame in frames]))
-    for ax, class_name in zip(axes, panels, strict=True):
+    for ax, class_name in zip(cdf_axes, panels, strict=True):
         for i, records in enumerate(variants):
             requests = records.requests
             if class_name is not None:
                 requests = requests[requests["class"] == class_name]
-            _draw_cdf(ax, ttft_cdf(requests), len(requests), records.name, _color(i),
+            _draw_cdf(ax, ttft_share(requests), len(requests), records.name, _color(i),
                       LINE_STYLES[i % len(LINE_STYLES)])
         _draw_slo(ax, variants, vertical=True)
         ax.set_title("all requests" if class_name is None else f"class {class_name}")
@@ -578,10 +565,45 @@ def draw_ttft(variants: list[VariantRecords]) -> Figure:
             ax.set_xscale("log")
         handles, labels = ax.get_legend_handles_labels()
         handles += [Line2D([], [], marker=m, color="grey", linestyle="none") for m in "oD"]
-        ax.legend(handles, labels + ["p50", "p99"], loc="upper center", fontsize="small",
-                  bbox_to_anchor=(0.5, -0.13), frameon=False)
-    axes[0].set_ylabel("fraction of the requests with a first token")
+        ax.legend(handles, labels + ["p50", "p99 (of those with a token)"], loc="upper center",
+                  fontsize="small", bbox_to_anchor=(0.5, -0.13), frameon=False)
+    cdf_axes[0].set_ylabel("share of the requests with a first token by then")
+    _draw_outcomes(outcome_ax, variants)
     return fig
+
+
+def _draw_outcomes(ax: Axes, variants: list[VariantRecords]) -> None:
+    """A bar per variant: its requests completed, unfinished, starved and rejected, stacked
+    to 100%, with the diagnosis' incidents named beside it."""
+    names = [v.name for v in variants]
+    statuses = [s for s in OUTCOME_ORDER if any(dict(v.outcomes).get(s) for v in variants)]
+    statuses += sorted({s for v in variants for s, _ in v.outcomes} - set(OUTCOME_ORDER))
+    rows = np.arange(len(variants))
+    left = np.zeros(len(variants))
+    for status in statuses:
+        counts = np.array([dict(v.outcomes).get(status, 0) for v in variants], dtype=float)
+        totals = np.array([max(sum(n for _, n in v.outcomes), 1) for v in variants])
+        share = counts / totals
+        ax.barh(rows, share, left=left, color=OUTCOME_COLORS.get(status, "#777777"),
+                height=0.6, label="completed" if status == "finished" else status,
+                gid=f"outcome-{status}")
+        for row, (n, width, start) in enumerate(zip(counts, share, left, strict=True)):
+            if width >= 0.12:
+                ax.text(start + width / 2, row, f"{int(n):,}", ha="center", va="center",
+                        fontsize="small", color="white")
+        left += share
+    for row, records in enumerate(variants):
+        text = ", ".join(records.incidents) if records.incidents else "no incident"
+        ax.text(0.01, row + 0.42, text, va="center", ha="left", fontsize="small",
+                color="#c00000" if records.incidents else "grey", gid="incidents")
+    ax.set_yticks(rows, names)
+    ax.set_ylim(len(variants) - 0.4, -0.7)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of the variant's requests")
+    ax.set_title("requests: completed, starved, unfinished;\nincidents (the diagnosis)",
+                 fontsize="medium")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), fontsize="small",
+              frameon=False, ncols=2)
 
 
 def _draw_slo(ax: Axes, variants: list[VariantRecords], vertical: bool) -> None:
@@ -593,18 +615,21 @@ def _draw_slo(ax: Axes, variants: list[VariantRecords], vertical: bool) -> None:
              label=f"TTFT SLO {fmt(target)}" + (f" ({names})" if len(variants) > 1 else ""))
 
 
-def _draw_cdf(ax: Axes, cdf: pd.DataFrame, num_requests: int, name: str, color: str,
+def _draw_cdf(ax: Axes, share: pd.DataFrame, num_requests: int, name: str, color: str,
               style: Any = "-") -> None:
-    count = f"{len(cdf):,}/{num_requests:,} got a token"
-    if cdf.empty:
+    """A variant's `ttft_share` as steps, its p50 and p99 (over the requests with a token,
+    as the summary has them) marked where the curve reaches them."""
+    count = f"{len(share):,}/{num_requests:,} got a token"
+    if share.empty:
         ax.plot([], [], color=color, label=f"{name}: no first token ({count})")
         return
-    p50, p99 = np.percentile(cdf["ttft"], [50, 99])
-    ax.step(np.append(cdf["ttft"].iloc[0], cdf["ttft"]), np.append(0, cdf["fraction"]),
+    p50, p99 = np.percentile(share["ttft"], [50, 99])
+    ax.step(np.append(share["ttft"].iloc[0], share["ttft"]), np.append(0, share["share"]),
             where="post", color=color, linewidth=1.5, linestyle=style,
             label=f"{name}: p50 {fmt(float(p50))}, p99 {fmt(float(p99))} ({count})")
-    ax.plot([p50], [0.5], "o", color=color, markeredgecolor="white")
-    ax.plot([p99], [0.99], "D", color=color, markeredgecolor="white")
+    reached = len(share) / max(num_requests, 1)
+    ax.plot([p50], [0.5 * reached], "o", color=color, markeredgecolor="white")
+    ax.plot([p99], [0.99 * reached], "D", color=color, markeredgecolor="white")
 
 
 def draw_latency(variants: list[VariantRecords]) -> Figure:
@@ -633,7 +658,7 @@ def draw_latency(variants: list[VariantRecords]) -> Figure:
                          label=f"end-to-end ({len(done):,} finished)")
         _draw_apart(strip, points.apart, _color(i))
         _draw_slo(main, [records], vertical=False)
-        strip.set_title(records.name, color=_color(i))
+        strip.set_title(_variant_title(records), color=_color(i), fontsize="medium")
         main.set_xlabel("prompt length (tokens)")
         main.grid(alpha=0.3)
         served_handles, served_labels = main.get_legend_handles_labels()
@@ -651,6 +676,14 @@ def draw_latency(variants: list[VariantRecords]) -> Figure:
     return fig
 
 
+def _variant_title(records: VariantRecords) -> str:
+    """The variant, how many of its requests completed, and its incidents."""
+    total = sum(n for _, n in records.outcomes)
+    done = dict(records.outcomes).get("finished", 0)
+    incidents = ", ".join(records.incidents) if records.incidents else "no incident"
+    return f"{records.name}: {done:,}/{total:,} completed\n{incidents}"
+
+
 def _draw_apart(ax: Axes, apart: pd.DataFrame, color: str) -> None:
     ax.set_ylim(0, 1)
     ax.set_yticks([])
@@ -664,63 +697,6 @@ def _draw_apart(ax: Axes, apart: pd.DataFrame, color: str) -> None:
         marker = APART_MARKERS.get(str(status), "s")
         ax.scatter(group["prompt_len"], spread[group.index], s=16, marker=marker,
                    color=color, linewidths=1, label=f"{status} ({len(group):,})")
-
-
-def draw_sweep(axes: list[SweepAxis], frame: pd.DataFrame, title: str) -> Figure:
-    """TTFT p50 and p99, throughput and preemptions against the swept parameter."""
-    x_axis = sweep_x_axis(axes)
-    lines = sweep_lines(frame, axes)
-    time_units = frame["time_unit"].dropna()
-    unit = _units(time_units)
-    per = _per(str(time_units.iloc[0])) if time_units.nunique() == 1 else "step or s"
-    fig = Figure(figsize=(12, 8.5), dpi=DPI, layout="constrained")
-    grid = fig.subplots(2, 2, sharex=True)
-    panels = {
-        "ttft_p50": (grid[0][0], f"TTFT p50 ({unit})"),
-        "ttft_p99": (grid[0][1], f"TTFT p99 ({unit})"),
-        "throughput": (grid[1][0], f"throughput (generated tokens per {per})"),
-        "num_preemptions": (grid[1][1], "preemptions (count)"),
-    }
-    others = [f"{axis.path} ({axis.option})" for axis in axes if axis is not x_axis]
-    lines_by = f"\none line per value of {', '.join(others)}" if others else ""
-    fig.suptitle(f"{title}\nswept over {x_axis.path} ({x_axis.option}) along x{lines_by}",
-                 fontsize="medium")
-    numeric = _numeric(x_axis.values)
-    for metric, (ax, label) in panels.items():
-        for i, (name, line) in enumerate(lines.items()):
-            ax.plot(line["x"], line[metric], marker=LINE_MARKERS[i % len(LINE_MARKERS)],
-                    markersize=5, color=_color(i), label=name)
-            missing = line[line[metric].isna()]
-            if metric.startswith("ttft") and len(missing):
-                ax.plot(missing["x"], np.full(len(missing), 0.03), "x", color=_color(i),
-                        markersize=8, transform=ax.get_xaxis_transform(), clip_on=False)
-        ax.set_title(label)
-        ax.grid(alpha=0.3)
-        if metric.startswith("ttft") and wide_range(frame[metric]):
-            ax.set_yscale("log")
-        else:
-            ax.set_ylim(bottom=0)
-    for ax in grid[1]:
-        ax.set_xlabel(x_axis.path + (" (log scale)" if numeric and x_axis.geometric else ""))
-    _sweep_ticks(grid[1][0], x_axis)
-    handles, labels = grid[0][0].get_legend_handles_labels()
-    handles.append(Line2D([], [], marker="x", color="grey", linestyle="none"))
-    labels.append("no request got a first token")
-    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4),
-               fontsize="small", frameon=False)
-    return fig
-
-
-def _sweep_ticks(ax: Axes, x_axis: SweepAxis) -> None:
-    values = x_axis.values
-    if not _numeric(values):
-        ax.set_xticks(range(len(values)), [str(v) for v in values])
-        return
-    if x_axis.geometric and min(values) > 0:
-        ax.set_xscale("log")
-    if len(values) <= 16:
-        ax.set_xticks([float(v) for v in values], [fmt(v) for v in values])
-        ax.minorticks_off()
 
 
 def _color(index: int) -> str:
@@ -772,20 +748,20 @@ def plot_run_folder(folder: Path) -> list[Path]:
     return written
 
 
-def plot_sweep_folder(folder: Path) -> list[Path]:
-    """Write sweep.png into a sweep folder."""
-    info, axes, frame = read_sweep(folder)
-    title = f"{folder.name}: {info.get('source', 'scenario')}"
-    return [save_png(draw_sweep(axes, frame, title), folder / "sweep.png")]
-
-
 def plot_folder(folder: Path) -> list[Path]:
     """Draw the pictures of a run folder or a sweep folder; the files written."""
     if not folder.is_dir():
         raise KvschedError(f"{folder}: no such folder")
     if (folder / "sweep.json").is_file():
+        from kvsched.plots_sweep import plot_sweep_folder
+
         return plot_sweep_folder(folder)
+    if (folder / "capacity.json").is_file():
+        from kvsched.plots_capacity import plot_capacity_folder
+
+        return plot_capacity_folder(folder)
     if (folder / "summary.csv").is_file():
         return plot_run_folder(folder)
-    raise KvschedError(f"{folder}: neither a run folder (summary.csv, <variant>/*.csv) "
-                       "nor a sweep folder (sweep.json, summary.csv)")
+    raise KvschedError(f"{folder}: neither a run folder (summary.csv, <variant>/*.csv), a "
+                       "sweep folder (sweep.json, summary.csv) nor a capacity folder "
+                       "(capacity.json, capacity_probes.csv)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import stat
 import types
 from collections.abc import Iterable, Mapping
@@ -203,11 +204,25 @@ def _line(event: yaml.Event) -> int | None:
     return event.start_mark.line + 1 if event.start_mark is not None else None
 
 
+@functools.lru_cache(maxsize=4)
+def _read_yaml_kept(text: str, source: str) -> tuple[dict[Path_, int] | DuplicateKey, Any]:
+    """`_read_yaml` of the last few texts: a sweep or a capacity search loads its scenario
+    once per grid point (twice: checked, then run), and parsing it each time cost 30 ms a
+    point (a text that fails is not kept: it is read, and refused, every time)."""
+    return _read_yaml(text, source)
+
+
+def _read_yaml_once(text: str, source: str) -> tuple[dict[Path_, int] | DuplicateKey, Any]:
+    """`_read_yaml_kept`, copied: no load sees what another changed."""
+    lines, raw = _read_yaml_kept(text, source)
+    return (dict(lines) if isinstance(lines, dict) else lines), copy.deepcopy(raw)
+
+
 def load_scenario_text(text: str, source: str, base_dir: Path,
                        assignments: Iterable[str | Assignment] = (),
                        seed: int | None = None) -> Scenario:
     try:
-        lines, raw = _read_yaml(text, source)
+        lines, raw = _read_yaml_once(text, source)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None

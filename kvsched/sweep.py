@@ -197,11 +197,13 @@ def _run_point(job: tuple[SweepSource, dict[str, Any], str]) -> dict[str, Any]:
 
 def run_sweep(source: SweepSource, axes: Sequence[Axis], variants: Sequence[str] = (),
               jobs: int = 1, on_point: Callable[[], None] | None = None,
-              backend: Backend = Backend.LOCAL, address: str | None = None) -> pd.DataFrame:
+              backend: Backend = Backend.LOCAL, address: str | None = None,
+              on_checked: Callable[[], None] | None = None) -> pd.DataFrame:
     """One row per grid point and variant: the point's values, `variant`, the summary keys.
 
-    Every point is validated before anything runs; `jobs` > 1 runs points in processes,
-    `backend` ray as Ray tasks (see `kvsched.backends`); the rows are the same either way.
+    Every point is validated before anything runs (`on_checked` after each grid point);
+    `jobs` > 1 runs points in processes, `backend` ray as Ray tasks (see
+    `kvsched.backends`); the rows are the same either way. `on_point` after each run.
     """
     source = replace(source, options=tuple((a.path, a.option.split()[0]) for a in axes))
     names = [v.name for v in select(source.load({}), variants)]
@@ -210,6 +212,8 @@ def run_sweep(source: SweepSource, axes: Sequence[Axis], variants: Sequence[str]
     for point in points:  # refuse a bad value before spending time on the others
         for variant in select(source.load(point), names):
             policy_of(variant)
+        if on_checked:
+            on_checked()
     work = [(source, point, name) for point in points for name in names]
     summaries = run_jobs(_run_point, work, backend, jobs, address, on_point)
     rows = [{**point, "variant": name, **summary}
@@ -219,13 +223,16 @@ def run_sweep(source: SweepSource, axes: Sequence[Axis], variants: Sequence[str]
 
 def write_sweep(folder: Path, frame: pd.DataFrame, axes: Sequence[Axis],
                 source: SweepSource) -> None:
-    """`summary.csv` and `sweep.json` (the grid), staged beside `folder` and renamed into its
+    """`summary.csv` and `sweep.json` (the grid, and each variant's `slo` targets as
+    `variant_slo`, which sweep.png draws), staged beside `folder` and renamed into its
     place: a previous sweep of the same name is replaced whole (anything else there is
     refused, left as it is), other sweeps are untouched, and an OS error (disk full...)
     leaves nothing partial."""
+    slos = {v.name: v.spec.slo.model_dump(exclude_none=True) for v in source.load({}).variants
+            if v.spec.slo is not None}
     with staging(folder.parent, folder.name) as staged:
         write_csv(frame, staged / "summary.csv")
-        write_json(grid_spec(source, axes), staged / "sweep.json")
+        write_json({**grid_spec(source, axes), "variant_slo": slos}, staged / "sweep.json")
         replace_dir(staged, folder, SWEEP)
 
 

@@ -73,3 +73,44 @@ def test_fit_linear_prints_a_pasteable_time_block():
     first, note = result.output.strip().splitlines()
     assert first.startswith("time: {kind: linear, base: ")
     assert "median" in note
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    ((), "an empty batch (no prefill token and no decode)"),
+    (("--prefill", "0x0"), "an empty batch"),
+    (("--prefill", "1024x0"), "an empty batch"),
+    (("--prefill", "0x2"), "2 prefill chunks of 0 tokens"),
+    (("--prefill", f"{10 ** 23}x{10 ** 17}"), "1e+17 prefill chunks: at most 1,048,576"),
+    (("--decode", f"{10 ** 20}@{10 ** 20}"), "1e+20 decodes: at most 1,048,576"),
+    (("--decode", f"16@{10 ** 20}"), "1e+20 decode context: at most 1,099,511,627,776"),
+    (("--prefill", "512x1", "--cached", str(2 ** 41)),
+     "2,199,023,255,552 cached tokens per chunk: at most 1,099,511,627,776"),
+])
+def test_an_empty_or_absurd_batch_is_one_line(args, says):
+    """Issue 23: 0x0 printed 0.000 ms, 10^23x10^17 ran out of memory with a traceback,
+    10^20@10^20 printed 4.7e35 ms."""
+    result = invoke("step-time", *MODEL, *args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"error: step-time: {says}")
+    assert result.stderr.count("\n") == 1 and not result.stdout
+
+
+@pytest.mark.parametrize(("row", "says"), [
+    ("0,0,0,0,0", "row 2: an empty batch"),
+    ("1,0,0,0,0", "row 2: 1 prefill chunks of 0 tokens"),
+    ("1,1e300,0,0,0", "row 2: 1e+300 tokens per prefill chunk: at most 1,099,511,627,776"),
+    ("0,0,0,1e300,1", "row 2: 1e+300 decodes"),
+])
+def test_an_empty_or_absurd_batch_row_is_one_line(tmp_path, row, says):
+    path = tmp_path / "b.csv"
+    path.write_text(f"{HEADER}\n{row}\n")
+    result = invoke("step-time", *MODEL, "--batches", path)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"error: {path}: {says}")
+    assert result.stderr.count("\n") == 1
+
+
+def test_the_largest_batch_allowed_is_timed():
+    result = invoke("step-time", *MODEL, "--decode", f"{2 ** 20}@{2 ** 40}")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip().endswith(" ms")

@@ -15,18 +15,15 @@ from typer.testing import CliRunner
 from kvsched.cli import app
 from kvsched.errors import KvschedError
 from kvsched.plots import (
-    SweepAxis,
     class_names,
     latency_points,
     plot_folder,
     plot_run_folder,
-    read_sweep,
-    sweep_lines,
-    sweep_x_axis,
     timeline_series,
     ttft_cdf,
     wide_range,
 )
+from kvsched.plots_sweep import SweepAxis, read_sweep, sweep_lines, sweep_x_axis
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -359,7 +356,7 @@ def test_swap_thrash_and_slo_are_drawn(tmp_path):
 
 def test_sweep_title_names_every_swept_axis(sweep_folder):
     """The sweep picture's title names the axis along x and the ones that make the lines."""
-    from kvsched.plots import draw_sweep
+    from kvsched.plots_sweep import draw_sweep
 
     info, axes, frame = read_sweep(sweep_folder)
     title = draw_sweep(axes, frame, "t").get_suptitle()
@@ -393,3 +390,75 @@ def test_compact_and_summary_records_still_draw(tmp_path):
     assert list(expanded["step"]) == list(full["step"])
     assert list(expanded["blocks_used"])[-1] == list(full["blocks_used"])[-1]
     assert abs(expanded["decode_tokens"].sum() - full["decode_tokens"].sum()) < 1e-9
+
+
+# -- run pictures that cannot crown a starving variant ----------------------------------------
+
+
+def test_ttft_share_ends_at_the_part_of_all_requests_with_a_token(starve_run):
+    """Drawn over all the requests: a variant that starves ends below 1, at its share."""
+    from kvsched.plots import ttft_share
+
+    requests = pd.read_csv(starve_run / "narrow" / "requests.csv")
+    share = ttft_share(requests)
+    got = requests["ttft"].notna().sum()
+    assert share["share"].iloc[-1] == pytest.approx(got / len(requests))
+    assert got < len(requests)
+    np.testing.assert_array_equal(share["ttft"], ttft_cdf(requests)["ttft"])
+
+
+def test_ttft_png_shows_what_each_variant_completed_and_its_incidents(starve_run):
+    """Beside the curves, a bar per variant stacks its requests by outcome (the counts of
+    requests.csv) and names the diagnosis' incidents."""
+    from kvsched.plots import draw_ttft, read_run, request_outcomes
+
+    variants = read_run(starve_run)
+    figure = draw_ttft(variants)
+    outcomes = figure.axes[-1]
+    assert [label.get_text() for label in outcomes.get_yticklabels()] == ["wide", "narrow"]
+    for records, row in zip(variants, (0, 1), strict=True):
+        counts = dict(request_outcomes(records.requests))
+        total = sum(counts.values())
+        bars = {patch.get_gid(): patch.get_width() for patch in outcomes.patches
+                if abs(patch.get_y() + patch.get_height() / 2 - row) < 1e-9
+                and patch.get_width() > 0}
+        assert bars == pytest.approx({f"outcome-{status}": n / total
+                                      for status, n in counts.items()})
+    narrow = next(v for v in variants if v.name == "narrow")
+    assert "starvation" in narrow.incidents
+    notes = [t.get_text() for t in outcomes.texts if t.get_gid() == "incidents"]
+    assert notes[0] == "no incident" and "starvation" in notes[1]
+    curve = next(line for line in figure.axes[0].get_lines()
+                 if line.get_label().startswith("narrow:"))
+    assert max(curve.get_ydata()) < 1  # the starving variant's curve ends low
+
+
+def test_latency_png_titles_say_completed_and_incidents(starve_run):
+    from kvsched.plots import draw_latency, read_run
+
+    variants = read_run(starve_run)
+    titles = [ax.get_title() for ax in draw_latency(variants).axes[:2]]
+    narrow = next(v for v in variants if v.name == "narrow")
+    done = dict(narrow.outcomes)["finished"]
+    assert titles[0] == "wide: 120/120 completed\nno incident"
+    assert titles[1].startswith(f"narrow: {done}/120 completed\nstarvation")
+
+
+def test_run_plot_prints_each_picture_it_wrote(tmp_path):
+    """`run --plot` (what make experiments runs) names every PNG it wrote; with --json
+    they go to stderr, stdout staying JSON."""
+    (tmp_path / "s.yaml").write_text(STARVE_YAML)
+    result = invoke("run", tmp_path / "s.yaml", "--out", tmp_path, "--plot")
+    assert result.exit_code == 0, result.output
+    wrote = [line.removeprefix("wrote ") for line in result.stdout.splitlines()
+             if line.startswith("wrote ")]
+    assert sorted(Path(p).name for p in wrote) == sorted(
+        ["timeline-wide.png", "timeline-narrow.png", "ttft.png", "latency.png"])
+    for path in wrote:
+        assert_sensible_png(Path(path))
+    as_json = invoke("run", tmp_path / "s.yaml", "--out", tmp_path, "--plot", "--json")
+    assert as_json.exit_code == 0, as_json.output
+    import json
+
+    assert len(json.loads(as_json.stdout)) == 2
+    assert sum(line.startswith("wrote ") for line in as_json.stderr.splitlines()) == 4

@@ -124,3 +124,26 @@ def test_random_documents_read_or_fail_as_before(data, flow, indent, bits, at):
         text = text[:i] + bit + text[i:]
         at = at * 31 + 7
     assert outcome(two_passes, text) == outcome(three_passes, text)
+
+
+def test_a_text_loaded_again_is_parsed_once_and_copied(monkeypatch):
+    """A sweep loads its scenario once per grid point: the same text is parsed once, each
+    load gets its own copy of the data, and a text that fails fails every time."""
+    calls = []
+    parse = scenario_module._read_yaml
+    monkeypatch.setattr(scenario_module, "_read_yaml",
+                        lambda text, source: calls.append(text) or parse(text, source))
+    scenario_module._read_yaml_kept.cache_clear()
+    text = (ROOT / "scenarios" / "budget128.yaml").read_text(encoding="utf-8")
+    first = load_scenario_text(text, "b.yaml", ROOT, ["engine.num_blocks=100"])
+    second = load_scenario_text(text, "b.yaml", ROOT, ["engine.num_blocks=200"])
+    assert len(calls) == 1
+    assert first.raw == second.raw and first.raw is not second.raw
+    first.raw["variants"][0]["name"] = "changed"
+    assert load_scenario_text(text, "b.yaml", ROOT).raw["variants"][0]["name"] == "budget2048"
+    assert [v.spec.engine.num_blocks for v in (first.variants[0], second.variants[0])] == \
+        [100, 200]
+    for _ in range(2):
+        with pytest.raises(ScenarioError, match="YAML syntax error"):
+            load_scenario_text("name: [", "bad.yaml", ROOT)
+    assert calls.count("name: [") == 2
