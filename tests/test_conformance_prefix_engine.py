@@ -30,3 +30,24 @@ def test_kvsched_decides_as_vllm_with_prefix_caching(path):
     rep = cmp.compare(rec, vllm_v1_decisions, strict_order=True)
     assert rep.hits_total == len(rec["requests"])
     assert rep.agrees, f"{rep.summary()}\n{cmp.side_by_side(rep)}"
+
+
+ASYNC = sorted((ROOT / "tests" / "fixtures" / "vllm_v1_async_prefix").glob("*.json"))
+
+
+def _sync(config, workload):
+    return vllm_v1_decisions({**config, "async_scheduling": False}, workload)
+
+
+@pytest.mark.parametrize("path", ASYNC, ids=[p.stem for p in ASYNC])
+def test_kvsched_decides_as_vllm_async_with_prefix_caching(path):
+    """Recorded through vLLM's AsyncScheduler and the engine core's batch queue
+    (`vllm_driver.py --async`, RULES.md A1-A6): hits, cached and evicted blocks per step
+    agree, with the block a decode completes cached a step later (A6); the sync rules do not
+    agree with any of them."""
+    rec = cmp.load(path)
+    assert rec["config"]["async_scheduling"] is True
+    rep = cmp.compare(rec, vllm_v1_decisions, strict_order=True)
+    assert rep.hits_total == len(rec["requests"])
+    assert rep.agrees, f"{rep.summary()}\n{cmp.side_by_side(rep)}"
+    assert not cmp.compare(rec, _sync).agrees

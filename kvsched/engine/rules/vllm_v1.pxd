@@ -6,6 +6,8 @@ from kvsched.sequence cimport Seq
 from kvsched.waiting cimport WaitingQueue
 
 cdef class VllmV1Scheduler(Scheduler):
+    @cython.locals(plan=StepPlan, learned=bint)
+    cpdef StepPlan schedule(self, long long step, double now)
     cpdef _assemble(self, StepPlan plan)
     @cython.locals(pool=BlockPool, block_size=cython.longlong, tick=cython.longlong, members=list, decoded=list, chunks=dict, seq=Seq, victim=Seq, n=cython.longlong, need=cython.longlong, done=cython.longlong)
     cpdef long long _loop_exact(self, StepPlan plan, long long budget, long long threshold)
