@@ -105,6 +105,11 @@ conformance: install $(CSTAMP)
 	HF_HUB_OFFLINE=1 $(CBIN)/python conformance/vllm_driver.py --async \
 		--random-prefix $(CONFORMANCE_N) --random-sessions $$(($(CONFORMANCE_N) / 2)) \
 		--seed $(CONFORMANCE_SEED) --out-dir $(CONFORMANCE_OUT)/async-prefix
+	@echo "== RULES.md as code (conformance/v1_rules_model.py) vs vLLM, async scheduling"
+	$(BIN)/python -m conformance.compare $(CONFORMANCE_OUT)/async-random \
+		$(CONFORMANCE_OUT)/async-watermark $(CONFORMANCE_OUT)/async-cases \
+		$(CONFORMANCE_OUT)/async-ties $(CONFORMANCE_OUT)/async-prefix \
+		--kvsched conformance.v1_rules_model:decisions --quiet
 	@echo "== kvsched ($(KVSCHED_FN)) vs vLLM, async scheduling"
 	$(BIN)/python -m conformance.compare $(CONFORMANCE_OUT)/async-random \
 		$(CONFORMANCE_OUT)/async-watermark $(CONFORMANCE_OUT)/async-cases \

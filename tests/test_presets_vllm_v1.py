@@ -375,3 +375,16 @@ def test_the_preset_agrees_with_the_rules_model_on_random_workloads(case):
     record = {"config": config, "workload": workload, **model}
     report = compare(record, vllm_v1_decisions, strict_order=True)
     assert report.agrees, report.summary() + "\n" + side_by_side(report)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(harness_cases())
+def test_the_async_preset_agrees_with_the_rules_model_on_random_workloads(case):
+    """The same with async scheduling (RULES.md A1-A6): the model, which agrees 100% with
+    the --async records, and the preset agree on workloads nobody recorded."""
+    config, workload = case
+    config = {**config, "async_scheduling": True}
+    model = v1_rules_model.decisions(config, workload, max_steps=20_000)
+    record = {"config": config, "workload": workload, **model}
+    report = compare(record, vllm_v1_decisions, strict_order=True)
+    assert report.agrees, report.summary() + "\n" + side_by_side(report)
