@@ -96,6 +96,31 @@ conformance: install $(CSTAMP)
 	@echo "== kvsched ($(KVSCHED_FN)) vs vLLM, prefix caching on"
 	$(BIN)/python -m conformance.compare $(CONFORMANCE_OUT)/prefix \
 		--kvsched $(KVSCHED_FN) --quiet --allow-missing
+	@echo "== the same families through vLLM's AsyncScheduler and the engine core's batch queue"
+	HF_HUB_OFFLINE=1 $(CBIN)/python conformance/vllm_driver.py --async --random $(CONFORMANCE_N) \
+		--seed $(CONFORMANCE_SEED) --out-dir $(CONFORMANCE_OUT)/async-random
+	HF_HUB_OFFLINE=1 $(CBIN)/python conformance/vllm_driver.py --async --random 100 \
+		--watermark-prob 0.5 --seed $$(($(CONFORMANCE_SEED) + 1)) \
+		--out-dir $(CONFORMANCE_OUT)/async-watermark
+	HF_HUB_OFFLINE=1 $(CBIN)/python conformance/vllm_driver.py --async --cases \
+		--out-dir $(CONFORMANCE_OUT)/async-cases
+	HF_HUB_OFFLINE=1 $(CBIN)/python conformance/vllm_driver.py --async --random $(CONFORMANCE_N) \
+		--ties --seed $$(($(CONFORMANCE_SEED) + 2)) --out-dir $(CONFORMANCE_OUT)/async-ties
+	HF_HUB_OFFLINE=1 $(CBIN)/python conformance/vllm_driver.py --async \
+		--random-prefix $(CONFORMANCE_N) --random-sessions $$(($(CONFORMANCE_N) / 2)) \
+		--seed $(CONFORMANCE_SEED) --out-dir $(CONFORMANCE_OUT)/async-prefix
+	@echo "== RULES.md as code (conformance/v1_rules_model.py) vs vLLM, async scheduling"
+	$(BIN)/python -m conformance.compare $(CONFORMANCE_OUT)/async-random \
+		$(CONFORMANCE_OUT)/async-watermark $(CONFORMANCE_OUT)/async-cases \
+		$(CONFORMANCE_OUT)/async-ties $(CONFORMANCE_OUT)/async-prefix \
+		--kvsched conformance.v1_rules_model:decisions --quiet
+	@echo "== kvsched ($(KVSCHED_FN)) vs vLLM, async scheduling"
+	$(BIN)/python -m conformance.compare $(CONFORMANCE_OUT)/async-random \
+		$(CONFORMANCE_OUT)/async-watermark $(CONFORMANCE_OUT)/async-cases \
+		$(CONFORMANCE_OUT)/async-ties --kvsched $(KVSCHED_FN) --quiet --allow-missing
+	@echo "== kvsched ($(KVSCHED_FN)) vs vLLM, async scheduling, prefix caching on"
+	$(BIN)/python -m conformance.compare $(CONFORMANCE_OUT)/async-prefix \
+		--kvsched $(KVSCHED_FN) --quiet --allow-missing
 
 # Proof harness against the real vLLM 0.8.5 V0 scheduler (issue 9). Not part of `make test`.
 # vllm 0.8.5 pins the CUDA torch 2.6.0, over the machine's pip cap: it is installed without its

@@ -30,6 +30,8 @@ import os
 import random
 import sys
 import tempfile
+from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +124,7 @@ class Harness:
             SchedulerConfig,
             VllmConfig,
         )
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
         from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.kv_cache_interface import (
             FullAttentionSpec,
@@ -142,7 +145,7 @@ class Harness:
             policy=cfg["policy"],
             scheduler_reserve_full_isl=bool(cfg["scheduler_reserve_full_isl"]),
             watermark=float(cfg["watermark"]),
-            async_scheduling=False,
+            async_scheduling=bool(cfg.get("async_scheduling", False)),
             is_encoder_decoder=False,
         )
         model_config = ModelConfig(
@@ -191,7 +194,9 @@ class Harness:
             hash_fn = get_hash_fn_by_name(cache_config.prefix_caching_hash_algo)
             init_none_hash(hash_fn)
             self.block_hasher = get_request_block_hasher(block_size, hash_fn)
-        self.scheduler = Scheduler(
+        # The class EngineCore takes: SchedulerConfig.get_scheduler_cls (config/scheduler.py)
+        scheduler_cls = AsyncScheduler if cfg.get("async_scheduling") else Scheduler
+        self.scheduler = scheduler_cls(
             vllm_config=vllm_config,
             kv_cache_config=kv_cache_config,
             block_size=block_size,
@@ -275,83 +280,91 @@ class Harness:
 # --------------------------------------------------------------------------- running
 
 
-def run(config: dict[str, Any], workload: dict[str, Any], model_dir: str,
-        max_steps: int = 5000, token_seed: int = 0) -> dict[str, Any]:
-    """Drive one workload; return the record (see conformance/README.md)."""
-    from vllm.v1.outputs import ModelRunnerOutput
+class _Drive:
+    """One workload's arrivals on the step clock and each request's record, around one
+    `Harness` (shared by the sync loop, `run`, and the batch queue's, `run_async`)."""
 
-    h = Harness(config, model_dir)
-    sched = h.scheduler
-    cfg = h.config
-    caching = h.caching
-    rng = random.Random(token_seed)
+    def __init__(self, h: Harness, workload: dict[str, Any], token_seed: int) -> None:
+        self.h = h
+        self.sched = h.scheduler
+        self.cfg = h.config
+        self.caching = caching = h.caching
+        self.rng = random.Random(token_seed)
+        self.workload = workload
+        self.reqs = reqs = workload["requests"]
+        # A conversation's next turn (`after`: an earlier request's id) arrives `think_steps`
+        # steps after the step in which that request finished (or was rejected); the record's
+        # workload gets the arrival step it was given.
+        self.dependents: dict[str, list[int]] = {}
+        for i, r in enumerate(reqs):
+            if r.get("after") is not None:
+                self.dependents.setdefault(str(r["after"]), []).append(i)
+        # Workload order breaks ties within a step: arrival_time = step + index * 1e-6
+        # (unless the workload gives arrival_time), so vLLM's priority heap order
+        # (priority, arrival_time, request_id) equals (priority, arrival_step, index).
+        order = sorted((i for i, r in enumerate(reqs) if r.get("after") is None),
+                       key=lambda i: (int(reqs[i]["arrival_step"]), i))
+        self.by_step: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+        for i in order:
+            self.by_step.setdefault(int(reqs[i]["arrival_step"]), []).append((i, reqs[i]))
+        self.resolved: dict[int, int] = {}
+        self.per_req: dict[str, dict[str, Any]] = {}
+        for i, r in enumerate(reqs):
+            self.per_req[str(r["id"])] = {
+                "arrival_step": None if r.get("after") is not None else int(r["arrival_step"]),
+                "arrival_time": None if r.get("after") is not None else
+                float(r.get("arrival_time", int(r["arrival_step"]) + i * 1e-6)),
+                "first_token_step": None,
+                "finish_step": None,
+                "num_preemptions": 0,
+                "num_output_tokens": 0,
+                "status": "pending",
+                "finish_reason": None,
+                "reason": None,
+            }
+            if caching:
+                self.per_req[str(r["id"])].update(prefix_hit_tokens=None, cached_tokens=0,
+                                                  hits=[])
+        self.open_ids: set[str] = set()
 
-    reqs = workload["requests"]
-    # A conversation's next turn (`after`: an earlier request's id) arrives `think_steps`
-    # steps after the step in which that request finished (or was rejected); the record's
-    # workload gets the arrival step it was given.
-    dependents: dict[str, list[int]] = {}
-    for i, r in enumerate(reqs):
-        if r.get("after") is not None:
-            dependents.setdefault(str(r["after"]), []).append(i)
-    # Workload order breaks ties within a step: arrival_time = step + index * 1e-6
-    # (unless the workload gives arrival_time), so vLLM's priority heap order
-    # (priority, arrival_time, request_id) equals (priority, arrival_step, index).
-    order = sorted((i for i, r in enumerate(reqs) if r.get("after") is None),
-                   key=lambda i: (int(reqs[i]["arrival_step"]), i))
-    by_step: dict[int, list[tuple[int, dict[str, Any]]]] = {}
-    for i in order:
-        by_step.setdefault(int(reqs[i]["arrival_step"]), []).append((i, reqs[i]))
-    not_arrived = len(reqs)
-    resolved: dict[int, int] = {}
-
-    per_req: dict[str, dict[str, Any]] = {}
-    for i, r in enumerate(reqs):
-        per_req[str(r["id"])] = {
-            "arrival_step": None if r.get("after") is not None else int(r["arrival_step"]),
-            "arrival_time": None if r.get("after") is not None else
-            float(r.get("arrival_time", int(r["arrival_step"]) + i * 1e-6)),
-            "first_token_step": None,
-            "finish_step": None,
-            "num_preemptions": 0,
-            "num_output_tokens": 0,
-            "status": "pending",
-            "finish_reason": None,
-            "reason": None,
-        }
-        if caching:
-            per_req[str(r["id"])].update(prefix_hit_tokens=None, cached_tokens=0, hits=[])
-
-    def ended(rid: str, at: int) -> None:
-        for j in dependents.get(rid, ()):
-            spec = reqs[j]
+    def ended(self, rid: str, at: int) -> None:
+        for j in self.dependents.get(rid, ()):
+            spec = self.reqs[j]
             step_j = at + 1 + int(spec.get("think_steps", 0))
-            resolved[j] = step_j
-            per_req[str(spec["id"])].update(arrival_step=step_j, arrival_time=step_j + j * 1e-6)
-            by_step.setdefault(step_j, []).append((j, spec))
-            by_step[step_j].sort(key=lambda e: e[0])
+            self.resolved[j] = step_j
+            self.per_req[str(spec["id"])].update(arrival_step=step_j,
+                                                 arrival_time=step_j + j * 1e-6)
+            self.by_step.setdefault(step_j, []).append((j, spec))
+            self.by_step[step_j].sort(key=lambda e: e[0])
 
-    open_ids: set[str] = set()
-    steps: list[dict[str, Any]] = []
-    stalled = False
-    step = 0
-    while step < max_steps:
+    def future(self, step: int) -> bool:
+        """Whether a request is still to arrive at `step` or later."""
+        return any(k >= step for k in self.by_step)
+
+    def arrive(self, step: int) -> tuple[list[str], list[str]]:
+        """Add the arrivals of `step` (R9, R11): the ids added and those rejected."""
         arrived: list[str] = []
         rejected: list[str] = []
-        for _i, spec in by_step.pop(step, []):
+        per_req = self.per_req
+        for _i, spec in self.by_step.pop(step, []):
             rid = str(spec["id"])
-            not_arrived -= 1
-            reason = rejection_reason(int(spec["prompt_len"]), int(cfg["max_model_len"]))
+            reason = rejection_reason(int(spec["prompt_len"]), int(self.cfg["max_model_len"]))
             if reason is not None:
                 rejected.append(rid)
                 per_req[rid].update(status="rejected", reason=reason, finish_step=step)
-                ended(rid, step)
+                self.ended(rid, step)
                 continue
-            sched.add_request(h.make_request(spec, per_req[rid]["arrival_time"], rng))
+            self.sched.add_request(self.h.make_request(spec, per_req[rid]["arrival_time"],
+                                                       self.rng))
             per_req[rid]["status"] = "waiting"
             arrived.append(rid)
-            open_ids.add(rid)
+            self.open_ids.add(rid)
+        return arrived, rejected
 
+    def schedule(self) -> tuple[Any, list[list[Any]], list[str], list[list[Any]]]:
+        """`schedule()`: its output, the scheduled [id, tokens], the victims in the order
+        vLLM chose them and, with caching, each admission's hit."""
+        h, sched = self.h, self.sched
         h.preempted_this_step = []
         h.evicted_this_step = 0
         running_before = {r.request_id for r in sched.running}
@@ -360,25 +373,46 @@ def run(config: dict[str, Any], workload: dict[str, Any], model_dir: str,
         preempted = list(h.preempted_this_step)
         # The hit of each admission: after schedule() num_computed_tokens = hit + scheduled.
         hits = [[rid, sched.requests[rid].num_computed_tokens - n] for rid, n in scheduled
-                if rid not in running_before] if caching else []
+                if rid not in running_before] if self.caching else []
         for rid, hit in hits:  # RULES.md P8: vLLM's own per-request figure is the first hit
             r = sched.requests[rid]
             if r.num_preemptions == 0 and r.prefill_stats is not None:
                 assert r.prefill_stats.num_local_cached_tokens == hit, (rid, hit)
+        for rid in preempted:
+            self.per_req[rid]["num_preemptions"] += 1
+        for rid, hit in hits:
+            pr = self.per_req[rid]
+            if pr["prefix_hit_tokens"] is None:
+                pr["prefix_hit_tokens"] = hit
+            pr["cached_tokens"] += hit
+            pr["hits"].append(hit)
+        return out, scheduled, preempted, hits
 
+    def sampling(self, out: Any) -> list[str]:
+        """The requests the step `out` samples a token for: after schedule(),
+        num_computed_tokens already includes the step's tokens, so the prompt (plus
+        recomputed outputs, plus the placeholders of tokens still in flight) is complete
+        exactly when the request is no prefill chunk (R2)."""
+        sched = self.sched
+        return [rid for rid in out.num_scheduled_tokens
+                if not sched.requests[rid].is_prefill_chunk]
+
+    def update(self, out: Any, sampling: list[str], step: int) -> list[str]:
+        """The model runner's output of step `out` (one token for each of `sampling`, the
+        one the request's answer names at its next output position) to
+        `update_from_output()`; the finished ids. Tokens and finishes count at `step`."""
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        sched, h = self.sched, self.h
         req_ids = list(out.num_scheduled_tokens)
         sampled: list[list[int]] = []
-        produced: list[str] = []
         for rid in req_ids:
-            r = sched.requests[rid]
-            # After schedule(), num_computed_tokens already includes this step's
-            # tokens: the prompt (plus recomputed outputs) is fully computed exactly
-            # when it reaches num_tokens, and then the step samples one token.
-            if r.num_computed_tokens >= r.num_tokens:
-                token = (prefix_tokens.output_token(rid, h.answers[rid], r.num_output_tokens)
-                         if caching or h.answers.get(rid) is not None else SAMPLED_TOKEN_ID)
+            if rid in sampling:
+                r = sched.requests.get(rid)
+                index = r.num_output_tokens if r is not None else 0
+                token = (prefix_tokens.output_token(rid, h.answers[rid], index)
+                         if self.caching or h.answers.get(rid) is not None else SAMPLED_TOKEN_ID)
                 sampled.append([token])
-                produced.append(rid)
             else:
                 sampled.append([])
         mro = ModelRunnerOutput(
@@ -390,108 +424,265 @@ def run(config: dict[str, Any], workload: dict[str, Any], model_dir: str,
         finished: list[str] = []
         for eco in engine_outputs.values():
             for o in eco.outputs:
+                pr = self.per_req[o.request_id]
+                if o.new_token_ids:
+                    pr["num_output_tokens"] += len(o.new_token_ids)
+                    if pr["first_token_step"] is None:
+                        pr["first_token_step"] = step
                 if o.finish_reason is not None:
                     finished.append(o.request_id)
-                    per_req[o.request_id]["finish_reason"] = str(o.finish_reason)
-
-        for rid in produced:
-            pr = per_req[rid]
-            pr["num_output_tokens"] += 1
-            if pr["first_token_step"] is None:
-                pr["first_token_step"] = step
-        for rid in preempted:
-            per_req[rid]["num_preemptions"] += 1
-        for rid, hit in hits:
-            pr = per_req[rid]
-            if pr["prefix_hit_tokens"] is None:
-                pr["prefix_hit_tokens"] = hit
-            pr["cached_tokens"] += hit
-            pr["hits"].append(hit)
+                    pr["finish_reason"] = str(o.finish_reason)
         for rid in finished:
-            per_req[rid].update(status="finished", finish_step=step)
-            open_ids.discard(rid)
-            ended(rid, step)
-        for rid in open_ids:
+            self.per_req[rid].update(status="finished", finish_step=step)
+            self.open_ids.discard(rid)
+            self.ended(rid, step)
+        for rid in self.open_ids:
             r = sched.requests.get(rid)
             if r is not None:
-                per_req[rid]["status"] = "running" if r in sched.running else "waiting"
+                self.per_req[rid]["status"] = "running" if r in sched.running else "waiting"
+        return finished
 
-        entry: dict[str, Any] = {"step": step, "scheduled": scheduled}
-        if preempted:
-            entry["preempted"] = preempted
-        if finished:
-            entry["finished"] = finished
-        if arrived:
-            entry["arrived"] = arrived
-        if rejected:
-            entry["rejected"] = rejected
-        if caching:
-            if hits:
-                entry["hits"] = hits
-            entry["cached_blocks"] = h.cached_blocks()
-            if h.evicted_this_step:
-                entry["evicted_blocks"] = h.evicted_this_step
+    def observe(self, entry: dict[str, Any]) -> None:
+        """The queues and the pool now, for debugging (not compared)."""
+        sched = self.sched
         entry["running"] = len(sched.running)
         entry["waiting"] = len(sched.waiting) + len(sched.kv_holding_waiting)
         entry["free_blocks"] = sched.kv_cache_manager.block_pool.get_num_free_blocks()
-        steps.append(entry)
+
+    def record(self, steps: list[dict[str, Any]], stalled: bool, hit_max_steps: bool,
+               max_steps: int, scheduler: str) -> dict[str, Any]:
+        import vllm
+
+        per_req, reqs, cfg, caching = self.per_req, self.reqs, self.cfg, self.caching
+        never_arrived = {rid for rid, p in per_req.items() if p["status"] == "pending"}
+        left = set(self.open_ids) | never_arrived
+        for rid in left:
+            per_req[rid]["status"] = "stalled" if stalled else "unfinished"
+        for rid, r in self.sched.requests.items():
+            if rid in per_req:
+                assert r.num_preemptions == per_req[rid]["num_preemptions"], rid
+        workload = self.workload
+        if self.resolved:  # the arrival steps the driver gave to later turns
+            workload = {**workload, "requests": [
+                {**r, "arrival_step": self.resolved[i]} if i in self.resolved else r
+                for i, r in enumerate(reqs)]}
+        summary: dict[str, Any] = {
+            "num_steps": len(steps),
+            "stalled": stalled,
+            "hit_max_steps": hit_max_steps,
+            "num_preemptions": sum(p["num_preemptions"] for p in per_req.values()),
+            "num_finished": sum(p["status"] == "finished" for p in per_req.values()),
+            "num_rejected": sum(p["status"] == "rejected" for p in per_req.values()),
+        }
+        if hit_max_steps:  # a livelock: kvsched must stop at the same step
+            cfg = {**cfg, "max_steps": max_steps}
+        if caching:
+            prompt_tokens = sum(int(reqs[i]["prompt_len"]) for i, r in enumerate(reqs)
+                                if per_req[str(r["id"])]["prefix_hit_tokens"] is not None)
+            first_hits = sum(p["prefix_hit_tokens"] or 0 for p in per_req.values())
+            summary.update(
+                prefix_hit_tokens=first_hits,
+                cached_tokens=sum(p["cached_tokens"] for p in per_req.values()),
+                prefix_hit_rate=round(first_hits / prompt_tokens, 6) if prompt_tokens else 0.0,
+                evicted_blocks=sum(s.get("evicted_blocks", 0) for s in steps),
+            )
+        return {
+            "format": FORMAT,
+            "engine": {"name": "vllm", "version": vllm.__version__, "scheduler": scheduler},
+            "config": cfg,
+            "effective_config": self.h.effective,
+            "workload": workload,
+            "steps": steps,
+            "requests": per_req,
+            "summary": summary,
+        }
+
+
+def _entry(step: int, scheduled: list[list[Any]], preempted: list[str], finished: list[str],
+           arrived: list[str], rejected: list[str], hits: list[list[Any]],
+           drive: _Drive) -> dict[str, Any]:
+    """A step's record: empty lists are left out (RULES.md R13)."""
+    entry: dict[str, Any] = {"step": step, "scheduled": scheduled}
+    if preempted:
+        entry["preempted"] = preempted
+    if finished:
+        entry["finished"] = finished
+    if arrived:
+        entry["arrived"] = arrived
+    if rejected:
+        entry["rejected"] = rejected
+    if drive.caching:
+        if hits:
+            entry["hits"] = hits
+        entry["cached_blocks"] = drive.h.cached_blocks()
+        if drive.h.evicted_this_step:
+            entry["evicted_blocks"] = drive.h.evicted_this_step
+    drive.observe(entry)
+    return entry
+
+
+def run(config: dict[str, Any], workload: dict[str, Any], model_dir: str,
+        max_steps: int = 5000, token_seed: int = 0,
+        async_scheduling: bool = False) -> dict[str, Any]:
+    """Drive one workload; return the record (see conformance/README.md). With
+    `async_scheduling`, vLLM's `AsyncScheduler` behind the engine core's batch queue
+    (`run_async`)."""
+    if async_scheduling:
+        return run_async(config, workload, model_dir, max_steps, token_seed)
+    drive = _Drive(Harness(config, model_dir), workload, token_seed)
+    steps: list[dict[str, Any]] = []
+    stalled = False
+    step = 0
+    while step < max_steps:
+        arrived, rejected = drive.arrive(step)
+        out, scheduled, preempted, hits = drive.schedule()
+        finished = drive.update(out, drive.sampling(out), step)
+        steps.append(_entry(step, scheduled, preempted, finished, arrived, rejected, hits,
+                            drive))
         step += 1
-        future = any(k >= step for k in by_step)
-        if not open_ids and not future:
+        future = drive.future(step)
+        if not drive.open_ids and not future:
             break
-        if not scheduled and open_ids and not future:
+        if not scheduled and drive.open_ids and not future:
             # Nothing can ever run again: no arrival left and this step was empty.
             stalled = True
             break
+    return drive.record(steps, stalled, step >= max_steps and bool(drive.open_ids), max_steps,
+                        "vllm.v1.core.sched.scheduler.Scheduler")
 
-    never_arrived = {rid for rid, p in per_req.items() if p["status"] == "pending"}
-    left = set(open_ids) | never_arrived
-    for rid in left:
-        per_req[rid]["status"] = "stalled" if stalled else "unfinished"
-    for rid, r in sched.requests.items():
-        if rid in per_req:
-            assert r.num_preemptions == per_req[rid]["num_preemptions"], rid
-    if resolved:  # the arrival steps the driver gave to later turns
-        workload = {**workload, "requests": [
-            {**r, "arrival_step": resolved[i]} if i in resolved else r
-            for i, r in enumerate(reqs)]}
 
-    import vllm
+@dataclass
+class _Batch:
+    """A step in the engine core's batch queue: its scheduler output, the requests it samples
+    a token for, its step (the time it starts on the model) and when it ends."""
 
-    summary: dict[str, Any] = {
-        "num_steps": len(steps),
-        "stalled": stalled,
-        "hit_max_steps": step >= max_steps and bool(open_ids),
-        "num_preemptions": sum(p["num_preemptions"] for p in per_req.values()),
-        "num_finished": sum(p["status"] == "finished" for p in per_req.values()),
-        "num_rejected": sum(p["status"] == "rejected" for p in per_req.values()),
-    }
-    if summary["hit_max_steps"]:  # a livelock: kvsched must stop at the same step
-        cfg = {**cfg, "max_steps": max_steps}
-    if caching:
-        prompt_tokens = sum(int(reqs[i]["prompt_len"]) for i, r in enumerate(reqs)
-                            if per_req[str(r["id"])]["prefix_hit_tokens"] is not None)
-        first_hits = sum(p["prefix_hit_tokens"] or 0 for p in per_req.values())
-        summary.update(
-            prefix_hit_tokens=first_hits,
-            cached_tokens=sum(p["cached_tokens"] for p in per_req.values()),
-            prefix_hit_rate=round(first_hits / prompt_tokens, 6) if prompt_tokens else 0.0,
-            evicted_blocks=sum(s.get("evicted_blocks", 0) for s in steps),
-        )
-    return {
-        "format": FORMAT,
-        "engine": {
-            "name": "vllm",
-            "version": vllm.__version__,
-            "scheduler": "vllm.v1.core.sched.scheduler.Scheduler",
-        },
-        "config": cfg,
-        "effective_config": h.effective,
-        "workload": workload,
-        "steps": steps,
-        "requests": per_req,
-        "summary": summary,
-    }
+    out: Any
+    sampling: list[str]
+    step: int
+    end: int
+
+
+def run_async(config: dict[str, Any], workload: dict[str, Any], model_dir: str,
+              max_steps: int = 5000, token_seed: int = 0) -> dict[str, Any]:
+    """Drive one workload through vLLM's `AsyncScheduler` as `EngineCore.step_with_batch_queue`
+    drives it (v1/engine/core.py:708-822, batch queue of 2: `VllmConfig.max_concurrent_batches`,
+    config/vllm.py:588): schedule step N+1 while step N runs, then wait for step N's output
+    and update the scheduler from it. The model runner's stand-in returns step N's tokens
+    when step N is popped from the queue, one schedule later.
+
+    The clock (RULES.md A1): a step that schedules tokens or preempts takes one time unit
+    on the model, the steps one after the other; the scheduler runs in the engine core's
+    loop, whose time is the end of the step it last waited for (or an arrival when idle).
+    Requests arriving at step k are added when that loop's time reaches k. A step is
+    recorded at the time it starts on the model, which is when its tokens are computed: a
+    request's `first_token_step` and `finish_step` are the step that sampled the token, as
+    in the sync records; `finished` lists a request at that step too. A schedule that
+    neither schedules nor preempts takes no time and is not a step (vLLM's empty batch).
+    """
+    drive = _Drive(Harness({**config, "async_scheduling": True}, model_dir), workload,
+                   token_seed)
+    sched = drive.sched
+    entries: dict[int, dict[str, Any]] = {}
+    queue: deque[_Batch] = deque()
+    batch_queue_size = 2
+    now = 0  # the engine core loop's time
+    model_free = 0  # when the model has run every step handed to it
+    stalled = False
+    idle_schedules = 0  # schedules in a row that did nothing
+
+    def entry(step: int) -> dict[str, Any]:
+        return entries.setdefault(step, {"step": step, "scheduled": []})
+
+    last_step: int | None = None  # the step scheduled last, its cache not yet observed
+
+    def observe() -> None:
+        # The cache as the next schedule finds it is the cache "after" a step.
+        nonlocal last_step
+        if drive.caching and last_step is not None:
+            entry(last_step)["cached_blocks"] = drive.h.cached_blocks()
+        last_step = None
+
+    hit_max_steps = False
+    while True:
+        for k in sorted(k for k in drive.by_step if k <= now):
+            arrived, rejected = drive.arrive(k)
+            e = entry(k)
+            e.setdefault("arrived", []).extend(arrived)
+            e.setdefault("rejected", []).extend(rejected)
+            idle_schedules = 0
+        if not sched.has_requests() and not queue:
+            # The busy loop blocks on its input queue: the next arrival, if any.
+            future = [k for k in drive.by_step if k > now]
+            if not future:
+                break
+            now = min(future)
+            continue
+        if sched.has_requests() and max(now, model_free) >= max_steps:
+            # A livelock: stop deciding at max_steps, let the steps under way finish.
+            hit_max_steps = True
+            while queue:
+                batch = queue.pop()
+                finished = drive.update(batch.out, batch.sampling, batch.step)
+                if finished:
+                    entry(batch.step).setdefault("finished", []).extend(finished)
+            break
+        if sched.has_requests():
+            observe()
+            out, scheduled, preempted, hits = drive.schedule()
+            runs = out.total_num_scheduled_tokens > 0
+            start = max(now, model_free)
+            if runs or preempted:  # a step: one unit on the model
+                model_free = start + 1
+                e = entry(start)
+                e["scheduled"] += scheduled
+                if preempted:
+                    e.setdefault("preempted", []).extend(preempted)
+                if hits:
+                    e.setdefault("hits", []).extend(hits)
+                if drive.h.evicted_this_step:
+                    e["evicted_blocks"] = e.get("evicted_blocks", 0) + drive.h.evicted_this_step
+                idle_schedules = 0
+                last_step = start
+            else:
+                idle_schedules += 1
+            queue.appendleft(_Batch(out, drive.sampling(out), start,
+                                    model_free if runs or preempted else now))
+            if len(queue) < batch_queue_size and (runs or sched.has_requests()):
+                continue  # the queue is not full: schedule the next step at once
+        batch = queue.pop()
+        now = max(now, batch.end)  # block until its output is there
+        finished = drive.update(batch.out, batch.sampling, batch.step)
+        if finished:
+            entry(batch.step).setdefault("finished", []).extend(finished)
+            idle_schedules = 0
+        if idle_schedules >= 2 and not any(b.end > now for b in queue):
+            # Schedules do nothing and nothing runs: only an arrival can change that.
+            future = [k for k in drive.by_step if k > now]
+            if future:
+                now = min(future)
+                idle_schedules = 0
+                continue
+            if drive.open_ids:
+                stalled = True
+            break
+    observe()
+    hit_max_steps = hit_max_steps and bool(drive.open_ids)
+    last = max(entries, default=-1)
+    steps: list[dict[str, Any]] = []
+    for k in range(last + 1):
+        e = entries.get(k, {"step": k, "scheduled": []})
+        ordered: dict[str, Any] = {"step": k, "scheduled": e["scheduled"]}
+        for key in ("preempted", "finished", "arrived", "rejected", "hits"):
+            if e.get(key):
+                ordered[key] = e[key]
+        if drive.caching:
+            ordered["cached_blocks"] = e.get("cached_blocks", steps[-1]["cached_blocks"]
+                                             if steps else 0)
+            if e.get("evicted_blocks"):
+                ordered["evicted_blocks"] = e["evicted_blocks"]
+        steps.append(ordered)
+    return drive.record(steps, stalled, hit_max_steps, max_steps,
+                        "vllm.v1.core.sched.async_scheduler.AsyncScheduler")
 
 
 # --------------------------------------------------------------------------- random
@@ -891,6 +1082,9 @@ def main(argv: list[str] | None = None) -> int:
                          "prefix caching on")
     ap.add_argument("--random-sessions", type=int, default=0, metavar="N",
                     help="N random workloads of multi-turn sessions, prefix caching on")
+    ap.add_argument("--async", dest="async_scheduling", action="store_true",
+                    help="vLLM's AsyncScheduler behind the engine core's batch queue (as "
+                         "vllm serve runs it): config async_scheduling true, names async-*")
     ap.add_argument("--out-dir", type=Path)
     ap.add_argument("--max-steps", type=int, default=5000)
     ap.add_argument("--max-steps-keep", type=int, default=0,
@@ -924,7 +1118,10 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 wl = json.loads(args.workload.read_text())
                 cfg = json.loads(args.config.read_text()) if args.config else {}
-            rec = run(cfg, wl, model_dir, args.max_steps)
+            if args.async_scheduling:
+                cfg = {**cfg, "async_scheduling": True}
+            rec = run(cfg, wl, model_dir, args.max_steps,
+                      async_scheduling=bool(cfg.get("async_scheduling")))
             out = args.out or Path("vllm_record.json")
             dump(rec, out)
             print(f"{out}: {rec['summary']}")
@@ -934,7 +1131,12 @@ def main(argv: list[str] | None = None) -> int:
             args.out_dir.mkdir(parents=True, exist_ok=True)
             kept = 0
             for name, cfg, wl, seed in jobs:
-                rec = run(cfg, wl, model_dir, args.max_steps, token_seed=seed)
+                if args.async_scheduling:  # the same workloads, the async engine
+                    name = f"async-{name}"
+                    cfg = {**cfg, "async_scheduling": True}
+                    wl = {**wl, "name": name}
+                rec = run(cfg, wl, model_dir, args.max_steps, token_seed=seed,
+                          async_scheduling=args.async_scheduling)
                 if args.max_steps_keep and rec["summary"]["num_steps"] > args.max_steps_keep:
                     continue
                 dump(rec, args.out_dir / f"{name}.json")

@@ -136,6 +136,10 @@ RULES: tuple[Rule, ...] = (
            f"{cond[0]} is about swapped requests, and vLLM V1's running loop never swaps")
       for cond in (("swapped_fifo", "==", True), ("swap_prefills", "==", True),
                    ("swap_in_front", "==", True), ("prefill_past_swapped", "==", True))),
+    Rule((("async_scheduling", "==", True),), (("step_order", "==", "running_loop"),),
+         "step_order running_loop (preset vllm_v1)",
+         "async_scheduling is vLLM V1's AsyncScheduler, modelled for V1's running loop "
+         "only"),
     Rule((("swap_in_after_preempt", "==", False),), (("step_order", "==", "decode_first"),),
          "step_order decode_first (vllm_v0 with chunked prefill)",
          "swap_in_after_preempt is read only by decode_first steps (vLLM V0's chunked "

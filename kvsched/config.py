@@ -168,6 +168,11 @@ class EngineConfig:
     - `readmit_victims`: a request preempted in a step may be admitted again in that step
       (the lesson); false: it re-enters the queue after the step's admissions (vLLM V0's
       chunked scheduler extends `waiting` with its victims after `_schedule_prefills`).
+    - `async_scheduling` (vLLM V1's flag, under `running_loop`): vLLM's `AsyncScheduler` as
+      the engine core's batch queue runs it: each step is decided while the one before it
+      runs, so the requests that step finishes still hold their blocks and places in that
+      decision, and a request arriving while a step runs waits for the decision after
+      (conformance/RULES.md A1-A6).
     - `enable_priority_scheduling` (SGLang's flag, under `future_tokens`): a request that
       finds the batch full preempts running requests whose `priority` is worse (larger) by
       more than `priority_scheduling_preemption_threshold`; the queue order is `policy`.
@@ -214,6 +219,7 @@ class EngineConfig:
     swap_in_after_preempt: bool = True
     readmit_victims: bool = True
     swap_prefills: bool = False
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_blocks",

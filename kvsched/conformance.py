@@ -52,6 +52,7 @@ def vllm_v1_decisions(config: dict[str, Any], workload: dict[str, Any],
     engine = EngineSpec.model_validate(
         {"preset": "vllm_v1", "max_steps": max_steps if until is None else int(until),
          "enable_prefix_caching": caching,
+         "async_scheduling": bool(cfg.get("async_scheduling", False)),
          **{key: cfg[key] for key in _ENGINE_KEYS}}).to_config()
     out = _decisions(engine, cfg["policy"], workload, caching)
     return out if until is None else _cut(out, int(until))

@@ -82,21 +82,27 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
     _preset("lesson", "the lesson's demo engine",
             "today's defaults: decodes first, then chunks, then admissions; whole prompt "
             "reserved at admission; a step that preempted may still admit", {}),
-    _preset("vllm_v1", "vLLM 0.33.0, V1 engine (sync Scheduler)",
+    _preset("vllm_v1", "vLLM 0.33.0, V1 engine (AsyncScheduler, as vllm serve runs it; "
+            "async_scheduling: false for the sync Scheduler)",
             "one running loop in admission order (decodes and chunks mixed, blocks per "
             "chunk), victims from the tail (fcfs) or max (priority, arrival) with tokens given "
             "back; no admission in a step that preempted; the full-prompt gate; "
-            "num_blocks counts the null block",
+            "num_blocks counts the null block; async scheduling on, as vLLM 0.33 turns it "
+            "on when the flag is not given (config/vllm.py VllmConfig.__post_init__: unless "
+            "a pooling model, pipeline parallelism, an executor without it or an "
+            "incompatible speculative method): each step is decided while the one before "
+            "runs, so what that step finishes still holds its blocks and places, and an "
+            "arrival during it waits a step more",
             {"step_order": "running_loop", "victim": "by_policy", "requeue": "by_policy",
              "admit_after_preempt": False, "chunked_prefill": True,
              "long_prefill_token_threshold": 0, "scheduler_reserve_full_isl": True,
              "null_block": True, "watermark": 0.0, "preemption": "recompute",
              "max_num_batched_tokens": 2048, "max_num_seqs": 128,
-             "enable_prefix_caching": True, "prefix_accounting": "v1"},
+             "enable_prefix_caching": True, "prefix_accounting": "v1",
+             "async_scheduling": True},
             exact=True, gpu_defaults=VLLM_SERVE_TIERS,
             gpu_defaults_source="vLLM 0.33.0 engine/arg_utils.py get_batch_defaults",
-            missing=("async scheduling (the server's default)",
-                     "speculative decoding", "multi-sequence requests (n > 1)",
+            missing=("speculative decoding", "multi-sequence requests (n > 1)",
                      "KV connectors, LoRA, multimodal")),
     _preset("vllm_v0", "vLLM 0.8.5, V0 engine",
             "prefill-first steps without chunking, victims from the tail re-queued at the "

@@ -137,6 +137,7 @@ class EngineSpec(Strict):
     swap_in_after_preempt: bool = _ENGINE.swap_in_after_preempt
     readmit_victims: bool = _ENGINE.readmit_victims
     swap_prefills: bool = _ENGINE.swap_prefills
+    async_scheduling: bool = _ENGINE.async_scheduling
 
     @model_validator(mode="before")
     @classmethod

@@ -130,3 +130,17 @@ def test_the_rules_model_reproduces_vllm(path):
     rec = cmp.load(path)
     rep = cmp.compare(rec, v1_rules_model.decisions, strict_order=True)
     assert rep.agrees, cmp.side_by_side(rep)
+
+
+ASYNC = sorted((ROOT / "tests" / "fixtures").glob("vllm_v1_async*/*.json"))
+
+
+@pytest.mark.parametrize("path", ASYNC, ids=[p.stem for p in ASYNC])
+def test_the_rules_model_reproduces_vllm_async(path):
+    """RULES.md A1-A6 as code: the model, run through the batch queue's clock, decides as
+    vLLM's AsyncScheduler did; run sync on the same record, it does not."""
+    rec = cmp.load(path)
+    rep = cmp.compare(rec, v1_rules_model.decisions, strict_order=True)
+    assert rep.agrees, cmp.side_by_side(rep)
+    sync = {**rec, "config": {**rec["config"], "async_scheduling": False}}
+    assert not cmp.compare(sync, v1_rules_model.decisions).agrees

@@ -121,15 +121,27 @@ def test_an_unknown_preset_is_one_line_and_exit_2(tmp_path: Path):
 
 
 def test_shipped_engines_scenario_holds_its_claims():
-    """scenarios/engines.yaml: the four presets differ where the expectations say."""
+    """scenarios/engines.yaml: the four presets differ where the expectations say, and vLLM V1
+    as `vllm serve` runs it (async scheduling) where async changes TTFT and the step count."""
     from kvsched.runner import run_scenario
     from kvsched.scenario import load_scenario
 
     path = Path(__file__).resolve().parent.parent / "scenarios" / "engines.yaml"
     scenario_run = run_scenario(load_scenario(path))
-    assert len(scenario_run.checks) == 7
+    assert len(scenario_run.checks) == 9
     assert all(check.passed for check in scenario_run.checks)
-    assert {run.name for run in scenario_run.runs} == {"lesson", "vllm_v0", "vllm_v1", "sglang"}
+    assert {run.name for run in scenario_run.runs} == {"lesson", "vllm_v0", "vllm_v1", "sglang",
+                                                       "vllm_v1_sync", "vllm_serve"}
+    configs = {run.name: run.result.config for run in scenario_run.runs}
+    assert configs["vllm_serve"].async_scheduling and configs["vllm_v1"].async_scheduling
+    assert not configs["vllm_v1_sync"].async_scheduling
+    # the variant's batch settings are what vllm serve 0.33 takes on an H100
+    from kvsched.serve_defaults import gpu_defaults
+
+    h100 = gpu_defaults("vllm_v1", "h100-sxm")
+    assert h100 is not None
+    assert (configs["vllm_serve"].max_num_batched_tokens, configs["vllm_serve"].max_num_seqs) == (
+        h100.values["max_num_batched_tokens"], h100.values["max_num_seqs"])
 
 
 # -- vllm_v0's rules, hand-checked -------------------------------------------------------

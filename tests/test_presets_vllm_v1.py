@@ -60,6 +60,62 @@ def test_the_tie_fixtures_preempt_under_both_policies() -> None:
         "fcfs", "priority"}
 
 
+ASYNC = record_paths([Path(__file__).parent / "fixtures" / "vllm_v1_async"])
+
+
+def sync_decisions(config: dict, workload: dict) -> dict:
+    """The same preset with async scheduling off (vLLM's sync `Scheduler`)."""
+    return vllm_v1_decisions({**config, "async_scheduling": False}, workload)
+
+
+@pytest.mark.parametrize("path", ASYNC, ids=[p.stem for p in ASYNC])
+def test_recorded_async_runs_agree(path: Path) -> None:
+    """Real-vLLM records of `AsyncScheduler` behind the engine core's batch queue
+    (`vllm_driver.py --async`, RULES.md A1-A6): kvsched agrees step by step, order included;
+    with async scheduling off it does not (each record is one where async decides)."""
+    record = load(path)
+    assert record["config"]["async_scheduling"] is True
+    report = compare(record, vllm_v1_decisions, strict_order=True, name=path.stem)
+    assert report.agrees, report.summary() + "\n" + side_by_side(report)
+    assert not compare(record, sync_decisions).agrees
+
+
+def in_flight_victims(record: dict) -> list[str]:
+    """Requests preempted in the step after the one that computed their last token (A5)."""
+    return [rid for step in record["steps"] for rid in step.get("preempted", [])
+            if record["requests"][rid]["finish_step"] == step["step"] - 1]
+
+
+def test_the_async_fixtures_cover_what_async_changes() -> None:
+    """Victims whose last token was in flight under both policies (A4, A5), priority
+    preemption, chunking off, watermarks, ties, rejections, and vLLM's own test cases."""
+    records = [load(p) for p in ASYNC]
+    assert len(records) == 14
+    policies = {r["config"]["policy"] for r in records if in_flight_victims(r)}
+    assert policies == {"fcfs", "priority"}
+    assert any(not r["config"]["enable_chunked_prefill"] for r in records)
+    assert any(r["config"]["watermark"] for r in records)
+    assert any(r["summary"]["num_rejected"] for r in records)
+    assert sum(r["workload"]["name"].startswith("async-ties") for r in records) == 4
+    assert sum(r["workload"]["name"].startswith("async-test_") for r in records) == 3
+
+
+def test_a_victim_whose_last_token_is_in_flight_finishes_without_running_again() -> None:
+    """A5: preempted the step after its last token was computed, it finishes with that
+    token (vLLM delivers the stale output and check_stop stops it from the queue)."""
+    record = load(Path(__file__).parent / "fixtures" / "vllm_v1_async" /
+                   "async-ties-s3-0125.json")
+    victims = in_flight_victims(record)
+    assert victims
+    for rid in victims:
+        request = record["requests"][rid]
+        assert request["status"] == "finished" and request["num_preemptions"] >= 1
+        preempted_at = next(s["step"] for s in record["steps"] if rid in s.get("preempted", []))
+        assert all(rid not in dict(s["scheduled"]) for s in record["steps"]
+                   if s["step"] >= preempted_at)
+    assert compare(record, vllm_v1_decisions).agrees
+
+
 def tied(*specs: tuple, output_len: int = 16) -> list[Request]:
     """(id, prompt_len, priority, arrival_step): the requests of one step all at one time
     (just before kvsched's step k + 1, as `reqs` puts vLLM's step k), so ties decide."""
@@ -113,10 +169,12 @@ class Run:
 
 def run_v1(requests: list[Request], policy: str = "fcfs", **engine: object) -> Run:
     """`requests` under the vllm_v1 preset on the step clock (vLLM's tests' engine: its
-    `create_scheduler` leaves prefix caching off unless a test turns it on)."""
+    `create_scheduler` leaves prefix caching off unless a test turns it on, and builds the
+    sync `Scheduler`)."""
     config = engine_config("vllm_v1", **{"num_blocks": 10000, "max_num_seqs": 16,
                                          "max_num_batched_tokens": 8192,
-                                         "enable_prefix_caching": False, **engine})
+                                         "enable_prefix_caching": False,
+                                         "async_scheduling": False, **engine})
     result = simulate(requests, config, make_policy(policy), StepClock(), record_batches=True)
     run = Run()
     for step, _t, rid, _kind, tokens in result.batches or ():
@@ -313,6 +371,19 @@ def test_the_preset_agrees_with_the_rules_model_on_random_workloads(case):
     """conformance/v1_rules_model.py agrees 100% with real vLLM on 2,165 recorded runs; the
     preset agrees with it on workloads nobody recorded (strict order included)."""
     config, workload = case
+    model = v1_rules_model.decisions(config, workload, max_steps=20_000)
+    record = {"config": config, "workload": workload, **model}
+    report = compare(record, vllm_v1_decisions, strict_order=True)
+    assert report.agrees, report.summary() + "\n" + side_by_side(report)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(harness_cases())
+def test_the_async_preset_agrees_with_the_rules_model_on_random_workloads(case):
+    """The same with async scheduling (RULES.md A1-A6): the model, which agrees 100% with
+    the --async records, and the preset agree on workloads nobody recorded."""
+    config, workload = case
+    config = {**config, "async_scheduling": True}
     model = v1_rules_model.decisions(config, workload, max_steps=20_000)
     record = {"config": config, "workload": workload, **model}
     report = compare(record, vllm_v1_decisions, strict_order=True)

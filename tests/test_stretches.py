@@ -51,7 +51,9 @@ def preset_configs(draw):
         keys["enable_chunked_prefill"] = draw(st.booleans())
     if draw(st.booleans()):
         keys["admit_after_preempt"] = draw(st.booleans())
-    if preset != "vllm_v1" and draw(st.booleans()):
+    if preset == "vllm_v1":
+        keys["async_scheduling"] = draw(st.booleans())
+    elif draw(st.booleans()):
         keys["preemption"] = "swap"
         keys["swapped_fifo"] = draw(st.booleans())
     keys["max_queued_requests"] = draw(st.sampled_from([None, None, 2, 5]))

@@ -45,7 +45,10 @@ def arrive(sched: Scheduler, seq: Seq, step: int) -> None:
         sched.reject(seq, step, seq.unschedulable)
         return
     seq.state = SeqState.WAITING
-    sched.waiting.push(seq, request.arrival_time)
+    if sched.in_flight and sched._async:
+        sched.late.append(seq)  # the next step was decided before it came (RULES.md A2)
+    else:
+        sched.waiting.push(seq, request.arrival_time)
     sched.events.append((step, request.arrival_time, request.request_id, "arrive",
                         f"unschedulable: {seq.unschedulable}" if seq.unschedulable else ""))
 

@@ -43,6 +43,8 @@ cdef class Scheduler:
     cdef public bint _full_isl
     cdef public long long _max_num_seqs, _long_threshold
     cdef public bint fast_loops
+    cdef public bint _async, in_flight, _learned
+    cdef public list departing, late
 
     cpdef reject(self, Seq seq, long long step, str reason)
     cpdef StepPlan schedule(self, long long step, double now)
@@ -75,6 +77,11 @@ cdef class Scheduler:
     @cython.locals(start=cython.longlong, recomputed=cython.longlong, running=dict, late=bint)
     cpdef _prefill_chunk(self, StepPlan plan, Seq seq, long long chunk)
     cpdef _finish(self, Seq seq, long long step, double end_time)
+    cpdef _leave(self, Seq seq)
+    @cython.locals(seq=Seq, departing=list, late=list)
+    cpdef _depart(self)
+    @cython.locals(computed=cython.longlong)
+    cpdef _preempt_departing(self, Seq victim, StepPlan plan, Seq cause)
     @cython.locals(tick=cython.longlong, bucket=list)
     cpdef _push_block_due(self, Seq seq)
     @cython.locals(tick=cython.longlong, bucket=list)

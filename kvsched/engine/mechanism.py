@@ -126,6 +126,16 @@ class Scheduler:
         # False: every step through the request-by-request loops (the exact path, to check
         # the O(changes) ones against; the engine's `stretches=False`)
         self.fast_loops = True
+        # Async scheduling (vLLM V1's AsyncScheduler: its rules module turns it on): the step
+        # is decided while the one before it runs, so requests that finished in that step
+        # still hold their blocks and places (`departing`) and requests that arrived while it
+        # ran (`late`) wait for the next decision. `in_flight`: a step ran and no idle one
+        # since (an arrival now comes while the next step is already decided).
+        self._async = False
+        self.departing: list[Seq] = []
+        self.late: list[Seq] = []
+        self.in_flight = False
+        self._learned = False  # finishes or arrivals came in after the last decision
 
     # -- arrivals turned away ----------------------------------------------------------
 
@@ -227,6 +237,8 @@ class Scheduler:
 
     def _waiting_may_admit(self) -> bool:
         """With requests waiting, whether a rule may admit one mid-stretch (no stretch)."""
+        if self._learned:
+            return True  # async: blocks, seats or arrivals came after the last decision
         if self._has_delay:
             return True  # the delay passes with time alone: admissions may open mid-stretch
         if self._v0_priority:
@@ -245,10 +257,12 @@ class Scheduler:
         return seq.base + self.tick if seq.state is RUNNING else seq.generated
 
     def close_all_runs(self) -> None:
-        """Settle the lazy counters of requests still running when a run stops early."""
+        """Settle the lazy counters of requests still running when a run stops early (and
+        let the finished that had not left yet leave)."""
         for seq in self.running.values():
             seq.generated = seq.base + self.tick
             self._close_run(seq, self.tick)
+        self._depart()
 
     # -- decodes ------------------------------------------------------------------------
 
@@ -265,12 +279,13 @@ class Scheduler:
             return self._decode_exact(plan, budget, tick)
         if growing:
             prefix = self.prefix
+            for seq in growing:
+                seq.blocks += 1
             if prefix is None:
                 self.pool.allocate(len(growing))
             else:
                 prefix.grow_each(growing)
             for seq in growing:
-                seq.blocks += 1
                 self._push_block_due(seq)
         if self.prefix is not None and self.prefix.eager:
             fills = self._block_due.get(tick + 1)  # their last block fills in this pass
@@ -294,8 +309,12 @@ class Scheduler:
         seq.decoded_tick = tick
         decoded.append(seq)
         prefix = self.prefix
-        if prefix is not None and prefix.eager and not (
-                seq.prompt_len + seq.base + tick - 1) % self._block_size:
+        if prefix is None or not prefix.eager:
+            return
+        if prefix.lagged:  # async: the block its last pass filled, as it takes the next one
+            if grew:
+                prefix.computed(seq, (seq.blocks - 1) * self._block_size)
+        elif not (seq.prompt_len + seq.base + tick - 1) % self._block_size:
             prefix.filled(seq)
 
     def _decode_exact(self, plan: StepPlan, budget: int, tick: int) -> int:
@@ -357,8 +376,9 @@ class Scheduler:
             return next(reversed(queue.values()))
         if rule is Victim.LAST_ADMITTED:  # both queues are in admission order
             tails = [next(reversed(q.values())) for q in (self.running, self.prefilling) if q]
-            return max(tails, key=lambda s: s.admit_seq)
-        candidates = chain(self.running.values(), self.prefilling.values())
+            tails.extend(self.departing)  # async: finished, still in vLLM's running list
+            return max(tails, key=admission_key)
+        candidates = chain(self.running.values(), self.prefilling.values(), self.departing)
         if rule is Victim.LOWEST_PRIORITY:  # vLLM V1's max(running, key=(priority, arrival))
             # returns the first of equal keys in its running list: the earliest admitted
             return max(candidates,
@@ -368,12 +388,17 @@ class Scheduler:
             s.base + tick if s.state is RUNNING else s.generated, -s.prompt_len, -s.admit_seq))
 
     def _preempt(self, victim: Seq, plan: StepPlan, cause: Seq) -> None:
+        if victim.state is FINISHED:
+            self._preempt_departing(victim, plan, cause)
+            return
         tick = self.tick
         request = victim.request
         was_decoding = victim.state is RUNNING
         if was_decoding:
             victim.generated = victim.base + tick - 1  # its decode in this pass is undone
             computed = victim.prompt_len + victim.generated - 1
+            if self._async and victim.run_tick < tick:
+                computed -= 1  # its decode of the step before is in flight: not cached yet
             self.kv_tokens -= victim.prompt_len + victim.generated - 1
             self._close_run(victim, tick - 1)
             del self.running[victim.index]
@@ -430,6 +455,28 @@ class Scheduler:
             self.waiting.push(victim, plan.time)
         else:  # as vLLM V1's priority heap: its original (priority, arrival) place
             self.waiting.push(victim, request.arrival_time)
+
+    def _preempt_departing(self, victim: Seq, plan: StepPlan, cause: Seq) -> None:
+        """Async scheduling: the victim is a request whose last token is in flight (vLLM's
+        running list still holds it). Its blocks are freed now; the token, delivered after
+        the step is decided, finishes it from the waiting queue (vLLM 0.33
+        `_update_request_with_output` on stale output, then `check_stop`): it never runs
+        again, and counts a preemption."""
+        self.departing.remove(victim)
+        computed = victim.prompt_len + victim.output_len - 2  # its last decode still in flight
+        if self.prefix is not None:
+            self.prefix.preempted(victim, computed)
+        else:
+            self.pool.release(victim.blocks)
+        self.committed_blocks -= victim.lifetime_blocks
+        victim.num_preemptions += 1
+        plan.preempted.append(victim)
+        self.events.append((plan.step, plan.time, victim.request.request_id, "preempt",
+                            f"recompute; {victim.blocks} blocks freed for "
+                            f"{cause.request.request_id}"))
+        victim.blocks = 0
+        if self.on_done is not None:
+            self.on_done(victim)
 
     def _open_pass(self, plan: StepPlan) -> int:
         """Start the step's decode pass for a loop that takes blocks request by request (so
@@ -719,19 +766,47 @@ class Scheduler:
         seq.state = FINISHED
         seq.generated = seq.output_len
         seq.finish_time = end_time
-        if self.prefix is not None:  # its answer's full blocks join the cache, at step end
-            self._releases.append(seq)
-        else:
-            self.pool.release(seq.blocks)
-        self.committed_blocks -= seq.lifetime_blocks
-        seq.blocks = 0
         self.kv_tokens -= seq.prompt_len + seq.output_len - 1
         del self.running[seq.index]
         seq.epoch += 1
         self.events.append((step, end_time, seq.request.request_id, "finish",
                             f"{seq.output_len} tokens"))
+        if self._async:  # the scheduler learns it after deciding the next step
+            self.departing.append(seq)
+        else:
+            self._leave(seq)
+
+    def _leave(self, seq: Seq) -> None:
+        """A finished request gives back its blocks (its answer's full blocks join the
+        cache at the step's end) and its place."""
+        if self.prefix is not None:
+            self._releases.append(seq)
+        else:
+            self.pool.release(seq.blocks)
+        self.committed_blocks -= seq.lifetime_blocks
+        seq.blocks = 0
         if self.on_done is not None:
             self.on_done(seq)
+
+    def _depart(self) -> None:
+        """Async scheduling: the step decided, the requests that finished in the step before
+        it leave (vLLM frees them in update_from_output, after schedule()); the requests that
+        arrived while it was decided join the queue, in arrival order."""
+        departing = self.departing
+        if departing:
+            self.departing = []
+            self._learned = True
+            for seq in departing:
+                self._leave(seq)
+            if self._releases:
+                self._release_finished()
+        late = self.late
+        if late:
+            self.late = []
+            self._learned = True
+            waiting = self.waiting
+            for seq in late:
+                waiting.push(seq, seq.request.arrival_time)
 
     def _push_block_due(self, seq: Seq) -> None:
         # The decode pass at which cache + 1 first exceeds the blocks held.

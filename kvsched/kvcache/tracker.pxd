@@ -9,13 +9,13 @@ cdef class PrefixTracker:
     cdef public object cache
     cdef public BlockPool pool
     cdef public long long block_size, _evicted_seen
-    cdef public bint eager
+    cdef public bint eager, lagged
 
     cpdef long long match(self, Seq seq)
     cpdef long long hit_cost(self, Seq seq, long long hit)
     cpdef admit(self, Seq seq, long long hit, long long fresh)
     cpdef grow(self, Seq seq, long long fresh)
-    @cython.locals(seq=Seq, owners=list)
+    @cython.locals(seq=Seq, owners=list, size=cython.longlong)
     cpdef grow_each(self, list seqs)
     cpdef shrink(self, Seq seq, long long blocks)
     cpdef computed(self, Seq seq, long long num_tokens)

@@ -51,7 +51,7 @@ class PrefixTracker:
     """Drives a prefix cache (vLLM's hashed blocks or SGLang's radix tree) alongside the
     scheduler's block counts."""
 
-    __slots__ = ("cache", "pool", "block_size", "eager", "_evicted_seen")
+    __slots__ = ("cache", "pool", "block_size", "eager", "lagged", "_evicted_seen")
 
     def __init__(self, cache: HashedBlockCache | RadixCache, pool: BlockPool) -> None:
         self.cache = cache
@@ -63,6 +63,10 @@ class PrefixTracker:
         # tree) inserts decoded tokens when the request finishes, and a retraction frees
         # them without inserting them.
         self.eager = isinstance(cache, HashedBlockCache)
+        # vLLM's async scheduling hashes such a block a step later, when the request takes
+        # its next block: the token that completes it is still in flight when the step that
+        # computes it is decided (its num_tokens lags), RULES.md A5.
+        self.lagged = False
 
     # -- the read-only view (CacheView) ------------------------------------------------
 
@@ -93,11 +97,17 @@ class PrefixTracker:
         self.pool.free = self.cache.num_free
 
     def grow_each(self, seqs: list[Seq]) -> None:
-        """`grow(seq, 1)` for each of `seqs` (a decode pass's block boundaries): taken at
-        once, the same blocks and evictions as one by one."""
+        """`grow(seq, 1)` for each of `seqs` (a decode pass's block boundaries, their
+        `blocks` counting the new one): taken at once, the same blocks and evictions as one
+        by one; `lagged`, each then caches the block before its new one."""
         owners = [seq.index for seq in seqs]
-        self.cache.grow_each(owners)
-        self.pool.free = self.cache.num_free
+        cache = self.cache
+        cache.grow_each(owners)
+        if self.lagged:
+            size = self.block_size
+            for seq in seqs:
+                cache.commit(seq.index, identity(seq), (seq.blocks - 1) * size)
+        self.pool.free = cache.num_free
 
     def shrink(self, seq: Seq, blocks: int) -> None:
         self.cache.shrink(seq.index, blocks)
@@ -110,11 +120,15 @@ class PrefixTracker:
         self.pool.free = self.cache.num_free
 
     def filled(self, seq: Seq) -> None:
-        """A decode pass fills `seq`'s last block: vLLM caches it in that step."""
-        self.cache.commit(seq.index, identity(seq), seq.blocks * self.block_size)
+        """A decode pass fills `seq`'s last block: vLLM caches it in that step (`lagged`:
+        in the step that takes the next block, `grow_each`)."""
+        if not self.lagged:
+            self.cache.commit(seq.index, identity(seq), seq.blocks * self.block_size)
 
     def filled_each(self, seqs: list[Seq]) -> None:
         """`filled` for each of `seqs`, in their order."""
+        if self.lagged:
+            return
         cache, size = self.cache, self.block_size
         for seq in seqs:
             cache.commit(seq.index, identity(seq), seq.blocks * size)

@@ -7,6 +7,8 @@ from kvsched.sequence cimport Seq
 from kvsched.waiting cimport WaitingQueue
 
 cdef class VllmV1Scheduler(Scheduler):
+    @cython.locals(plan=StepPlan, learned=bint)
+    cpdef StepPlan schedule(self, long long step, double now)
     cpdef _assemble(self, StepPlan plan)
     @cython.locals(running=dict, block_size=cython.longlong, demand=cython.longlong, need=cython.longlong, seq=Seq, n=cython.longlong, done=cython.longlong, tick=cython.longlong, growing=list, due=list, active=list, prefix=PrefixTracker, fills=list, grows=set, decoded=list, chunks=dict, acting=dict, grew=bint, fresh=cython.longlong, epoch=cython.longlong)
     cpdef long long _loop_settled(self, StepPlan plan, long long budget, long long threshold)

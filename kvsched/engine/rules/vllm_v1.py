@@ -1,14 +1,23 @@
 """vLLM 0.33 V1's scheduler (`v1/core/sched/scheduler.py`, conformance/RULES.md R3-R12): one
 loop over the running requests in admission order, decodes and unfinished chunks alike
 (blocks per chunk, victims preempted until a request's tokens fit), then the waiting loop,
-which admits a head with its first chunk's blocks only and none in a step that preempted."""
+which admits a head with its first chunk's blocks only and none in a step that preempted.
+
+With `async_scheduling` (vLLM's `AsyncScheduler`, `v1/core/sched/async_scheduler.py`, as the
+engine core's batch queue drives it: RULES.md A1-A6), each step is decided while the step
+before it runs: the requests whose last token that step computes are still running when the
+next one is decided (they hold their blocks and places, are not scheduled, and may be
+victims), the arrivals during it wait a step more, and a decision that schedules nothing
+costs no time: the engine learns the running step's outcome and decides again."""
 
 from __future__ import annotations
 
 from kvsched.blocks import blocks_for
+from kvsched.config import EngineConfig
 from kvsched.engine import head_of_line
 from kvsched.engine.mechanism import Scheduler, admission_key, in_admission_order
-from kvsched.engine.plan import StepPlan
+from kvsched.engine.plan import Event, StepPlan
+from kvsched.policies.base import Policy
 from kvsched.sequence import Seq, SeqState
 
 RUNNING = SeqState.RUNNING
@@ -18,9 +27,35 @@ PREFILLING = SeqState.PREFILLING
 class VllmV1Scheduler(Scheduler):
     """The running loop, then admissions unless the step preempted."""
 
+    def __init__(self, config: EngineConfig, policy: Policy, events: list[Event] | None = None,
+                 record_batches: bool = False) -> None:
+        Scheduler.__init__(self, config, policy, events, record_batches)
+        self._async = config.async_scheduling
+        if self._async and self.prefix is not None:
+            self.prefix.lagged = self.prefix.eager
+
+    def schedule(self, step: int, now: float) -> StepPlan:
+        """Decide step `step`, starting at `now`; with async scheduling, as decided while the
+        step before it ran (RULES.md A1-A4)."""
+        self._learned = False
+        plan = Scheduler.schedule(self, step, now)
+        if not self._async:
+            return plan
+        learned = bool(self.departing or self.late)
+        self._depart()  # vLLM's update_from_output of the step before, after schedule()
+        if learned and plan.is_idle:
+            # An empty batch takes no time: the next decision is made at once, knowing the
+            # step before (A3).
+            self._learned = False
+            plan = Scheduler.schedule(self, step, now)
+        self.in_flight = not plan.is_idle
+        return plan
+
     def _assemble(self, plan: StepPlan) -> None:
         threshold = self._long_threshold
-        if len(self.running) + len(self.prefilling) + self.waiting.size <= 1:
+        # (async: the requests finished in the running step are still vLLM's running ones)
+        if (len(self.running) + len(self.prefilling) + len(self.departing)
+                + self.waiting.size <= 1):
             threshold = 0  # R5: a request alone gets the whole budget
         if self.prefilling:
             budget = self._loop_settled(plan, self._budget, threshold)
@@ -162,7 +197,8 @@ class VllmV1Scheduler(Scheduler):
         full_isl = self._full_isl
         prefix = self.prefix
         self._stopped_at = None
-        while budget > 0 and len(self.running) + len(self.prefilling) < self._max_num_seqs:
+        while budget > 0 and (len(self.running) + len(self.prefilling) + len(self.departing)
+                              < self._max_num_seqs):
             seq = waiting.peek()
             if seq is None or self._head_stops(seq, budget):
                 break
@@ -178,7 +214,8 @@ class VllmV1Scheduler(Scheduler):
                 break
             n = min(n, budget)
             # The watermark applies only when something else is running (has_scheduled_reqs).
-            floor = pool.watermark_blocks if self.running or self.prefilling else 0
+            floor = (pool.watermark_blocks if self.running or self.prefilling or self.departing
+                     else 0)
             held = hit // block_size
             whole = blocks_for(tokens, block_size) - held + cost
             if full_isl and whole + floor > pool.free:
