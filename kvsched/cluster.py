@@ -31,7 +31,7 @@ from kvsched.config import EngineConfig
 from kvsched.engine.replica import Engine
 from kvsched.engine.view import RouteLike
 from kvsched.histogram import GapHistogram
-from kvsched.loop import put_record
+from kvsched.loop import collector_off, put_record
 from kvsched.metrics import summarize
 from kvsched.policies.base import Policy
 from kvsched.record_table import RecordTable
@@ -182,7 +182,8 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
     routed: list[int | None] = [None] * len(requests)  # all set by the loop
     seqs: list[Seq | None] = [None] * len(requests)
     loop = _Loop(replicas, router, signal_delay, queue)
-    loop.run()
+    with collector_off():
+        loop.run()
     for replica in replicas:
         replica.engine.on_done(None)
     for k, i in enumerate(loop.order):
