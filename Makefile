@@ -133,6 +133,7 @@ SGLANG_VERSION := 0.5.23
 SGLANG_ROUNDS ?= 2000
 SGLANG_SEED ?= 2
 SGLANG_LOOPS ?= 100
+SGLANG_RADIX ?= 1000
 
 conformance-sglang-install: $(SGSTAMP)
 
@@ -148,7 +149,10 @@ conformance-sglang: install $(SGSTAMP)
 		--out $(CONFORMANCE_OUT)/sglang/rounds-s$(SGLANG_SEED).json
 	HF_HUB_OFFLINE=1 $(SGBIN)/python conformance/sglang_loop_driver.py --random $(SGLANG_LOOPS) \
 		--seed $(SGLANG_SEED) --out-dir $(CONFORMANCE_OUT)/sglang/loop-s$(SGLANG_SEED)
-	$(BIN)/python -m conformance.sglang_compare $(CONFORMANCE_OUT)/sglang/rounds-s$(SGLANG_SEED).json
+	HF_HUB_OFFLINE=1 $(SGBIN)/python conformance/sglang_radix_driver.py --random $(SGLANG_RADIX) \
+		--seed $(SGLANG_SEED) --out $(CONFORMANCE_OUT)/sglang/radix-s$(SGLANG_SEED).json
+	$(BIN)/python -m conformance.sglang_compare $(CONFORMANCE_OUT)/sglang/rounds-s$(SGLANG_SEED).json \
+		$(CONFORMANCE_OUT)/sglang/radix-s$(SGLANG_SEED).json
 	@echo "== kvsched (kvsched.conformance:sglang_decisions) vs SGLang's scheduling loop"
 	$(BIN)/python -m conformance.compare $(CONFORMANCE_OUT)/sglang/loop-s$(SGLANG_SEED) \
 		--kvsched kvsched.conformance:sglang_decisions --quiet

@@ -411,3 +411,48 @@ def sglang_priority_round_decisions(config: dict[str, Any],
             break
     return {"admitted": admitted, "preempted": sorted(preempted),
             "batch_is_full": reservation.batch_is_full}
+
+
+# --- SGLang's radix cache, operation by operation (conformance/sglang_radix_driver.py) -----
+
+def sglang_radix_outcomes(case: dict[str, Any]) -> list[dict[str, Any]]:
+    """kvsched's `RadixCache` driven by a radix case's operations, as SGLang's tree is: an
+    insert (`_insert`, the tokens already in the tree), a match (`_walk`, splitting where it
+    ends), the lock of that match's node and its release (`_lock`), an eviction (`_evict`:
+    the tokens and the nodes, in order). After each: evictable and locked tokens."""
+    from kvsched.kvcache.radix import RadixCache
+
+    page = int(case["config"]["page_size"])
+    cache = RadixCache(1 << 30, page)
+    log: list[tuple[int, int, tuple[int, int]]] = []
+    cache.evicted_log = log
+    prefixes = {sid: Prefix(tuple((int(s), int(n)) for s, n in segs))
+                for sid, segs in case["sequences"].items()}
+    matched: list[Any] = []
+    locks: list[Any] = []
+    out: list[dict[str, Any]] = []
+    for op in case["ops"]:
+        kind = op[0]
+        res: dict[str, Any] = {}
+        if kind == "insert":
+            res["prefix_len"] = cache._insert(prefixes[op[1]], int(op[2]) // page * page)
+        elif kind == "match":
+            node, tokens = cache._walk(prefixes[op[1]], int(op[2]) // page * page, True)
+            matched.append(node)
+            res["matched"] = tokens
+        elif kind == "lock":
+            node = matched[int(op[1])]
+            cache._lock(node, 1)
+            locks.append(node)
+        elif kind == "unlock":
+            cache._lock(locks[int(op[1])], -1)
+        elif kind == "evict":
+            before = cache.evicted
+            log.clear()
+            cache._evict(int(op[1]))
+            res["evicted"] = cache.evicted - before
+            res["nodes"] = [[start, length, key[0], key[1]] for start, length, key in log]
+        res["evictable"] = cache.evictable_tokens()
+        res["protected"] = cache.tree_tokens - cache.evictable_tokens()
+        out.append(res)
+    return out

@@ -146,7 +146,9 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
                      "--enable-mixed-chunk", "page_size is block_size (SGLang's default "
                      "is 1)", "the random policy reshuffles every round in SGLang; here "
                      "each request draws once per queue entry",
-                     "the radix cache is not checked against SGLang's code",
+                     "the radix cache's use by the scheduling loop (when a round matches, "
+                     "inserts and locks) is not checked against SGLang's code (the tree "
+                     "itself is: conformance/SGLANG_RULES.md S16-S17)",
                      "SGLang's default overlap event loop (results a step late; kvsched runs "
                      "--disable-overlap-schedule's event_loop_normal)",
                      "ignore_eos requests (SGLang reserves their whole output, ratio 1, and "

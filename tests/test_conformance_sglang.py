@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conformance.compare import compare, side_by_side
-from conformance.sglang_compare import compare_record
+from conformance.sglang_compare import compare_radix, compare_record
 from kvsched.conformance import (
     sglang_decisions,
     sglang_priority_round_decisions,
@@ -256,3 +256,50 @@ def test_only_a_fully_idle_step_resets_the_ratio():
         assert record["requests"]["C"]["first_token_step"] == c_first
         out = sglang_decisions(record["config"], record["workload"])
         assert out["requests"]["C"]["first_token_step"] == c_first, name
+
+
+# --- SGLang's radix caches, operation by operation (conformance/sglang_radix_driver.py) -----
+
+RADIX = FIXTURES / "radix-s1.json"
+
+
+def test_kvsched_radix_tree_does_what_sglangs_does_operation_by_operation():
+    """Every insert (tokens already cached), match, lock, unlock and eviction (tokens and
+    nodes, in order) of 20 random cases, and the evictable and locked tokens after each, as
+    SGLang 0.5.23's UnifiedRadixCache (its Rust TreeCore) did them (SGLANG_RULES.md S16)."""
+    record = json.loads(RADIX.read_text())
+    assert record["format"] == "kvsched-sglang-radix/1"
+    assert record["engine"]["version"] == "0.5.23"
+    report = compare_radix(record)
+    assert report["rust"]["cases"] == len(record["cases"]) == 20
+    assert report["rust"]["diffs"] == []
+
+
+def test_radix_fixture_covers_pages_left_inside_evictions_and_locks():
+    """Pages of 1 and above; sequences whose shared tokens end inside a page (S16); an
+    eviction of several nodes; one held back by a lock."""
+    record = json.loads(RADIX.read_text())
+    cases = record["cases"]
+    assert {c["config"]["page_size"] for c in cases} >= {1, 2, 4, 16}
+
+    def tokens(segments):
+        return [(s, k) for s, n in segments for k in range(n)]
+
+    def inside_a_page(case) -> bool:
+        page = case["config"]["page_size"]
+        inserted = [tokens(case["sequences"][op[1]])[:op[2]] for op in case["ops"]
+                    if op[0] == "insert"]
+        for i, a in enumerate(inserted):
+            for b in inserted[:i]:
+                pairs = enumerate(zip(a, b, strict=False))
+                shared = next((k for k, (x, y) in pairs if x != y), min(len(a), len(b)))
+                if shared % page and shared >= page and min(len(a), len(b)) > shared:
+                    return True
+        return False
+
+    assert sum(inside_a_page(c) for c in cases if c["config"]["page_size"] > 1) >= 5
+    outcomes = [(op, out) for c in cases
+                for op, out in zip(c["ops"], c["sglang"]["rust"], strict=True)]
+    assert any(op[0] == "evict" and len(out["nodes"]) >= 2 for op, out in outcomes)
+    assert any(op[0] == "evict" and out["evicted"] < op[1] and out["protected"]
+               for op, out in outcomes)
