@@ -151,7 +151,8 @@ conformance-v0: install $(CSTAMP0)
 	$(BIN)/python -m conformance.compare $(CONFORMANCE_OUT)/v0-random \
 		$(CONFORMANCE_OUT)/v0-cases $(CONFORMANCE_OUT)/v0-ties --kvsched $(V0_FN) --quiet
 # Proof harness against SGLang 0.5.23's real admission code (issue 9), round by round on the
-# CPU. Not part of `make test` (which checks the committed tests/fixtures/sglang/). Its own
+# CPU, and its scheduling loop step by step (issue 22: conformance/sglang_loop_driver.py).
+# Not part of `make test` (which checks the committed tests/fixtures/sglang/). Its own
 # virtualenv: sglang==0.5.23 with --no-deps, torch 2.13.0 CPU, and the pinned import-time
 # dependencies of conformance/sglang-requirements.txt (about 7 minutes, 2.5 GB).
 SGVENV := .venv-conformance-sglang
@@ -160,6 +161,8 @@ SGSTAMP := $(SGVENV)/.installed-stamp
 SGLANG_VERSION := 0.5.23
 SGLANG_ROUNDS ?= 2000
 SGLANG_SEED ?= 2
+SGLANG_LOOPS ?= 100
+SGLANG_RADIX ?= 1000
 
 conformance-sglang-install: $(SGSTAMP)
 
@@ -173,7 +176,15 @@ conformance-sglang: install $(SGSTAMP)
 	HF_HUB_OFFLINE=1 $(SGBIN)/python conformance/sglang_driver.py --rounds $(SGLANG_ROUNDS) \
 		--tie-rounds $$(($(SGLANG_ROUNDS) / 2)) --seed $(SGLANG_SEED) \
 		--out $(CONFORMANCE_OUT)/sglang/rounds-s$(SGLANG_SEED).json
-	$(BIN)/python -m conformance.sglang_compare $(CONFORMANCE_OUT)/sglang/rounds-s$(SGLANG_SEED).json
+	HF_HUB_OFFLINE=1 $(SGBIN)/python conformance/sglang_loop_driver.py --random $(SGLANG_LOOPS) \
+		--seed $(SGLANG_SEED) --out-dir $(CONFORMANCE_OUT)/sglang/loop-s$(SGLANG_SEED)
+	HF_HUB_OFFLINE=1 $(SGBIN)/python conformance/sglang_radix_driver.py --random $(SGLANG_RADIX) \
+		--seed $(SGLANG_SEED) --out $(CONFORMANCE_OUT)/sglang/radix-s$(SGLANG_SEED).json
+	$(BIN)/python -m conformance.sglang_compare $(CONFORMANCE_OUT)/sglang/rounds-s$(SGLANG_SEED).json \
+		$(CONFORMANCE_OUT)/sglang/radix-s$(SGLANG_SEED).json
+	@echo "== kvsched (kvsched.conformance:sglang_decisions) vs SGLang's scheduling loop"
+	$(BIN)/python -m conformance.compare $(CONFORMANCE_OUT)/sglang/loop-s$(SGLANG_SEED) \
+		--kvsched kvsched.conformance:sglang_decisions --quiet
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

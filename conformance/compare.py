@@ -42,9 +42,11 @@ REQUEST_FIELDS = ("first_token_step", "finish_step", "num_preemptions", "status"
 HIT_FIELDS = ("prefix_hit_tokens", "cached_tokens")  # with prefix caching on
 CACHE_STEP_FIELDS = ("hits", "cached_blocks", "evicted_blocks")  # if the side gives them
 DEFAULT_KVSCHED = "kvsched.conformance:vllm_v1_decisions"
-RECORD_FORMATS = ("kvsched-vllm-v1-record/", "kvsched-vllm-v0-record/")
+RECORD_FORMATS = ("kvsched-vllm-v1-record/", "kvsched-vllm-v0-record/",
+                  "kvsched-sglang-record/")
 # V0 records (conformance/vllm_v0_driver.py) also say who was swapped out and in.
 V0_STEP_FIELDS = ("swapped_out", "swapped_in")
+ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang"}
 
 
 def is_v0(record: dict[str, Any]) -> bool:
@@ -54,7 +56,7 @@ def is_v0(record: dict[str, Any]) -> bool:
 def load(path: str | Path) -> dict[str, Any]:
     record = json.loads(Path(path).read_text())
     if not str(record.get("format", "")).startswith(RECORD_FORMATS):
-        raise ValueError(f"{path}: not a recorded vLLM run (format={record.get('format')!r})")
+        raise ValueError(f"{path}: not a recorded engine run (format={record.get('format')!r})")
     return record
 
 
@@ -118,6 +120,7 @@ class Report:
     hits_total: int = 0
     hits_agree: int = 0
     step_fields: tuple[str, ...] = STEP_FIELDS
+    engine: str = "vLLM"  # the recorded engine, as the side-by-side names it
 
     @property
     def agrees(self) -> bool:
@@ -202,6 +205,7 @@ def compare(record: dict[str, Any], kvsched: Decisions | KvschedFn,
         hits_total=len(ids) if caching else 0,
         hits_agree=hits_agree,
         step_fields=step_fields,
+        engine=ENGINE_LABELS.get(record.get("engine", {}).get("name"), "vLLM"),
     )
 
 
@@ -226,13 +230,13 @@ def _fmt_step(s: dict[str, Any]) -> str:
 
 
 def side_by_side(report: Report, context: int = 3, width: int = 56) -> str:
-    """Both step lists around the first disagreement, vLLM left, kvsched right."""
+    """Both step lists around the first disagreement, the engine left, kvsched right."""
     first = report.first_disagreement
     lines: list[str] = []
     if first is not None:
         lo = max(0, first - context)
         hi = min(report.steps_total, first + context + 1)
-        lines.append(f"{'step':>5}  {'vLLM (recorded)':<{width}} | kvsched")
+        lines.append(f"{'step':>5}  {report.engine + ' (recorded)':<{width}} | kvsched")
         for k in range(lo, hi):
             a = _fmt_step(report.vllm_steps[k])
             b = _fmt_step(report.kvsched_steps[k])
@@ -240,16 +244,16 @@ def side_by_side(report: Report, context: int = 3, width: int = 56) -> str:
             a_cut = a if len(a) <= width else a[: width - 1] + "~"
             lines.append(f"{k:>5}{mark}{a_cut:<{width}} | {b}")
         for f, (a, b) in report.step_diffs[first].items():
-            lines.append(f"  step {first} {f}: vLLM={a} kvsched={b}")
+            lines.append(f"  step {first} {f}: {report.engine}={a} kvsched={b}")
     hit_diffs = [(rid, d) for rid, d in report.request_diffs.items()
                  if any(f in d for f in HIT_FIELDS)]
     if hit_diffs:
         rid, diff = hit_diffs[0]
-        cells = ", ".join(f"{f} vLLM={diff[f][0]} kvsched={diff[f][1]}"
+        cells = ", ".join(f"{f} {report.engine}={diff[f][0]} kvsched={diff[f][1]}"
                           for f in HIT_FIELDS if f in diff)
         lines.append(f"  first hit disagreement: request {rid}: {cells}")
     for rid, diff in list(report.request_diffs.items())[:10]:
-        cells = ", ".join(f"{f} vLLM={a} kvsched={b}" for f, (a, b) in diff.items())
+        cells = ", ".join(f"{f} {report.engine}={a} kvsched={b}" for f, (a, b) in diff.items())
         lines.append(f"  request {rid}: {cells}")
     if len(report.request_diffs) > 10:
         lines.append(f"  ... {len(report.request_diffs) - 10} more requests differ")

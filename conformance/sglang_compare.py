@@ -1,10 +1,14 @@
-"""Compare kvsched's `sglang` preset with a record of conformance/sglang_driver.py.
+"""Compare kvsched's `sglang` preset with a record of conformance/sglang_driver.py, or kvsched's
+radix cache with a record of conformance/sglang_radix_driver.py.
 
     .venv/bin/python -m conformance.sglang_compare R.json [R.json ...] [--quiet]
 
 Per round: the admitted requests with their token counts, the request left chunked, and the
-batch-full latch. Ratio traces value by value (within 1e-12), retraction orders exactly.
-Exit 1 on any disagreement. Stdlib and kvsched only: no SGLang needed.
+batch-full latch. Ratio traces value by value (within 1e-12), retraction orders exactly. Per
+radix operation, for each SGLang cache recorded: the insert's tokens already cached, the
+match's tokens, the tokens evicted and the nodes (first depth, tokens, first token), the
+evictable and locked tokens after it. Exit 1 on any disagreement. Stdlib and kvsched only: no
+SGLang needed.
 """
 
 from __future__ import annotations
@@ -17,9 +21,12 @@ from typing import Any
 
 from kvsched.conformance import (
     sglang_priority_round_decisions,
+    sglang_radix_outcomes,
     sglang_ratio_values,
     sglang_round_decisions,
 )
+
+RADIX_FORMAT = "kvsched-sglang-radix/1"
 
 FIELDS = ("admitted", "chunked_next", "batch_is_full")
 PRIORITY_FIELDS = ("admitted", "preempted", "batch_is_full")
@@ -69,6 +76,42 @@ def compare_record(record: dict[str, Any]) -> dict[str, Any]:
             "retraction_diffs": retractions}
 
 
+def compare_radix(record: dict[str, Any]) -> dict[str, Any]:
+    """Per SGLang cache recorded: the cases and operations that agree with kvsched's
+    `RadixCache`, and the first difference of each case that differs."""
+    kinds = sorted({kind for case in record["cases"] for kind in case["sglang"]})
+    report: dict[str, Any] = {kind: {"cases": 0, "cases_agree": 0, "ops": 0, "ops_agree": 0,
+                                     "diffs": []} for kind in kinds}
+    for case in record["cases"]:
+        ours = sglang_radix_outcomes(case)
+        for kind, theirs in case["sglang"].items():
+            entry = report[kind]
+            entry["cases"] += 1
+            entry["ops"] += len(theirs)
+            same = [a == b for a, b in zip(theirs, ours, strict=True)]
+            entry["ops_agree"] += sum(same)
+            if all(same):
+                entry["cases_agree"] += 1
+            else:
+                k = same.index(False)
+                entry["diffs"].append((case["name"], case["config"]["page_size"], k,
+                                       case["ops"][k], theirs[k], ours[k]))
+    return report
+
+
+def _main_radix(path: str, record: dict[str, Any], quiet: bool) -> bool:
+    report = compare_radix(record)
+    ok = True
+    for kind, entry in report.items():
+        print(f"{path} [{kind}]: cases {entry['cases_agree']}/{entry['cases']} agree, "
+              f"operations {entry['ops_agree']}/{entry['ops']}")
+        if not quiet:
+            for name, page, k, op, theirs, ours in entry["diffs"][:10]:
+                print(f"  {name} (page {page}) op {k} {op}: sglang {theirs} kvsched {ours}")
+        ok = ok and not entry["diffs"]
+    return ok
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("records", nargs="+")
@@ -77,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     bad = 0
     for path in args.records:
         record = json.loads(Path(path).read_text())
+        if record.get("format") == RADIX_FORMAT:
+            bad += not _main_radix(path, record, args.quiet)
+            continue
         report = compare_record(record)
         ok = report["rounds"] - len(report["round_diffs"])
         ties = ""

@@ -296,6 +296,41 @@ def sglang_round_decisions(config: dict[str, Any], state: dict[str, Any]) -> dic
             "batch_is_full": reservation.batch_is_full}
 
 
+# The loop harness's defaults (conformance/sglang_loop_driver.py DEFAULTS).
+SGLANG_LOOP_DEFAULTS: dict[str, Any] = {
+    "page_size": 1, "num_tokens": 4096, "chunked_prefill_size": 512,
+    "max_prefill_tokens": 16384, "max_running_requests": 32,
+    "schedule_conservativeness": 1.0, "enable_prefix_caching": False,
+}
+
+
+def sglang_loop_engine(config: dict[str, Any], max_steps: int = 100_000) -> EngineConfig:
+    """The `sglang` preset for a loop record's `config`: `page_size` is the block size,
+    `num_tokens` the pool (whole pages), `max_running_requests` the request slots."""
+    cfg = {**SGLANG_LOOP_DEFAULTS, **config}
+    page = int(cfg["page_size"])
+    chunk = cfg["chunked_prefill_size"]
+    return EngineSpec.model_validate({
+        "preset": "sglang", "max_steps": max_steps, "block_size": page,
+        "num_blocks": int(cfg["num_tokens"]) // page,
+        "max_num_seqs": int(cfg["max_running_requests"]),
+        "max_prefill_tokens": int(cfg["max_prefill_tokens"]),
+        "chunked_prefill": chunk is not None,
+        "max_num_batched_tokens": int(chunk) if chunk is not None else _SGLANG_NO_CHUNK_BUDGET,
+        "schedule_conservativeness": float(cfg["schedule_conservativeness"]),
+        "enable_prefix_caching": bool(cfg["enable_prefix_caching"]),
+    }).to_config()
+
+
+def sglang_decisions(config: dict[str, Any], workload: dict[str, Any],
+                     max_steps: int = 100_000) -> dict[str, Any]:
+    """kvsched's `sglang` decisions for a loop record (conformance/sglang_loop_driver.py), in
+    the vLLM records' structure: per step who prefilled how many tokens or decoded, who was
+    retracted, who finished."""
+    caching = bool(config.get("enable_prefix_caching", False))
+    return _decisions(sglang_loop_engine(config, max_steps), "fcfs", workload, caching)
+
+
 def sglang_ratio_values(conservativeness: float, events: list[str]) -> list[float]:
     """kvsched's `new_token_ratio` after each event of a driver ratio trace."""
     from kvsched.reservation import NewTokenRatio
@@ -377,3 +412,48 @@ def sglang_priority_round_decisions(config: dict[str, Any],
             break
     return {"admitted": admitted, "preempted": sorted(preempted),
             "batch_is_full": reservation.batch_is_full}
+
+
+# --- SGLang's radix cache, operation by operation (conformance/sglang_radix_driver.py) -----
+
+def sglang_radix_outcomes(case: dict[str, Any]) -> list[dict[str, Any]]:
+    """kvsched's `RadixCache` driven by a radix case's operations, as SGLang's tree is: an
+    insert (`_insert`, the tokens already in the tree), a match (`_walk`, splitting where it
+    ends), the lock of that match's node and its release (`_lock`), an eviction (`_evict`:
+    the tokens and the nodes, in order). After each: evictable and locked tokens."""
+    from kvsched.kvcache.radix import RadixCache
+
+    page = int(case["config"]["page_size"])
+    cache = RadixCache(1 << 30, page)
+    log: list[tuple[int, int, tuple[int, int]]] = []
+    cache.evicted_log = log
+    prefixes = {sid: Prefix(tuple((int(s), int(n)) for s, n in segs))
+                for sid, segs in case["sequences"].items()}
+    matched: list[Any] = []
+    locks: list[Any] = []
+    out: list[dict[str, Any]] = []
+    for op in case["ops"]:
+        kind = op[0]
+        res: dict[str, Any] = {}
+        if kind == "insert":
+            res["prefix_len"] = cache._insert(prefixes[op[1]], int(op[2]) // page * page)
+        elif kind == "match":
+            node, tokens = cache._walk(prefixes[op[1]], int(op[2]) // page * page, True)
+            matched.append(node)
+            res["matched"] = tokens
+        elif kind == "lock":
+            node = matched[int(op[1])]
+            cache._lock(node, 1)
+            locks.append(node)
+        elif kind == "unlock":
+            cache._lock(locks[int(op[1])], -1)
+        elif kind == "evict":
+            before = cache.evicted
+            log.clear()
+            cache._evict(int(op[1]))
+            res["evicted"] = cache.evicted - before
+            res["nodes"] = [[start, length, key[0], key[1]] for start, length, key in log]
+        res["evictable"] = cache.evictable_tokens()
+        res["protected"] = cache.tree_tokens - cache.evictable_tokens()
+        out.append(res)
+    return out

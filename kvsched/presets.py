@@ -152,11 +152,16 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
                      "--enable-mixed-chunk", "page_size is block_size (SGLang's default "
                      "is 1)", "the random policy reshuffles every round in SGLang; here "
                      "each request draws once per queue entry",
-                     "the radix cache is not checked against SGLang's code",
+                     "the radix cache's use by the scheduling loop (when a round matches, "
+                     "inserts and locks) is not checked against SGLang's code (the tree "
+                     "itself is: conformance/SGLANG_RULES.md S16-S17)",
+                     "SGLang's default overlap event loop (results a step late; kvsched runs "
+                     "--disable-overlap-schedule's event_loop_normal)",
                      "ignore_eos requests (SGLang reserves their whole output, ratio 1, and "
                      "with caching off admits them by another test)"),
-            checked="admission and retraction checked against SGLang's own classes "
-                    "(conformance/SGLANG_RULES.md); the event loop read by hand"),
+            checked="admission and retraction checked against SGLang's own classes, and its "
+                    "scheduling loop step by step with the radix cache off "
+                    "(conformance/SGLANG_RULES.md)"),
 )})
 
 

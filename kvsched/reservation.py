@@ -71,10 +71,19 @@ class FutureTokenReservation:
     """One engine's SGLang admission state: the ratio, the batch-full latch, and the
     budgets of the round in progress. The scheduler calls it at fixed points only:
     `open_round` / `check` / `admitted` / `close_round` around its admission loop,
-    `after_decode` after a decode pass, `left_batch` when decoding requests finish."""
+    `after_decode` after a decode pass, `left_batch` when requests finish, `idle` in a
+    step that runs nothing with nothing waiting.
+
+    The latch lives on SGLang's running batch (`ScheduleBatch.batch_is_full`), so it is
+    cleared wherever that batch shrinks or is replaced (scheduler.py, 0.5.23): a request
+    finished in the last step (`filter_batch` at the top of `get_next_batch_to_run`, line
+    3965), the last step ran a middle chunk (the chunked request leaves the merged prefill
+    batch, line 3946), the batch was empty when it was set (the next prefill batch becomes
+    the running batch, a new object, line 3956), it is empty now (line 4093), or a decode
+    pass retracted (`update_running_batch`, line 4544)."""
 
     __slots__ = ("ratio", "page", "max_prefill_tokens", "chunk_size", "preemption_threshold",
-                 "batch_is_full", "reopened", "_left", "_offset", "_charged", "_pages",
+                 "batch_is_full", "_held", "_decoding", "_offset", "_charged", "_pages",
                  "_rem_input",
                  "_rem_chunk", "_admitted", "_in_batch", "_prepared")
 
@@ -88,8 +97,8 @@ class FutureTokenReservation:
         self.max_prefill_tokens = max_prefill_tokens
         self.chunk_size = chunk_size  # None: chunked prefill off
         self.batch_is_full = False
-        self.reopened = False  # the latch opened in the last decode pass: admissions may resume
-        self._left = False  # a decoding request finished since the last decode pass
+        self._held = False  # the latch was set with decoding requests in the batch
+        self._decoding = 0  # decoding requests in the round in progress
         # SGLang's PrefillBudget.total_offset, built with its float operations in its order
         # (running reservations in batch order, then one int per admission: pages charged +
         # page + max_new), so remaining_total rounds as SGLang's does where a head fits exactly
@@ -107,12 +116,20 @@ class FutureTokenReservation:
     def _ceil(self, tokens: int) -> int:
         return -(-tokens // self.page) * self.page
 
+    @property
+    def reopened(self) -> bool:
+        """The latch is clear: a waiting request may be admitted at the next round."""
+        return not self.batch_is_full
+
     def idle(self) -> None:
-        """A step that finds nothing running: SGLang's idle pass (the batch emptied, which
-        clears the latch) resets the ratio."""
+        """A step that runs nothing with nothing waiting: SGLang's `on_idle` resets the
+        ratio when the scheduler is fully idle (scheduler.py line 5318)."""
         self.ratio.current = self.ratio.init
         self.batch_is_full = False
-        self._left = False
+
+    def _latch(self, full: bool) -> None:
+        self.batch_is_full = full
+        self._held = full and self._decoding > 0
 
     def open_round(self, running: Iterable[tuple[int, int]],
                    continued: Iterable[tuple[Seq, int]], waiting: int) -> bool:
@@ -120,12 +137,15 @@ class FutureTokenReservation:
 
         `running`: (generated, output_len) of each decoding request; `continued`: the
         chunks of unfinished prefills already scheduled in this step."""
-        self.reopened = False
-        if self.preemption_threshold is not None:
-            # scheduler.py line 4090: with priority preemption every round starts with the
-            # latch clear; only a full set of request slots sets it (and lets a head preempt)
-            self.batch_is_full = False
         running = list(running)
+        continued = list(continued)
+        self._decoding = len(running)
+        if self.preemption_threshold is not None or continued or not running or not self._held:
+            # scheduler.py line 4090: with priority preemption every round starts with the
+            # latch clear; only a full set of request slots sets it (and lets a head preempt).
+            # A middle chunk in the last step, an empty running batch now or when the latch
+            # was set: the batch holding it was filtered or replaced (see the class).
+            self.batch_is_full = False
         self._rem_input = self.max_prefill_tokens
         self._rem_chunk = self.chunk_size
         self._admitted = 0
@@ -178,7 +198,7 @@ class FutureTokenReservation:
         if not tokens + max_new + self.page < (free_tokens + self._charged) - self._offset:
             # NO_TOKEN: the latch is set, or cleared, by whether the batch holds a request to
             # wait for (scheduler.py line 4282, `len(adder.can_run_list) > 0 or running`)
-            self.batch_is_full = self._in_batch > 0 or self._admitted > 0
+            self._latch(self._in_batch > 0 or self._admitted > 0)
             return None
         paged = self._ceil(tokens)  # SGLang checks the pool first, then the budgets
         rem_chunk = self._rem_chunk
@@ -268,33 +288,25 @@ class FutureTokenReservation:
     def close_round(self, slots_full: bool, waiting: int) -> None:
         """The round ended; a request left waiting behind full request slots sets the latch."""
         if slots_full and waiting:
-            self.batch_is_full = True
+            self._latch(True)
 
     def left_batch(self) -> None:
-        """Decoding requests finished: the next decode pass reopens a full batch."""
-        self._left = True
+        """Requests finished in this step: the next step's `filter_batch` shrinks the
+        running batch, which clears the latch before its round (scheduler.py line 3968)."""
+        self.batch_is_full = False
 
     def after_passes(self, k: int) -> None:
         """`k` decode passes without retraction in one move (a decode stretch)."""
         self.ratio.decay_steps(k)
-        if self._left:
-            if self.batch_is_full:
-                self.reopened = True
-            self.batch_is_full = False
-            self._left = False
 
     def after_decode(self, retracted: bool, left: Iterable[tuple[int, int]]) -> None:
         """After a decode pass: re-estimate after a retraction, else decay; a batch that
-        shrank is no longer full."""
+        shrank is no longer full (`update_running_batch`, scheduler.py line 4544)."""
         if retracted:
             self.ratio.after_retract(left)
+            self.batch_is_full = False
         else:
             self.ratio.decay_steps(1)
-        if retracted or self._left:
-            if self.batch_is_full:
-                self.reopened = True
-            self.batch_is_full = False
-        self._left = False
 
 
 def make_reservation(config: EngineConfig) -> FutureTokenReservation | None:

@@ -1,6 +1,8 @@
 """SGLang's radix cache kept with piece tuples on its edges, as kvsched kept it until its edges
 became token ranges of a chain: the oracle that tests/test_kvcache_runs.py holds
-`kvsched.kvcache.RadixCache` to.
+`kvsched.kvcache.RadixCache` to. Pages as SGLang keeps them: a child is found by its first
+page's pieces and a match counts whole pages (the tokens compared one by one, then rounded
+down), so a sequence leaving an edge inside a page branches at the page's start.
 
 SGLang's radix cache (`python/sglang/srt/mem_cache/radix_cache.py`), over token segments.
 
@@ -34,33 +36,26 @@ class _Node:
     def __init__(self, key: tuple[Piece, ...], parent: _Node | None) -> None:
         self.key = key
         self.parent = parent
-        self.children: dict[tuple[int, int], _Node] = {}
+        self.children: dict[tuple[Piece, ...], _Node] = {}
         self.lock = 0
         self.last_access = 0
         self.num_tokens = sum(end - start for _, start, end in key)
 
 
-def _common(edge: Sequence[Piece], query: list[Piece], qi: int) -> tuple[int, int]:
-    """Tokens `edge` shares with `query[qi:]` from their starts, and the query index after
-    the whole pieces consumed (a partial piece is not consumed)."""
+def _tokens(pieces: Sequence[Piece]) -> Iterator[tuple[int, int]]:
+    for seg, start, end in pieces:
+        for offset in range(start, end):
+            yield seg, offset
+
+
+def _shared(edge: Sequence[Piece], query: Sequence[Piece]) -> int:
+    """Tokens `edge` and `query` share from their starts, compared one by one."""
     shared = 0
-    for seg, start, end in edge:
-        if qi >= len(query):
+    for a, b in zip(_tokens(edge), _tokens(query), strict=False):
+        if a != b:
             break
-        q_seg, q_start, q_end = query[qi]
-        if seg != q_seg or start != q_start:
-            break
-        take = min(end - start, q_end - q_start)
-        shared += take
-        if take < q_end - q_start:  # the query piece continues beyond this edge piece
-            query[qi] = (q_seg, q_start + take, q_end)
-            if take < end - start:
-                break
-            continue
-        qi += 1
-        if take < end - start:
-            break
-    return shared, qi
+        shared += 1
+    return shared
 
 
 def _split_pieces(key: tuple[Piece, ...], tokens: int) -> tuple[tuple[Piece, ...],
@@ -129,22 +124,27 @@ class RadixCache:
 
     # -- the tree ------------------------------------------------------------------------
 
+    def _page(self, pieces: Sequence[Piece]) -> tuple[Piece, ...]:
+        return _split_pieces(tuple(pieces), self.block_size)[0]
+
     def _path(self, pieces: list[Piece]) -> Iterator[tuple[_Node, int]]:
-        """The nodes matching `pieces` from the root, each with the tokens it matches (only
-        the last may match part of its edge). Reads the tree, changes nothing."""
-        node, qi = self.root, 0
-        while qi < len(pieces):
-            seg, start, _ = pieces[qi]
-            child = node.children.get((seg, start))
+        """The nodes matching `pieces` from the root, each with the tokens it matches in
+        whole pages (only the last may match part of its edge). Reads the tree, changes
+        nothing."""
+        page = self.block_size
+        node, rest = self.root, tuple(pieces)
+        while sum(end - start for _, start, end in rest) >= page:
+            child = node.children.get(self._page(rest))
             if child is None:
                 return
-            shared, qi = _common(child.key, pieces, qi)
+            shared = _shared(child.key, rest) // page * page
             if not shared:
                 return
             yield child, shared
             if shared < child.num_tokens:
                 return
             node = child
+            rest = _split_pieces(rest, shared)[1]
 
     def _walk(self, pieces: list[Piece], split: bool) -> tuple[_Node, int]:
         """The deepest node matching `pieces` from the root and the tokens matched; with
@@ -170,11 +170,11 @@ class RadixCache:
         middle = _Node(head, parent)
         middle.lock = child.lock
         middle.last_access = child.last_access
-        parent.children[head[0][:2]] = middle
+        parent.children[self._page(head)] = middle
         child.key = tail
         child.num_tokens -= middle.num_tokens
         child.parent = middle
-        middle.children[tail[0][:2]] = child
+        middle.children[self._page(tail)] = child
         if not child.lock:  # the tail leaf keeps its place in the heap under a new key
             self._candidate(child)
         return middle
@@ -201,13 +201,15 @@ class RadixCache:
 
     def _insert(self, pieces: list[Piece]) -> int:
         """Insert a sequence; the tokens that were already in the tree."""
-        node, matched = self._walk(list(pieces), split=True)
         total = sum(end - start for _, start, end in pieces)
+        pieces = list(_split_pieces(tuple(pieces), total - total % self.block_size)[0])
+        total -= total % self.block_size
+        node, matched = self._walk(list(pieces), split=True)
         if matched < total:
             _, rest = _split_pieces(tuple(pieces), matched)
             leaf = _Node(rest, node)
             leaf.last_access = next(self._clock)
-            node.children[rest[0][:2]] = leaf
+            node.children[self._page(rest)] = leaf
             self.tree_tokens += leaf.num_tokens
             self._evictable += leaf.num_tokens
             self._candidate(leaf)
@@ -221,9 +223,9 @@ class RadixCache:
             access, _, leaf = heapq.heappop(heap)
             parent = leaf.parent
             if (parent is None or leaf.lock or leaf.children or access != leaf.last_access
-                    or parent.children.get(leaf.key[0][:2]) is not leaf):
+                    or parent.children.get(self._page(leaf.key)) is not leaf):
                 continue  # stale: locked, grown, touched since, or already gone
-            del parent.children[leaf.key[0][:2]]
+            del parent.children[self._page(leaf.key)]
             leaf.parent = None
             self.tree_tokens -= leaf.num_tokens
             self._evictable -= leaf.num_tokens

@@ -1,6 +1,7 @@
 """kvsched's `sglang` preset against rounds recorded from SGLang 0.5.23's real `PrefillAdder`,
-`NewTokenRatioTracker` and retraction order (conformance/sglang_driver.py; no SGLang needed
-here). The rules each check pins are in conformance/SGLANG_RULES.md."""
+`NewTokenRatioTracker` and retraction order (conformance/sglang_driver.py), and against whole
+runs of its scheduling loop (conformance/sglang_loop_driver.py); no SGLang needed here. The
+rules each check pins are in conformance/SGLANG_RULES.md."""
 
 from __future__ import annotations
 
@@ -9,8 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from conformance.sglang_compare import compare_record
-from kvsched.conformance import sglang_priority_round_decisions, sglang_round_decisions
+from conformance.compare import compare, side_by_side
+from conformance.sglang_compare import compare_radix, compare_record
+from kvsched.conformance import (
+    sglang_decisions,
+    sglang_priority_round_decisions,
+    sglang_round_decisions,
+)
 from kvsched.reservation import NewTokenRatio
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang"
@@ -183,3 +189,117 @@ def test_a_head_that_fits_exactly_is_refused_as_sglangs_float_sums_refuse_it():
     out = sglang_priority_round_decisions(entry["config"], entry["state"])
     assert (out["admitted"], out["preempted"]) == (entry["sglang"]["admitted"],
                                                   entry["sglang"]["preempted"])
+
+
+# --- SGLang's scheduling loop, step by step (conformance/sglang_loop_driver.py) ------------
+
+LOOP = FIXTURES / "loop"
+LOOP_RECORDS = sorted(LOOP.glob("*.json"))
+
+
+@pytest.mark.parametrize("path", LOOP_RECORDS, ids=lambda p: p.stem)
+def test_kvsched_runs_sglangs_scheduling_loop_step_by_step(path):
+    """Each step's batch (who prefills how many tokens, or the decode pass), retractions,
+    finishes, and each request's first token, finish and retraction count, as SGLang
+    0.5.23's `get_next_batch_to_run` / `update_running_batch` decided them."""
+    record = json.loads(path.read_text())
+    assert record["format"] == "kvsched-sglang-record/1"
+    assert record["engine"]["version"] == "0.5.23"
+    report = compare(record, sglang_decisions)
+    assert report.agrees, side_by_side(report)
+
+
+def _loop(name: str) -> dict:
+    return json.loads((LOOP / f"{name}.json").read_text())
+
+
+def test_loop_fixtures_cover_the_rules_they_prove():
+    """The recorded loops hold each case SGLANG_RULES.md S13-S16 is about."""
+    random = [json.loads(p.read_text()) for p in LOOP_RECORDS if p.stem.startswith("loop-")]
+    assert len(random) >= 8
+    assert {r["config"]["page_size"] for r in random} == {1, 4, 16}
+    assert any(r["config"]["chunked_prefill_size"] is None for r in random)
+    assert sum(r["summary"]["num_preemptions"] for r in random) >= 3  # retractions (S15)
+
+    def admits_after_finish(record: dict) -> bool:  # S13: the finish clears the latch
+        steps = {s["step"]: s for s in record["steps"]}
+        return any(s.get("finished") and s.get("mode") == "decode"
+                   and steps.get(k + 1, {}).get("mode") == "prefill"
+                   for k, s in steps.items())
+
+    def admits_after_middle_chunk(record: dict) -> bool:  # S13: a middle chunk clears it
+        steps = [s for s in record["steps"] if s.get("mode") == "prefill"]
+        return any(len(s["scheduled"]) > 1 and s["step"] - 1 in
+                   {p["step"] for p in steps} for s in steps)
+
+    assert all(admits_after_finish(r) for r in random)
+    assert any(admits_after_middle_chunk(r) for r in random)
+
+
+def test_a_finish_clears_the_latch_for_the_next_steps_round():
+    """SGLang 0.5.23 drops C (finished at step 4) from the running batch at the top of step
+    5, which clears batch_is_full: B is prefilled at step 5, before A decodes again."""
+    record = _loop("latch")
+    first = {rid: r["first_token_step"] for rid, r in record["requests"].items()}
+    assert first == {"A": 0, "C": 0, "B": 5}
+    out = sglang_decisions(record["config"], record["workload"])
+    assert {rid: r["first_token_step"] for rid, r in out["requests"].items()} == first
+
+
+def test_only_a_fully_idle_step_resets_the_ratio():
+    """A decodes alone for 59 passes (ratio 0.6408). B and C arriving in the step after A's
+    last token find no idle step: the ratio stays, B reserves 299 x 0.6408 and C (401
+    tokens < 600 - 191.6) is admitted at step 61. Arriving one step later they follow an
+    idle step, whose on_idle reset the ratio to 0.7: 401 > 600 - 209.3, C waits for B."""
+    for name, c_first in (("ratio-reset-arrival-60", 61), ("ratio-reset-arrival-61", 361)):
+        record = _loop(name)
+        assert record["requests"]["C"]["first_token_step"] == c_first
+        out = sglang_decisions(record["config"], record["workload"])
+        assert out["requests"]["C"]["first_token_step"] == c_first, name
+
+
+# --- SGLang's radix caches, operation by operation (conformance/sglang_radix_driver.py) -----
+
+RADIX = FIXTURES / "radix-s1.json"
+
+
+def test_kvsched_radix_tree_does_what_sglangs_does_operation_by_operation():
+    """Every insert (tokens already cached), match, lock, unlock and eviction (tokens and
+    nodes, in order) of 20 random cases, and the evictable and locked tokens after each, as
+    SGLang 0.5.23's UnifiedRadixCache (its Rust TreeCore) did them (SGLANG_RULES.md S16)."""
+    record = json.loads(RADIX.read_text())
+    assert record["format"] == "kvsched-sglang-radix/1"
+    assert record["engine"]["version"] == "0.5.23"
+    report = compare_radix(record)
+    assert report["rust"]["cases"] == len(record["cases"]) == 20
+    assert report["rust"]["diffs"] == []
+
+
+def test_radix_fixture_covers_pages_left_inside_evictions_and_locks():
+    """Pages of 1 and above; sequences whose shared tokens end inside a page (S16); an
+    eviction of several nodes; one held back by a lock."""
+    record = json.loads(RADIX.read_text())
+    cases = record["cases"]
+    assert {c["config"]["page_size"] for c in cases} >= {1, 2, 4, 16}
+
+    def tokens(segments):
+        return [(s, k) for s, n in segments for k in range(n)]
+
+    def inside_a_page(case) -> bool:
+        page = case["config"]["page_size"]
+        inserted = [tokens(case["sequences"][op[1]])[:op[2]] for op in case["ops"]
+                    if op[0] == "insert"]
+        for i, a in enumerate(inserted):
+            for b in inserted[:i]:
+                pairs = enumerate(zip(a, b, strict=False))
+                shared = next((k for k, (x, y) in pairs if x != y), min(len(a), len(b)))
+                if shared % page and shared >= page and min(len(a), len(b)) > shared:
+                    return True
+        return False
+
+    assert sum(inside_a_page(c) for c in cases if c["config"]["page_size"] > 1) >= 5
+    outcomes = [(op, out) for c in cases
+                for op, out in zip(c["ops"], c["sglang"]["rust"], strict=True)]
+    assert any(op[0] == "evict" and len(out["nodes"]) >= 2 for op, out in outcomes)
+    assert any(op[0] == "evict" and out["evicted"] < op[1] and out["protected"]
+               for op, out in outcomes)

@@ -142,6 +142,28 @@ def test_radix_keeps_a_running_requests_prefix_and_frees_duplicates():
     cache.check()
 
 
+def test_radix_branches_at_the_start_of_a_page_left_inside_it():
+    """Pages of 4: b shares 6 tokens with a, so SGLang 0.5.23 matches 4 (whole pages), keeps
+    b's tokens 4-11 as a second child of the first page (its first page differs from a's),
+    and caches 20 tokens, the shared 4 and 5 a second time (recorded from UnifiedRadixCache
+    and RadixCache: insert prefix_len 4, evictable 20; a match of a's 8 tokens then finds 8,
+    and an eviction of 5 takes b's 8-token leaf, the least recently used)."""
+    cache = RadixCache(100, 4)
+    a, b = Prefix(((1, 12),)), Prefix(((1, 6), (2, 6)))
+    assert cache._insert(a, 12) == 0
+    assert cache._insert(b, 12) == 4
+    assert (cache.tree_tokens, cache.evictable_tokens()) == (20, 20)
+    node, matched = cache._walk(a, 8, True)
+    assert matched == 8
+    cache._lock(node, 1)
+    assert cache.evictable_tokens() == 12  # a's first two pages are locked
+    cache.evicted_log = []
+    cache._evict(5)
+    assert cache.evicted_log == [(4, 8, (1, 4))]  # b's leaf: depth 4, 8 tokens
+    assert cache.match(b, 12) == 4 and cache.match(a, 12) == 8
+    cache.check()
+
+
 def test_prefix_hashes_follow_shared_tokens():
     a = Prefix(((1, 10), (2, 6)))
     b = Prefix(((1, 10), (3, 6)))

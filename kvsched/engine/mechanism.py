@@ -156,11 +156,11 @@ class Scheduler:
             self.waiting.reorder(now, self.prefix)
         if self._has_delay:
             self._delay_passed = self._passed_delay(now)
-        if self.reservation is not None and not (self.running or self.prefilling):
-            self.reservation.idle()
         if self._swapped_in:
             self._swapped_in.clear()
         self._assemble(plan)
+        if self.reservation is not None and not self.waiting.size and plan.is_idle:
+            self.reservation.idle()  # SGLang's on_idle, fully idle: the ratio restarts
         if plan.prefills:
             self._prev_prompt = True
         return plan
@@ -193,8 +193,6 @@ class Scheduler:
                         self._close_run(seq, tick)
                         self._finish(seq, plan.step, end_time)
                         plan.num_finished += 1
-            if plan.num_finished and self.reservation is not None:
-                self.reservation.left_batch()  # decoding requests left the batch
         for seq in plan.produced:
             seq.generated += 1
             last = seq.last_token_time
@@ -215,6 +213,8 @@ class Scheduler:
                 self.gaps.want(seq.run_tick, seq)
                 self._push_block_due(seq)
                 self._push_finish_due(seq)
+        if plan.num_finished and self.reservation is not None:
+            self.reservation.left_batch()  # requests left the batch (decode or prefill)
         if self._releases:
             self._release_finished()
 

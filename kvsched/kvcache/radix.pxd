@@ -9,7 +9,7 @@ cdef class _Node:
     cdef public long long lock, last_access
 
 @cython.locals(end=cython.longlong)
-cdef long long _agreement(_Node node, object prefix, long long limit)
+cdef long long _agreement(_Node node, object prefix, long long limit, long long page)
 
 cdef class RadixCache:
     cdef public long long num_blocks, block_size, capacity
@@ -21,8 +21,10 @@ cdef class RadixCache:
     cdef public long long _clock, evicted, _evictable
     cdef public list _heap
     cdef public long long _tie
+    cdef public object evicted_log
 
-    @cython.locals(node=_Node, child=_Node, depth=cython.longlong, end=cython.longlong)
+    @cython.locals(node=_Node, child=_Node, depth=cython.longlong, end=cython.longlong,
+                   page=cython.longlong)
     cpdef list _path(self, object prefix, long long limit)
     @cython.locals(node=_Node, child=_Node, matched=cython.longlong, now=cython.longlong, shared=cython.longlong)
     cpdef tuple _walk(self, object prefix, long long limit, bint split)
@@ -33,7 +35,8 @@ cdef class RadixCache:
     cpdef _candidate(self, _Node leaf)
     @cython.locals(node=_Node, leaf=_Node, matched=cython.longlong)
     cpdef long long _insert(self, object prefix, long long total)
-    @cython.locals(freed=cython.longlong, leaf=_Node, parent=_Node, access=cython.longlong)
+    @cython.locals(freed=cython.longlong, leaf=_Node, parent=_Node, access=cython.longlong,
+                   chain=object)
     cpdef _evict(self, long long tokens)
     @cython.locals(matched=cython.longlong)
     cpdef long long match(self, object prefix, long long num_tokens)

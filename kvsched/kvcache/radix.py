@@ -5,8 +5,13 @@ segments). A request matching a prefix locks the path to its last matched node w
 runs; its own new tokens are private until inserted (`commit`, as SGLang's
 `cache_unfinished_req` / `cache_finished_req`: tokens already in the tree are duplicates
 and go back to the free pool). When a new allocation needs room, unlocked leaves are
-evicted least recently used first. Hits are counted in tokens, at page (block)
-granularity, at most `num_tokens - 1`.
+evicted least recently used first. Hits are counted in tokens, at most `num_tokens - 1`.
+
+Pages (blocks) as SGLang keeps them with a page size above one: edges hold whole pages, a
+child is found by its first page's tokens (`RadixKey.child_key`), and a match counts whole
+pages only (`RadixKey.match` rounds down), so a sequence that leaves an edge inside a page
+branches at that page's start and holds the page's shared tokens a second time under its
+own first page (conformance/SGLANG_RULES.md S16).
 
 The tokens unlocked nodes hold (what eviction could free) are counted as locks change, and
 evictable leaves wait in a heap by last access (stale entries skipped when popped), so the
@@ -44,14 +49,14 @@ class _Node:
         return self.end - self.start
 
 
-def _agreement(node: _Node, prefix: Prefix, limit: int) -> int:
-    """How far (in depth, at most `limit`) `prefix` follows `node`'s edge."""
+def _agreement(node: _Node, prefix: Prefix, limit: int, page: int) -> int:
+    """How far (in depth, at most `limit`, in whole pages) `prefix` follows `node`'s edge."""
     chain = node.chain
     assert chain is not None
     end = min(node.end, limit)
     if chain is not prefix:
         end = min(end, common_prefix(chain.segments, prefix.segments))
-    return end
+    return end - end % page  # (edges start on a page boundary)
 
 
 class RadixCache:
@@ -74,6 +79,9 @@ class RadixCache:
         self._evictable = 0  # tokens held by unlocked nodes
         self._heap: list[tuple[int, int, _Node]] = []  # (last access, tie, leaf) candidates
         self._tie = 0  # the last heap tie-breaker given
+        # When a list: each evicted leaf, in order, as (first depth, tokens, its first token's
+        # key) (the conformance harness reads it; None in a run)
+        self.evicted_log: list[tuple[int, int, tuple[int, int]]] | None = None
 
     # -- sizes ---------------------------------------------------------------------------
 
@@ -108,12 +116,13 @@ class RadixCache:
         changes nothing."""
         out: list[tuple[_Node, int]] = []
         limit = min(limit, prefix.num_tokens)
+        page = self.block_size
         node, depth = self.root, 0
-        while depth < limit:
-            child = node.children.get(prefix.token_key(depth))
+        while depth + page <= limit:
+            child = node.children.get(prefix.block_key(page, depth // page))
             if child is None:
                 break
-            end = _agreement(child, prefix, limit)
+            end = _agreement(child, prefix, limit, page)
             out.append((child, end - depth))
             if end < child.end:
                 break
@@ -146,7 +155,7 @@ class RadixCache:
         middle.last_access = child.last_access
         parent.children[middle.key] = middle
         child.start = middle.end
-        child.key = child.chain.token_key(child.start)
+        child.key = child.chain.block_key(self.block_size, child.start // self.block_size)
         child.parent = middle
         middle.children[child.key] = child
         if not child.lock:  # the tail leaf keeps its place in the heap under a new key
@@ -174,9 +183,11 @@ class RadixCache:
     def _insert(self, prefix: Prefix, total: int) -> int:
         """Insert `prefix`'s first `total` tokens; the tokens that were already in the tree."""
         total = min(total, prefix.num_tokens)
+        total -= total % self.block_size  # whole pages (RadixKey.page_aligned)
         node, matched = self._walk(prefix, total, split=True)
         if matched < total:
-            leaf = _Node(prefix, matched, total, prefix.token_key(matched), node)
+            leaf = _Node(prefix, matched, total,
+                         prefix.block_key(self.block_size, matched // self.block_size), node)
             self._clock += 1
             leaf.last_access = self._clock
             node.children[leaf.key] = leaf
@@ -201,6 +212,10 @@ class RadixCache:
             self._evictable -= leaf.num_tokens
             freed += leaf.num_tokens
             self.evicted += leaf.num_tokens
+            if self.evicted_log is not None:
+                chain = leaf.chain
+                assert chain is not None
+                self.evicted_log.append((leaf.start, leaf.num_tokens, chain.token_key(leaf.start)))
             if parent is not self.root and not parent.children and not parent.lock:
                 self._candidate(parent)
 
