@@ -14,6 +14,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from enum import StrEnum
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
@@ -658,6 +659,28 @@ ModelOpt = Annotated[str, typer.Option(
     "config.json path.")]
 GpuOpt = Annotated[str, typer.Option("--gpu", metavar="NAME", help="e.g. h100-sxm, a100-80gb.")]
 TpOpt = Annotated[int, typer.Option("--tp", min=1, metavar="N", help="Tensor-parallel GPUs.")]
+
+
+class WeightDtype(StrEnum):
+    """The layers' weights, as `time.weight_dtype`."""
+
+    BF16 = "bf16"
+    FP8 = "fp8"
+
+
+class KvCacheDtype(StrEnum):
+    """The KV cache's elements, as `engine.kv_cache_dtype` (auto: the model's bf16)."""
+
+    AUTO = "auto"
+    FP8 = "fp8"
+
+
+WeightDtypeOpt = Annotated[WeightDtype, typer.Option(
+    "--weight-dtype", case_sensitive=False, help="The layers' weights (time.weight_dtype): "
+    "fp8 reads half the bytes and computes at the GPU's fp8 peak.")]
+KvDtypeOpt = Annotated[KvCacheDtype, typer.Option(
+    "--kv-cache-dtype", case_sensitive=False, help="The KV cache (engine.kv_cache_dtype): "
+    "fp8 reads half the bytes of K and V.")]
 BATCH_COLUMNS = ("num_prefill_requests", "prefill_tokens_each", "prefill_cached_kv_each",
                  "num_decode_requests", "mean_kv_context")
 
@@ -717,11 +740,13 @@ def step_time(
         min=0, metavar="TOKENS", help="Cached context of each prefill chunk.")] = 0,
     decode: Annotated[str | None, typer.Option(
         metavar="N@CONTEXT", help="N decodes of CONTEXT tokens each, e.g. 16@512.")] = None,
+    weight_dtype: WeightDtypeOpt = WeightDtype.BF16,
+    kv_cache_dtype: KvDtypeOpt = KvCacheDtype.AUTO,
 ) -> None:
     """How long one step takes on this model and GPU (the roofline time model)."""
     from kvsched.roofline import BatchShape
 
-    roofline = _roofline(model, gpu, tp)
+    roofline = _roofline(model, gpu, tp, weight_dtype, kv_cache_dtype)
     if batches is None:
         tokens, num_chunks = _count(prefill, "--prefill", "TOKENSxN") if prefill else (0, 0)
         num_decodes, context = _count(decode, "--decode", "N@CONTEXT") if decode else (0, 0)
@@ -819,12 +844,14 @@ def _csv_text(rows: list[list[str]]) -> str:
     return buffer.getvalue()
 
 
-def _roofline(model: str, gpu: str, tp: int) -> Any:
+def _roofline(model: str, gpu: str, tp: int, weight_dtype: str = "bf16",
+              kv_cache_dtype: str = "auto") -> Any:
     """The roofline, its ValueErrors (tp that does not divide the heads) as input errors."""
     from kvsched.roofline import RooflineStep
 
     try:
-        return RooflineStep(model, gpu, tp)
+        return RooflineStep(model, gpu, tp, weight_dtype=str(weight_dtype),
+                            kv_cache_dtype=str(kv_cache_dtype))
     except ValueError as exc:
         raise KvschedError(str(exc)) from None
 
@@ -832,11 +859,13 @@ def _roofline(model: str, gpu: str, tp: int) -> Any:
 @app.command("fit-linear", epilog="Example: kvsched fit-linear --model meta-llama/Llama-3.1-8B "
              "--gpu h100-sxm")
 @friendly
-def fit_linear_command(model: ModelOpt, gpu: GpuOpt, tp: TpOpt = 1) -> None:
+def fit_linear_command(model: ModelOpt, gpu: GpuOpt, tp: TpOpt = 1,
+                       weight_dtype: WeightDtypeOpt = WeightDtype.BF16,
+                       kv_cache_dtype: KvDtypeOpt = KvCacheDtype.AUTO) -> None:
     """Fit `time: {kind: linear}` coefficients to the roofline over a grid of batches."""
     from kvsched.stepfit import fit_linear
 
-    fit = fit_linear(_roofline(model, gpu, tp))
+    fit = fit_linear(_roofline(model, gpu, tp, weight_dtype, kv_cache_dtype))
     linear = fit.model
     typer.echo(f"time: {{kind: linear, base: {linear.base:.6g}, "
                f"per_prefill_token: {linear.per_prefill_token:.6g}, "

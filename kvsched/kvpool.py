@@ -15,6 +15,10 @@ The profile run cannot be run here, so its terms are estimated from the model's 
 - CUDA graphs: about 9 MiB per layer and rank-way of tensor parallelism (0.2-0.7 GiB logged
   for 7-8B models at tp 1, 2.6-3.5 GiB for 80-94 layers at tp 4); none with `enforce_eager`;
 - outside torch after the snapshot: 0.15 GiB alone, 0.5 GiB with tensor parallelism.
+The weights take 2 bytes each in bf16; with `weight_dtype: fp8` the decoder layers' linear
+weights take 1 and the embedding and LM head stay bf16 (vLLM's fp8 quantizes linear layers
+only). The activation peak and the CUDA graphs are the same as in bf16 (their tensors stay
+bf16). A block holds `kv_cache_dtype`'s bytes per element: 2 (auto: bf16) or 1 (fp8).
 README's pool table compares the result with the logs these constants come from.
 """
 
@@ -24,7 +28,7 @@ import math
 from dataclasses import dataclass
 
 from kvsched.errors import KvschedError
-from kvsched.hardware import Gpu, Model, load_gpu, load_model
+from kvsched.hardware import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, Gpu, Model, load_gpu, load_model
 
 GIB = 2**30
 DEFAULT_UTILIZATION = 0.92  # vLLM 0.33's CacheConfig.gpu_memory_utilization
@@ -32,7 +36,6 @@ SAMPLER_BYTES_PER_LOGIT = 32
 CUDA_GRAPH_BYTES_PER_LAYER_RANK = 9 * 2**20
 NON_TORCH_BYTES = {1: int(0.15 * GIB)}  # by tp; tp > 1: NON_TORCH_TP_BYTES
 NON_TORCH_TP_BYTES = int(0.5 * GIB)
-KV_DTYPE_BYTES = {"auto": 2, "fp8": 1}  # auto: the model's dtype (bf16)
 
 
 class PoolDoesNotFit(KvschedError, ValueError):
@@ -53,6 +56,8 @@ class PoolBreakdown:
     cuda_graphs: float
     non_torch: float
     block_bytes: float
+    weight_dtype: str = "bf16"
+    kv_cache_dtype: str = "auto"
 
     @property
     def requested(self) -> float:
@@ -72,10 +77,11 @@ class PoolBreakdown:
         def gib(value: float) -> str:
             return f"{value / GIB:.2f}"
 
+        kv = "fp8" if self.kv_cache_dtype == "fp8" else "bf16"
         return (f"{self.utilization:g} x {gib(self.total)} GiB = {gib(self.requested)} GiB - "
-                f"weights {gib(self.weights)} - activation peak {gib(self.activations)} - "
-                f"CUDA graphs {gib(self.cuda_graphs)} - non-torch {gib(self.non_torch)} = "
-                f"{gib(self.kv_bytes)} GiB of KV cache per GPU")
+                f"{self.weight_dtype} weights {gib(self.weights)} - activation peak "
+                f"{gib(self.activations)} - CUDA graphs {gib(self.cuda_graphs)} - non-torch "
+                f"{gib(self.non_torch)} = {gib(self.kv_bytes)} GiB of {kv} KV cache per GPU")
 
 
 def kv_block_bytes(model: Model | str, tp: int, block_size: int, dtype_bytes: int = 2) -> float:
@@ -98,38 +104,46 @@ def activation_peak(model: Model, tp: int, max_num_batched_tokens: int,
 def pool_breakdown(model: Model | str, gpu: Gpu | str, tp: int, block_size: int,
                    gpu_memory_utilization: float = DEFAULT_UTILIZATION,
                    max_num_batched_tokens: int = 2048, max_num_seqs: int = 128,
-                   kv_dtype_bytes: int = 2, weight_bytes: int = 2,
+                   kv_cache_dtype: str = "auto", weight_dtype: str = "bf16",
                    enforce_eager: bool = False) -> PoolBreakdown:
+    """vLLM's budget term by term for `tp` GPUs of type `gpu` serving `model` with weights in
+    `weight_dtype` (bf16, fp8) and KV in `kv_cache_dtype` (auto: bf16, fp8)."""
     model, gpu = load_model(model), load_gpu(gpu)
+    if weight_dtype not in WEIGHT_DTYPE_BYTES or kv_cache_dtype not in KV_DTYPE_BYTES:
+        raise ValueError(f"weight_dtype must be one of {', '.join(WEIGHT_DTYPE_BYTES)} and "
+                         f"kv_cache_dtype one of {', '.join(KV_DTYPE_BYTES)}, got "
+                         f"{weight_dtype!r} and {kv_cache_dtype!r}")
     if not 0 < gpu_memory_utilization <= 1:
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
     if tp < 1 or block_size < 1:
         raise ValueError(f"tp and block_size must be >= 1, got {tp} and {block_size}")
     return PoolBreakdown(
         model.name, gpu.name, tp, gpu.device_memory, gpu_memory_utilization,
-        weights=model.params * weight_bytes / tp,
+        weights=model.weight_bytes(WEIGHT_DTYPE_BYTES[weight_dtype]) / tp,
         activations=activation_peak(model, tp, max_num_batched_tokens, max_num_seqs),
         cuda_graphs=0.0 if enforce_eager else float(
             CUDA_GRAPH_BYTES_PER_LAYER_RANK * model.layers * tp),
         non_torch=float(NON_TORCH_BYTES.get(tp, NON_TORCH_TP_BYTES)),
-        block_bytes=kv_block_bytes(model, tp, block_size, kv_dtype_bytes))
+        block_bytes=kv_block_bytes(model, tp, block_size, KV_DTYPE_BYTES[kv_cache_dtype]),
+        weight_dtype=weight_dtype, kv_cache_dtype=kv_cache_dtype)
 
 
 def kv_pool_blocks(model: Model | str, gpu: Gpu | str, tp: int, block_size: int,
                    gpu_memory_utilization: float = DEFAULT_UTILIZATION,
                    max_num_batched_tokens: int = 2048, max_num_seqs: int = 128,
-                   kv_dtype_bytes: int = 2, weight_bytes: int = 2,
+                   kv_cache_dtype: str = "auto", weight_dtype: str = "bf16",
                    enforce_eager: bool = False) -> int:
     """Blocks of KV cache per engine (`pool_breakdown`). Raises `PoolDoesNotFit` (one line)
     when not one block fits."""
     pool = pool_breakdown(model, gpu, tp, block_size, gpu_memory_utilization,
-                          max_num_batched_tokens, max_num_seqs, kv_dtype_bytes, weight_bytes,
+                          max_num_batched_tokens, max_num_seqs, kv_cache_dtype, weight_dtype,
                           enforce_eager)
     if pool.blocks < 1:
         rest = pool.activations + pool.cuda_graphs + pool.non_torch
         raise PoolDoesNotFit(
             f"{pool.model} does not fit on {tp} x {pool.gpu}: {pool.weights / 1e9:.1f} GB of "
-            f"weights and {rest / 1e9:.1f} GB of activations, CUDA graphs and buffers per GPU "
-            f"exceed the {pool.requested / 1e9:.1f} GB usable ({gpu_memory_utilization:g} x "
-            f"{pool.total / 1e9:.1f} GB); raise tp or gpu_memory_utilization")
+            f"{weight_dtype} weights and {rest / 1e9:.1f} GB of activations, CUDA graphs and "
+            f"buffers per GPU exceed the {pool.requested / 1e9:.1f} GB usable "
+            f"({gpu_memory_utilization:g} x {pool.total / 1e9:.1f} GB); raise tp or "
+            "gpu_memory_utilization")
     return pool.blocks

@@ -211,6 +211,10 @@ def describe() -> str:
         lines.append("")
     lines.append("Use: engine: {preset: vllm_v1, num_blocks: 4000}; keys beside the preset "
                  "override it.")
+    lines.append("With time: {kind: roofline}, engine.num_blocks: auto sizes the KV pool as "
+                 "vLLM 0.33 does: weights in time.weight_dtype (bf16 by default, or fp8), KV in "
+                 "engine.kv_cache_dtype (auto: the model's bf16, or fp8); kvsched validate "
+                 "prints the budget term by term.")
     return "\n".join(lines)
 
 

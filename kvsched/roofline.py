@@ -11,6 +11,11 @@ measured kernels cost as much as the full square, causal mask or not) and
 for the decodes (reading their KV context), and two all-reduces when tp > 1 (latency + ring
 bytes / bandwidth). Once per step: the LM head on the rows that sample a token, and swaps over
 the host link. All times in seconds.
+
+Weights in `weight_dtype` (bf16, or fp8: the layers' GEMMs read half the weight bytes and, on a
+GPU with fp8 Tensor Cores, compute at its fp8 peak times the same calibrated efficiency; the LM
+head stays bf16, as vLLM's fp8 leaves it) and KV in `kv_cache_dtype` (auto: bf16, or fp8: the
+attention reads half the KV bytes, and a swapped block moves half). Activations stay bf16.
 """
 
 from __future__ import annotations
@@ -20,9 +25,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvsched.floatsum import fold
-from kvsched.hardware import Calibration, Gpu, Model, load_calibration, load_gpu, load_model
+from kvsched.hardware import (
+    KV_DTYPE_BYTES,
+    WEIGHT_DTYPE_BYTES,
+    Calibration,
+    Gpu,
+    Model,
+    load_calibration,
+    load_gpu,
+    load_model,
+)
 
-DTYPE_BYTES = 2  # bf16 weights, activations and KV cache
+DTYPE_BYTES = 2  # bf16 activations (and weights and KV cache unless fp8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +70,8 @@ class _Gemm:
 @dataclass(frozen=True, slots=True)
 class RooflineStep:
     """Step durations of `model` on `tp` GPUs of type `gpu`, calibrated by `calibration`
-    (default: the shipped fit for that GPU). Satisfies `kvsched.timing.TimeModel`: the four
+    (default: the shipped fit for that GPU), weights in `weight_dtype` (bf16, fp8) and KV in
+    `kv_cache_dtype` (auto, fp8). Satisfies `kvsched.timing.TimeModel`: the four
     pre-summed integers are read as one prefill chunk without cached context."""
 
     model: Model | str
@@ -66,6 +81,8 @@ class RooflineStep:
     block_size: int = 16
     unit: str = "s"
     whole_steps: bool = False
+    weight_dtype: str = "bf16"
+    kv_cache_dtype: str = "auto"
     _layer_cache: dict[int, float] = field(default_factory=dict, init=False, repr=False,
                                            compare=False)
     _head_cache: dict[int, float] = field(default_factory=dict, init=False, repr=False,
@@ -109,19 +126,30 @@ class RooflineStep:
             raise ValueError(problem)
         if self.block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {self.block_size}")
+        if self.weight_dtype not in WEIGHT_DTYPE_BYTES:
+            raise ValueError(f"weight_dtype must be one of {', '.join(WEIGHT_DTYPE_BYTES)}, "
+                             f"got {self.weight_dtype!r}")
+        if self.kv_cache_dtype not in KV_DTYPE_BYTES:
+            raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_DTYPE_BYTES)}, "
+                             f"got {self.kv_cache_dtype!r}")
         h, hd, b = model.hidden, model.head_dim, DTYPE_BYTES
+        wb, kvb = WEIGHT_DTYPE_BYTES[self.weight_dtype], KV_DTYPE_BYTES[self.kv_cache_dtype]
         heads, kv_heads = model.heads / tp, max(model.kv_heads / tp, 1.0)  # KV heads replicate
         flops = gpu.peak_flops * cal.linear_compute_eff
+        # fp8 GEMMs at the fp8 peak where the GPU has one; else (Ampere) weight-only, bf16 math
+        fp8_peak = gpu.fp8_peak_flops if self.weight_dtype == "fp8" else 0.0
+        layer_flops = fp8_peak * cal.linear_compute_eff if fp8_peak else flops
         bandwidth = gpu.memory_bw * cal.linear_memory_eff
         shapes = [(h, (heads + 2 * kv_heads) * hd), (heads * hd, h),
                   (h, 2 * model.intermediate / tp), (model.intermediate / tp, h)]
-        def gemm(k: float, n: float) -> _Gemm:
+        def gemm(k: float, n: float, weight_bytes: int, peak: float) -> _Gemm:
+            # the knee is a function of the GEMM's shape (fitted on bf16 kernels), not its dtype
             p = max(1.0, cal.knee + cal.knee_per_decade * float(np.log10(k * n * b / 1e8)))
-            return _Gemm(k * n * b / bandwidth, 2 * k * n / flops, (k + n) * b / bandwidth,
-                         p, 1.0 / p)
+            return _Gemm(k * n * weight_bytes / bandwidth, 2 * k * n / peak,
+                         (k + n) * b / bandwidth, p, 1.0 / p)
 
-        set_(self, "_gemms", [gemm(k, n) for k, n in shapes])
-        set_(self, "_head", gemm(h, model.vocab / tp))
+        set_(self, "_gemms", [gemm(k, n, wb, layer_flops) for k, n in shapes])
+        set_(self, "_head", gemm(h, model.vocab / tp, b, flops))
         set_(self, "_kernel", cal.kernel_overhead)
         set_(self, "_tile", int(cal.gemm_tile))
         # element-wise bytes per token: 2 norms (read+write h), rope (q and k in place),
@@ -133,12 +161,12 @@ class RooflineStep:
         attn_flops = gpu.peak_flops * cal.attn_prefill_compute_eff
         attn_bw = gpu.memory_bw * cal.attn_decode_memory_eff
         set_(self, "_attn_pair", 4 * heads * hd / attn_flops)  # seconds per (query, key) pair
-        set_(self, "_attn_kv_byte", 2 * kv_heads * hd * b / attn_bw)  # per token of K and V
+        set_(self, "_attn_kv_byte", 2 * kv_heads * hd * kvb / attn_bw)  # a token of K and V
         set_(self, "_attn_q_byte", 2 * heads * hd * b / attn_bw)  # per query (read q, write o)
         set_(self, "_attn_fixed", cal.attn_overhead)
         # a decode reads each token's K and V once; its FLOPs rarely bind but are kept honest
         per_kv = max(4 * heads * hd / (gpu.peak_flops * cal.attn_prefill_compute_eff),
-                     2 * kv_heads * hd * b / attn_bw)
+                     2 * kv_heads * hd * kvb / attn_bw)
         set_(self, "_kv_per_token", per_kv)
         set_(self, "_kv_coef", model.layers * per_kv)
         set_(self, "_decode_fixed", model.layers * cal.attn_overhead)
@@ -149,10 +177,10 @@ class RooflineStep:
         else:
             set_(self, "_ar_per_token", 0.0)
             set_(self, "_ar_fixed", 0.0)
-        block_bytes = model.layers * kv_heads * hd * 2 * b * self.block_size
+        block_bytes = model.layers * kv_heads * hd * 2 * kvb * self.block_size
         set_(self, "_swap_per_block", block_bytes / gpu.host_bw)
         set_(self, "_step_fixed", cal.step_overhead)
-        set_(self, "_costs", StepCosts(model, gpu, tp, self._kv_coef))
+        set_(self, "_costs", StepCosts(model, gpu, tp, self._kv_coef, wb, kvb, fp8_peak))
 
     # -- operators ---------------------------------------------------------------------
 
@@ -272,7 +300,8 @@ class RooflineStep:
     def utilisation(self, shape: BatchShape, seconds: float) -> tuple[float, float]:
         """(MFU, memory-bandwidth utilisation) of one GPU over a step of `seconds`: useful
         FLOPs / (seconds x peak FLOPS) and bytes moved / (seconds x peak bandwidth), against
-        the datasheet peaks (not the calibrated achievable ones)."""
+        the datasheet peaks (not the calibrated achievable ones; the fp8 peak for fp8 weights
+        on a GPU that has one)."""
         costs = self._costs
         return (self.flops(shape) / (seconds * costs.peak_flops),
                 self.memory_bytes(shape) / (seconds * costs.memory_bw))
@@ -300,15 +329,20 @@ class StepCosts:
     __slots__ = ("layers", "dense_per_token", "attention_per_pair", "head_per_row",
                  "weight_bytes", "kv_bytes_per_token", "kv_coef", "peak_flops", "memory_bw")
 
-    def __init__(self, model: Model, gpu: Gpu, tp: int, kv_coef: float) -> None:
+    def __init__(self, model: Model, gpu: Gpu, tp: int, kv_coef: float,
+                 weight_dtype_bytes: int = DTYPE_BYTES, kv_dtype_bytes: int = DTYPE_BYTES,
+                 peak_flops: float = 0.0) -> None:
         self.layers = model.layers
         self.dense_per_token = 2 * (model.layer_params / tp)  # 2 FLOPs a weight a token
         self.attention_per_pair = 4 * model.heads / tp * model.head_dim
         self.head_per_row = 2 * model.hidden * model.vocab / tp
-        self.weight_bytes = (model.layers * model.layer_params + model.vocab * model.hidden) / tp
-        self.kv_bytes_per_token = model.layers * max(model.kv_heads / tp, 1.0) * model.head_dim * 2
+        # bytes: the layers' weights in their dtype and the LM head in bf16; K and V a token
+        self.weight_bytes = (model.layers * model.layer_params * weight_dtype_bytes
+                             + model.vocab * model.hidden * DTYPE_BYTES) / tp
+        self.kv_bytes_per_token = (model.layers * max(model.kv_heads / tp, 1.0) * model.head_dim
+                                   * 2 * kv_dtype_bytes)
         self.kv_coef = kv_coef  # seconds per token of KV a decode reads
-        self.peak_flops = gpu.peak_flops
+        self.peak_flops = peak_flops or gpu.peak_flops  # the GEMMs' (fp8 or bf16) datasheet peak
         self.memory_bw = gpu.memory_bw
 
     def flops(self, tokens: int, attended: float, rows: int) -> float:
@@ -320,7 +354,7 @@ class StepCosts:
 
     def memory_bytes(self, kv_tokens: int) -> float:
         """Bytes of the weights' shard and of `kv_tokens` tokens of KV."""
-        return (self.weight_bytes + self.kv_bytes_per_token * kv_tokens) * DTYPE_BYTES
+        return self.weight_bytes + self.kv_bytes_per_token * kv_tokens
 
     def decode_durations(self, base: float, num_decodes: int, kv_start: int,
                          num_steps: int) -> list[float]:

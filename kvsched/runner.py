@@ -104,7 +104,9 @@ def time_model_of(spec: RunSpec) -> TimeModel:
 
         try:
             return RooflineStep(time.model, time.gpu, time.tp,
-                                block_size=spec.engine.block_size)
+                                block_size=spec.engine.block_size,
+                                weight_dtype=time.weight_dtype,
+                                kv_cache_dtype=spec.engine.kv_cache_dtype)
         except ValueError as exc:  # tp that does not divide the heads
             raise KvschedError(f"time.tp: {exc}") from None
     if isinstance(time, ProfiledTime):

@@ -90,7 +90,8 @@ class EngineSpec(Strict):
     # also "auto": the pool the GPUs of `time: {kind: roofline}` hold (RunSpec resolves it)
     num_blocks: PositiveInt = _ENGINE.num_blocks
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = None  # auto: 0.92
-    # the KV cache's element type for `num_blocks: auto` (fp8: half the bytes per token)
+    # the KV cache's element type (fp8: half the bytes per token): the blocks `num_blocks: auto`
+    # makes and the KV bytes a roofline step reads
     kv_cache_dtype: Literal["auto", "fp8"] = "auto"
     enforce_eager: bool = False  # vLLM's flag: no CUDA graphs, so none in the pool's budget
     # whose defaults a preset with a GPU table takes (kvsched.serve_defaults): vLLM's API
@@ -292,6 +293,10 @@ class RooflineTime(Strict):
     model: str
     gpu: str
     tp: PositiveInt = 1
+    # the decoder layers' linear weights: bf16, or fp8 (an fp8 checkpoint or vLLM's
+    # `--quantization fp8`): half the bytes read per step and held, fp8 GEMMs where the GPU
+    # has fp8 Tensor Cores; the embedding and LM head stay bf16, as in vLLM
+    weight_dtype: Literal["bf16", "fp8"] = "bf16"
 
     _model = field_validator("model")(_known_model)
     _gpu = field_validator("gpu")(_known_gpu)
@@ -384,12 +389,12 @@ def unit_warnings(spec: "RunSpec") -> list[str]:
 
 def _breakdown(time: RooflineTime, engine: "EngineSpec") -> str:
     """vLLM's memory budget behind a derived pool, term by term."""
-    from kvsched.kvpool import DEFAULT_UTILIZATION, KV_DTYPE_BYTES, pool_breakdown
+    from kvsched.kvpool import DEFAULT_UTILIZATION, pool_breakdown
 
     return pool_breakdown(time.model, time.gpu, time.tp, engine.block_size,
                           engine.gpu_memory_utilization or DEFAULT_UTILIZATION,
                           engine.max_num_batched_tokens, engine.max_num_seqs,
-                          KV_DTYPE_BYTES[engine.kv_cache_dtype],
+                          engine.kv_cache_dtype, time.weight_dtype,
                           enforce_eager=engine.enforce_eager).text()
 
 
@@ -399,13 +404,14 @@ def _seconds_text(seconds: float) -> str:
 
 def _does_not_fit(time: RooflineTime, engine: "EngineSpec") -> str | None:
     """Why the model's weights leave its GPUs no room for KV cache, or None."""
-    from kvsched.kvpool import DEFAULT_UTILIZATION, KV_DTYPE_BYTES, PoolDoesNotFit, kv_pool_blocks
+    from kvsched.kvpool import DEFAULT_UTILIZATION, PoolDoesNotFit, kv_pool_blocks
 
     try:
         kv_pool_blocks(time.model, time.gpu, time.tp, engine.block_size,
                        engine.gpu_memory_utilization or DEFAULT_UTILIZATION,
                        engine.max_num_batched_tokens, engine.max_num_seqs,
-                       KV_DTYPE_BYTES[engine.kv_cache_dtype], enforce_eager=engine.enforce_eager)
+                       engine.kv_cache_dtype, time.weight_dtype,
+                       enforce_eager=engine.enforce_eager)
     except PoolDoesNotFit as exc:
         return str(exc).split("; raise")[0]
     return None
@@ -895,8 +901,8 @@ def _sized(engine: dict, time: dict) -> dict:
     """`engine` with `num_blocks` the pool of `time`'s model on its GPUs (at the engine's
     block size and memory share); without it where the model or GPU is unknown or a field
     missing or mistyped: the fields' own validation names that."""
-    from kvsched.hardware import UnknownHardware
-    from kvsched.kvpool import DEFAULT_UTILIZATION, KV_DTYPE_BYTES, kv_pool_blocks
+    from kvsched.hardware import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, UnknownHardware
+    from kvsched.kvpool import DEFAULT_UTILIZATION, kv_pool_blocks
 
     full = expand_preset(engine)  # the budget and seats the profile run is sized for
     try:
@@ -907,11 +913,19 @@ def _sized(engine: dict, time: dict) -> dict:
                                          _ENGINE.max_num_batched_tokens),
                                 full.get("max_num_seqs", full.get("max_running_requests",
                                                                   _ENGINE.max_num_seqs)),
-                                KV_DTYPE_BYTES[engine.get("kv_cache_dtype", "auto")],
+                                _known(engine.get("kv_cache_dtype", "auto"), KV_DTYPE_BYTES),
+                                _known(time.get("weight_dtype", "bf16"), WEIGHT_DTYPE_BYTES),
                                 enforce_eager=engine.get("enforce_eager") is True)
     except (KeyError, TypeError, UnknownHardware):
         return {k: v for k, v in engine.items() if k != "num_blocks"}
     return {**engine, "num_blocks": blocks}
+
+
+def _known(value: Any, table: dict) -> str:
+    """`value` if it names an entry of `table`, else KeyError (the field's check names it)."""
+    if not isinstance(value, str) or value not in table:
+        raise KeyError(value)
+    return value
 
 
 def _own_engine(entry: Any) -> dict:

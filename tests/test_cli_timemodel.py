@@ -114,3 +114,18 @@ def test_the_largest_batch_allowed_is_timed():
     result = invoke("step-time", *MODEL, "--decode", f"{2 ** 20}@{2 ** 40}")
     assert result.exit_code == 0, result.output
     assert result.stdout.strip().endswith(" ms")
+
+
+def test_step_time_takes_the_weight_and_kv_dtypes():
+    """--weight-dtype fp8 and --kv-cache-dtype fp8 time the step as the roofline does with
+    them; an unknown dtype is a usage error (exit 2)."""
+    args = ("step-time", *MODEL, "--decode", "64@4096")
+    bf16 = invoke(*args)
+    fp8 = invoke(*args, "--weight-dtype", "fp8", "--kv-cache-dtype", "fp8")
+    assert bf16.exit_code == 0 and fp8.exit_code == 0, fp8.output
+    expected = RooflineStep("meta-llama/Llama-3.1-8B", "h100-sxm", weight_dtype="fp8",
+                            kv_cache_dtype="fp8").duration_shape(BatchShape((), 64, 64 * 4096))
+    assert fp8.output.strip() == f"{expected * 1e3:.3f} ms"
+    assert float(fp8.output.split()[0]) < float(bf16.output.split()[0])
+    bad = invoke(*args, "--weight-dtype", "int4")
+    assert bad.exit_code == 2 and "int4" in bad.output

@@ -217,3 +217,63 @@ def test_a_run_without_utilisation_differs_only_in_mfu_and_mbu(h100):
     assert all(row[19] is None and row[20] is None for row in bare.steps)
     assert [row[:19] + row[21:] for row in full.steps] == \
         [row[:19] + row[21:] for row in bare.steps]
+
+
+def test_fp8_weights_read_half_the_layers_bytes_and_decode_faster(h100):
+    """fp8 weights: each layer GEMM reads half the weight bytes (the LM head stays bf16), so a
+    weight-bound decode step is faster; a long prefill runs at the H100's fp8 peak."""
+    fp8 = RooflineStep(LLAMA8, "h100-sxm", weight_dtype="fp8")
+    model = h100.model
+    layer = model.layers * model.layer_params  # type: ignore[union-attr]
+    idle = BatchShape((), 1, 0)
+    assert h100.memory_bytes(idle) - fp8.memory_bytes(idle) == layer  # one byte a weight less
+    decode = (0, 8, 8 * 512, 0)
+    assert fp8.duration(*decode) < 0.7 * h100.duration(*decode)
+    for bf16_gemm, fp8_gemm in zip(h100._gemms, fp8._gemms, strict=True):
+        assert fp8_gemm.weight_bytes == bf16_gemm.weight_bytes / 2
+        assert fp8_gemm.flops_per_token == pytest.approx(bf16_gemm.flops_per_token * 989 / 1979)
+    assert fp8._head == h100._head
+    assert fp8.duration(8192, 0, 0, 0) < 0.8 * h100.duration(8192, 0, 0, 0)
+
+
+def test_fp8_weights_on_an_ampere_gpu_compute_in_bf16():
+    """An A100 has no fp8 Tensor Cores (vLLM's Marlin runs fp8 weights weight-only): half the
+    bytes, the same FLOPS."""
+    bf16, fp8 = RooflineStep(LLAMA8, "a100-80gb"), RooflineStep(LLAMA8, "a100-80gb",
+                                                                weight_dtype="fp8")
+    for bf16_gemm, fp8_gemm in zip(bf16._gemms, fp8._gemms, strict=True):
+        assert fp8_gemm.flops_per_token == bf16_gemm.flops_per_token
+        assert fp8_gemm.weight_bytes == bf16_gemm.weight_bytes / 2
+
+
+def test_fp8_kv_reads_half_the_kv_bytes(h100):
+    """kv_cache_dtype fp8: a decode's KV read costs half, the bytes counted for MBU halve, a
+    swapped block moves half; a step without KV reads is unchanged."""
+    fp8 = RooflineStep(LLAMA8, "h100-sxm", kv_cache_dtype="fp8")
+    assert fp8.duration(0, 8, 0, 0) == h100.duration(0, 8, 0, 0)
+    long = (0, 8, 8 * 32_000, 0)
+    assert fp8.duration(*long) < h100.duration(*long)
+    assert fp8._kv_coef == pytest.approx(h100._kv_coef / 2)
+    assert fp8._swap_per_block == h100._swap_per_block / 2
+    assert fp8.memory_bytes(BatchShape((), 1, 1000)) - fp8.memory_bytes(BatchShape((), 1, 0)) \
+        == 1000 * 32 * 8 * 128 * 2 * 1
+
+
+def test_unknown_dtypes_are_refused():
+    with pytest.raises(ValueError, match="weight_dtype must be one of bf16, fp8"):
+        RooflineStep(LLAMA8, "h100-sxm", weight_dtype="int4")
+    with pytest.raises(ValueError, match="kv_cache_dtype must be one of auto, fp8"):
+        RooflineStep(LLAMA8, "h100-sxm", kv_cache_dtype="fp16")
+
+
+def test_mfu_with_fp8_weights_is_against_the_fp8_peak():
+    """The same FLOPs over the same seconds: half the MFU against the H100's fp8 peak
+    (1,979 TFLOPS) as against its bf16 one (989); on an A100 (no fp8) the bf16 peak."""
+    shape, seconds = BatchShape(((2048, 0),)), 0.05
+    bf16, fp8 = RooflineStep(LLAMA8, "h100-sxm"), RooflineStep(LLAMA8, "h100-sxm",
+                                                                weight_dtype="fp8")
+    assert fp8.utilisation(shape, seconds)[0] == pytest.approx(
+        bf16.utilisation(shape, seconds)[0] * 989 / 1979)
+    a100 = RooflineStep(LLAMA8, "a100-80gb", weight_dtype="fp8")
+    assert a100.utilisation(shape, seconds)[0] == RooflineStep(LLAMA8, "a100-80gb").utilisation(
+        shape, seconds)[0]

@@ -21,6 +21,12 @@ import yaml
 
 from kvsched.errors import KvschedError
 
+WEIGHT_DTYPE_BYTES = {"bf16": 2, "fp8": 1}
+"""Bytes a weight of the decoder layers' linear projections takes, by `time.weight_dtype`: a
+bf16 checkpoint, or fp8 (an fp8 checkpoint, or vLLM's `--quantization fp8` of a bf16 one)."""
+KV_DTYPE_BYTES = {"auto": 2, "fp8": 1}
+"""Bytes a K or V element takes, by `engine.kv_cache_dtype` (auto: the model's bf16)."""
+
 
 class UnknownHardware(KvschedError, ValueError):
     """An unknown model or GPU name, or a config.json that cannot be read: one line."""
@@ -54,6 +60,13 @@ class Model:
         embeddings = self.vocab * self.hidden * (1 if self.tied else 2)
         return self.layers * self.layer_params + embeddings
 
+    def weight_bytes(self, dtype_bytes: int = 2) -> int:
+        """Bytes of all weights with the layers' linear weights in `dtype_bytes` each: the
+        embedding and the LM head stay bf16 (vLLM's fp8 quantizes the linear layers only, and
+        fp8 checkpoints keep `lm_head` and `embed_tokens` in bf16)."""
+        embeddings = self.vocab * self.hidden * (1 if self.tied else 2)
+        return self.layers * self.layer_params * dtype_bytes + embeddings * 2
+
     def tp_problem(self, tp: int) -> str | None:
         """Why this model cannot be sharded `tp` ways, or None: vLLM splits the attention
         heads and the MLP evenly, and the KV heads either evenly or by replicating them."""
@@ -74,7 +87,9 @@ class Model:
 
 @dataclass(frozen=True, slots=True)
 class Gpu:
-    """A GPU's datasheet figures: dense bf16 peak, memory, its links to peers and to the host."""
+    """A GPU's datasheet figures: dense bf16 peak, memory, its links to peers and to the host.
+    `fp8_peak_flops`: the dense fp8 Tensor Core peak, 0 for a GPU without fp8 Tensor Cores
+    (Ampere: vLLM runs fp8 weights there as weight-only W8A16, the math in bf16)."""
 
     name: str
     peak_flops: float
@@ -87,6 +102,7 @@ class Gpu:
     source: str = ""
     cuda_memory: float = 0.0  # bytes CUDA reports (0: unknown, the datasheet's `memory`)
     cuda_memory_source: str = ""
+    fp8_peak_flops: float = 0.0
 
     @property
     def device_memory(self) -> float:
@@ -197,7 +213,7 @@ def _suggest(wanted: str, lowered: dict[str, str]) -> str:
 
 
 _FLOATS = ("peak_flops", "memory_bw", "memory", "interconnect_bw", "interconnect_latency",
-           "host_bw", "cuda_memory")
+           "host_bw", "cuda_memory", "fp8_peak_flops")
 
 
 def load_gpu(name: str | Gpu) -> Gpu:
