@@ -162,6 +162,7 @@ SGLANG_VERSION := 0.5.23
 SGLANG_ROUNDS ?= 2000
 SGLANG_SEED ?= 2
 SGLANG_LOOPS ?= 100
+SGLANG_PREFIX_LOOPS ?= 100
 SGLANG_RADIX ?= 1000
 
 conformance-sglang-install: $(SGSTAMP)
@@ -177,6 +178,7 @@ conformance-sglang: install $(SGSTAMP)
 		--tie-rounds $$(($(SGLANG_ROUNDS) / 2)) --seed $(SGLANG_SEED) \
 		--out $(CONFORMANCE_OUT)/sglang/rounds-s$(SGLANG_SEED).json
 	HF_HUB_OFFLINE=1 $(SGBIN)/python conformance/sglang_loop_driver.py --random $(SGLANG_LOOPS) \
+		--random-prefix $(SGLANG_PREFIX_LOOPS) \
 		--seed $(SGLANG_SEED) --out-dir $(CONFORMANCE_OUT)/sglang/loop-s$(SGLANG_SEED)
 	HF_HUB_OFFLINE=1 $(SGBIN)/python conformance/sglang_radix_driver.py --random $(SGLANG_RADIX) \
 		--seed $(SGLANG_SEED) --out $(CONFORMANCE_OUT)/sglang/radix-s$(SGLANG_SEED).json

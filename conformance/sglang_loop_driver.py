@@ -1,4 +1,4 @@
-"""Drive SGLang 0.5.23's own scheduling loop on the CPU, step by step, and record what it runs.
+r"""Drive SGLang 0.5.23's own scheduling loop on the CPU, step by step, and record what it runs.
 
 Runs in `.venv-conformance-sglang` (see conformance/README.md). SGLang's `Scheduler.__init__`
 builds a model runner, so the scheduler is made without it (`Scheduler.__new__`) and given,
@@ -7,7 +7,8 @@ attribute by attribute, the state its scheduling methods read: SGLang's own
 `ReqToTokenPool`, a real token-to-KV allocator (`TokenToKVPoolAllocator` for page size 1,
 `PagedTokenToKVPoolAllocator` above) and SGLang's default tree cache for a full-attention
 model, `UnifiedRadixCache` with its default TreeCore (caching off: `disable=True`, what
-`--disable-radix-cache` builds). Every other feature is off (`None` / `False`, the values
+`--disable-radix-cache` builds; on with `enable_prefix_caching`, as `--random-prefix` draws).
+Every other feature is off (`None` / `False`, the values
 `Scheduler.__init__` gives them without their flags). Each step is one iteration of
 `Scheduler.event_loop_normal` (managers/scheduler.py line 2026; `--disable-overlap-schedule`):
 
@@ -27,12 +28,15 @@ chunks with their extend lengths, or the decode pass), the requests retracted (i
 `retract_decode` chose them) and finished; see conformance/README.md, the loop record.
 
     .venv-conformance-sglang/bin/python conformance/sglang_loop_driver.py --random 100 --out-dir DIR
+    .venv-conformance-sglang/bin/python conformance/sglang_loop_driver.py --random-prefix 100 \
+        --out-dir DIR
     .venv-conformance-sglang/bin/python conformance/sglang_loop_driver.py --scenario S.json --out R
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -107,6 +111,17 @@ def _import() -> SimpleNamespace:
         return out
 
     ScheduleBatch.retract_decode = observed
+
+    # tokens the tree evicts, whoever asks (an observation: _evict runs unchanged)
+    evicted = [0]
+    original_evict = UnifiedRadixCache._evict
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original_evict(self, *args, **kwargs)
+        evicted[0] += int(result.num_tokens_evicted)
+        return result
+
+    UnifiedRadixCache._evict = counted
     return SimpleNamespace(
         sglang=sglang, torch=torch, BeamCoordinator=BeamCoordinator,
         DisaggregationMode=DisaggregationMode, Req=Req, ScheduleBatch=ScheduleBatch,
@@ -117,7 +132,7 @@ def _import() -> SimpleNamespace:
         ReqToTokenPool=ReqToTokenPool, ComponentType=ComponentType,
         UnifiedRadixCache=UnifiedRadixCache, get_context=get_context,
         SamplingParams=SamplingParams, ServerArgs=ServerArgs,
-        SpeculativeAlgorithm=SpeculativeAlgorithm, retracted=retracted)
+        SpeculativeAlgorithm=SpeculativeAlgorithm, retracted=retracted, evicted=evicted)
 
 
 class Loop:
@@ -276,6 +291,7 @@ class Loop:
         sg = self.sg
         s = self.scheduler
         sg.retracted.clear()
+        waiting = set(s.waiting_queue)
         plan = s.get_next_batch_to_run(running_batch=s.running_batch, last_batch=s.last_batch)
         s.running_batch = plan.running_batch
         batch = plan.batch_to_run
@@ -289,6 +305,8 @@ class Loop:
             mode = batch.forward_mode
             extend = mode.is_extend()
             out["batch"] = [(r, r.extend_len if extend else 1) for r in batch.reqs]
+            # an admission (not the chunked request going on): its match, locked
+            out["hits"] = [(r, r.prefix_len) for r in batch.reqs if extend and r in waiting]
             out["decode"] = mode.is_decode()
             ids = sg.torch.tensor([next_token(r) for r in batch.reqs], dtype=sg.torch.int64)
             result = sg.GenerationBatchResult(next_token_ids=ids)
@@ -317,13 +335,17 @@ def output_token(index: int, offset: int) -> int:
     return (1 << 30) + (1 << 29) + (index << 14) + offset
 
 
-def prompt_tokens(spec: dict[str, Any], index: int) -> list[int]:
-    tokens: list[int] = []
+def request_tokens(spec: dict[str, Any], index: int) -> tuple[list[int], list[int] | None]:
+    """(prompt token ids, the answer's or None): a `prefix` covering prompt + output names
+    the answer too (a conversation's next turn repeats it); else the rest of the prompt and
+    the answer are the request's own."""
+    named: list[int] = []
     for segment, length in spec.get("prefix") or ():
-        tokens.extend(segment_token(int(segment), k) for k in range(int(length)))
-    tokens = tokens[:int(spec["prompt_len"])]
-    tokens.extend(own_token(index, k) for k in range(len(tokens), int(spec["prompt_len"])))
-    return tokens
+        named.extend(segment_token(int(segment), k) for k in range(int(length)))
+    prompt_len = int(spec["prompt_len"])
+    if len(named) > prompt_len:
+        return named[:prompt_len], named[prompt_len:]
+    return named + [own_token(index, k) for k in range(len(named), prompt_len)], None
 
 
 # -- a whole workload ---------------------------------------------------------------------
@@ -335,20 +357,41 @@ def run(sg: SimpleNamespace, config: dict[str, Any], workload: dict[str, Any],
     s = loop.scheduler
     specs = workload["requests"]
     index = {str(spec["id"]): i for i, spec in enumerate(specs)}
+    # a conversation's next turn (`after`) arrives `think_steps` steps after the step in which
+    # the turn before it finished; the record's workload gets that step
     by_step: dict[int, list[int]] = {}
+    dependents: dict[str, list[int]] = {}
     for i, spec in enumerate(specs):
-        by_step.setdefault(int(spec["arrival_step"]), []).append(i)
+        if spec.get("after") is not None:
+            dependents.setdefault(str(spec["after"]), []).append(i)
+        else:
+            by_step.setdefault(int(spec["arrival_step"]), []).append(i)
+    resolved: dict[int, int] = {}
     reqs: dict[str, Any] = {}
+    answers: dict[str, list[int] | None] = {}
     info: dict[str, dict[str, Any]] = {
-        str(spec["id"]): {"arrival_step": int(spec["arrival_step"]), "first_token_step": None,
+        str(spec["id"]): {"arrival_step": spec.get("arrival_step"), "first_token_step": None,
                           "finish_step": None, "num_preemptions": 0, "status": "unfinished",
                           "num_output_tokens": 0} for spec in specs}
 
     def next_token(req: Any) -> int:
+        answer = answers[req.rid]
+        if answer is not None:
+            return answer[len(req.output_ids)]
         return output_token(index[req.rid], len(req.output_ids))
 
+    def ended(rid: str, at: int) -> None:
+        for j in dependents.get(rid, ()):
+            arrives = at + 1 + int(specs[j].get("think_steps", 0))
+            resolved[j] = arrives
+            info[str(specs[j]["id"])]["arrival_step"] = arrives
+            by_step.setdefault(arrives, []).append(j)
+            by_step[arrives].sort()
+
+    caching = bool(loop.cfg["enable_prefix_caching"])
+    page = int(loop.cfg["page_size"])
+    hits: dict[str, list[int]] = {str(spec["id"]): [] for spec in specs}
     steps: list[dict[str, Any]] = []
-    last_arrival = max(by_step, default=0)
     step = 0
     while step < max_steps:
         entry: dict[str, Any] = {"step": step}
@@ -356,17 +399,23 @@ def run(sg: SimpleNamespace, config: dict[str, Any], workload: dict[str, Any],
         for i in by_step.get(step, ()):
             spec = specs[i]
             rid = str(spec["id"])
-            req = loop.make_req(rid, prompt_tokens(spec, i), int(spec["output_len"]))
+            prompt, answers[rid] = request_tokens(spec, i)
+            req = loop.make_req(rid, prompt, int(spec["output_len"]))
             reqs[rid] = req
             loop.arrive(req)
             arrived.append(rid)
         before = {rid: len(r.output_ids) for rid, r in reqs.items()}
+        evicted_before = sg.evicted[0]
         out = loop.step(next_token)
         if arrived:
             entry["arrived"] = arrived
         if out["batch"] is not None:
             entry["scheduled"] = [[r.rid, int(n)] for r, n in out["batch"]]
             entry["mode"] = "decode" if out["decode"] else "prefill"
+            if caching:
+                entry["hits"] = [[r.rid, int(n)] for r, n in out["hits"]]
+                for r, n in out["hits"]:
+                    hits[r.rid].append(int(n))
         if out["retracted"]:
             entry["preempted"] = [r.rid for r in out["retracted"]]
             for r in out["retracted"]:
@@ -375,6 +424,7 @@ def run(sg: SimpleNamespace, config: dict[str, Any], workload: dict[str, Any],
             entry["aborted"] = [r.rid for r in out["aborted"]]
             for r in out["aborted"]:
                 info[r.rid].update(status="aborted", finish_step=step)
+                ended(r.rid, step)
         finished = []
         for rid, req in reqs.items():
             made = len(req.output_ids) - before[rid]
@@ -383,20 +433,30 @@ def run(sg: SimpleNamespace, config: dict[str, Any], workload: dict[str, Any],
             if made > 0 and req.finished() and info[rid]["finish_step"] is None:
                 info[rid].update(finish_step=step, status="finished")
                 finished.append(rid)
+                ended(rid, step)
         if finished:
             entry["finished"] = finished
         entry["running"] = len(s.running_batch.reqs)
         entry["waiting"] = len(s.waiting_queue)
         entry["free_tokens"] = int(loop.allocator.available_size())
-        if loop.cfg["enable_prefix_caching"]:
+        if caching:
             entry["evictable_tokens"] = int(loop.tree_cache.evictable_size())
+        if caching:
+            cached = loop.tree_cache.evictable_size() + loop.tree_cache.protected_size()
+            entry["cached_blocks"] = int(cached) // page
+            if sg.evicted[0] > evicted_before:
+                entry["evicted_blocks"] = (sg.evicted[0] - evicted_before) // page
         steps.append(entry)
         step += 1
         done = all(v["status"] != "unfinished" for v in info.values())
-        if done and step > last_arrival:
+        if done and step > max(by_step, default=0):
             break
     for rid, req in reqs.items():
         info[rid]["num_output_tokens"] = len(req.output_ids)
+    if caching:
+        for rid, got in hits.items():
+            info[rid].update(hits=got, prefix_hit_tokens=got[0] if got else None,
+                             cached_tokens=sum(got))
     effective = {"new_token_ratio_init": s.new_token_ratio_tracker.init,
                  "max_new_tokens": {rid: int(r.sampling_params.max_new_tokens)
                                     for rid, r in reqs.items()}}
@@ -409,7 +469,10 @@ def run(sg: SimpleNamespace, config: dict[str, Any], workload: dict[str, Any],
                        "tree_cache": type(loop.tree_cache).__name__,
                        "tree_core": type(loop.tree_cache.tree_core).__name__},
             "config": {**DEFAULTS, **config}, "effective_config": effective,
-            "workload": workload, "steps": [_compact(e) for e in steps],
+            "workload": {**workload, "requests": [
+                {**spec, "arrival_step": resolved[i]} if i in resolved else spec
+                for i, spec in enumerate(specs)]},
+            "steps": [_compact(e) for e in steps],
             "requests": info, "summary": summary}
 
 
@@ -451,9 +514,64 @@ def random_case(rng: random.Random, name: str) -> tuple[dict[str, Any], dict[str
     return config, {"name": name, "requests": requests}
 
 
+def random_prefix_case(rng: random.Random, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`random_case` with the radix cache on: 1-4 shared prompts (lengths on, off and across
+    page boundaries), each request using one (whole or a shorter run of it) with or without
+    a private tail, some sharing nothing; in 40% of the draws also conversations of 2-4 turns
+    (a turn's prompt is the previous prompt + its answer + new tokens, arriving 0-8 steps
+    after the previous turn finished); pools from one longest request to roomy, so that
+    cached prefixes are hit, evicted and hit again."""
+    config, workload = random_case(rng, name)
+    config["enable_prefix_caching"] = True
+    page = int(config["page_size"])
+    shared = [rng.choice([rng.randint(1, 64), rng.randint(1, 8) * page,
+                          rng.randint(1, 8) * page + rng.randint(1, max(page - 1, 1)),
+                          rng.randint(50, 400)]) for _ in range(rng.randint(1, 4))]
+    requests: list[dict[str, Any]] = []
+    fresh = itertools.count(1000)  # segment ids of conversation turns and answers
+    sessions = rng.random() < 0.4
+    for spec in workload["requests"]:
+        if sessions and rng.random() < 0.4:
+            segs: list[list[int]] = []
+            if rng.random() < 0.7:
+                group = rng.randrange(len(shared))
+                segs.append([group, shared[group]])
+            prev: str | None = None
+            for turn in range(rng.randint(2, 4)):
+                user = [next(fresh), rng.randint(1, 120)]
+                out = rng.randint(1, rng.choice([8, 40, 200]))
+                turn_segs = segs + [user, [next(fresh), out]]
+                turn_spec: dict[str, Any] = {
+                    "id": f"{spec['id']}t{turn}", "prompt_len": sum(n for _, n in segs)
+                    + user[1], "output_len": out, "prefix": turn_segs}
+                if prev is None:
+                    turn_spec["arrival_step"] = spec["arrival_step"]
+                else:
+                    turn_spec["after"] = prev
+                    turn_spec["think_steps"] = rng.choice([0, 0, 1, 3, 8])
+                requests.append(turn_spec)
+                prev = turn_spec["id"]
+                segs = turn_segs
+            continue
+        if rng.random() < 0.8:
+            group = rng.randrange(len(shared))
+            run = shared[group] if rng.random() < 0.7 else rng.randint(1, shared[group])
+            tail = rng.choice([0, 0, rng.randint(1, 16), rng.randint(1, 200)])
+            spec["prompt_len"] = run + tail
+            spec["prefix"] = [[group, run]]
+        requests.append(spec)
+    workload["requests"] = requests
+    need = max(-(-int(r["prompt_len"]) // page) * page + int(r["output_len"]) + page + 1
+               for r in requests)
+    config["num_tokens"] = max(int(config["num_tokens"]), -(-need // page) * page)
+    return config, workload
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--random", type=int, metavar="N", help="N random workloads")
+    parser.add_argument("--random-prefix", type=int, metavar="N",
+                        help="N random workloads with the radix cache on")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out-dir")
     parser.add_argument("--scenario", help="a {config, workload} JSON file")
@@ -469,13 +587,17 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     steps = 0
-    for k in range(args.random or 0):
-        name = f"loop-s{args.seed}-{k:04d}"
-        config, workload = random_case(rng, name)
+    jobs = [(f"loop-s{args.seed}-{k:04d}", random_case) for k in range(args.random or 0)]
+    if args.random_prefix:
+        prng = random.Random(args.seed + 1000)  # its own stream: --random stays as it was
+        jobs += [(f"prefix-s{args.seed}-{k:04d}", random_prefix_case)
+                 for k in range(args.random_prefix)]
+    for name, draw in jobs:
+        config, workload = draw(prng if draw is random_prefix_case else rng, name)
         record = run(sg, config, workload)
         steps += record["summary"]["num_steps"]
         (out / f"{name}.json").write_text(json.dumps(record, sort_keys=True) + "\n")
-    print(f"{args.random} workloads, {steps} steps -> {out}")
+    print(f"{len(jobs)} workloads, {steps} steps -> {out}")
     return 0
 
 

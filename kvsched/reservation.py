@@ -35,6 +35,7 @@ INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO
 MIN_NEW_TOKEN_RATIO_FACTOR = 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
 NEW_TOKEN_RATIO_DECAY_STEPS = 600  # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
 RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
+WAITING_PREFIX_REFRESH_INTERVAL = 32  # schedule_policy.py WAITING_PREFIX_REFRESH_INTERVAL
 
 
 class NewTokenRatio:
@@ -85,7 +86,7 @@ class FutureTokenReservation:
     __slots__ = ("ratio", "page", "max_prefill_tokens", "chunk_size", "preemption_threshold",
                  "batch_is_full", "_held", "_decoding", "_offset", "_charged", "_pages",
                  "_rem_input",
-                 "_rem_chunk", "_admitted", "_in_batch", "_prepared")
+                 "_rem_chunk", "_admitted", "_in_batch", "_prepared", "_refresh_calls")
 
     def __init__(self, schedule_conservativeness: float, page: int,
                  max_prefill_tokens: int, chunk_size: int | None,
@@ -112,6 +113,14 @@ class FutureTokenReservation:
         # indices of the requests SGLang has prepared for a round (init_next_round_input):
         # before that a request's fill ids are empty, which priority preemption reads
         self._prepared: set[int] = set()
+        self._refresh_calls = 0  # SchedulePolicy._waiting_prefix_refresh_calls
+
+    def refresh_due(self) -> bool:
+        """A round reached SGLang's `calc_priority` with requests waiting: whether it
+        touches their prefixes (the first such round, then every 32nd)."""
+        due = self._refresh_calls % WAITING_PREFIX_REFRESH_INTERVAL == 0
+        self._refresh_calls += 1
+        return due
 
     def _ceil(self, tokens: int) -> int:
         return -(-tokens // self.page) * self.page
@@ -224,6 +233,12 @@ class FutureTokenReservation:
         if self._rem_chunk is not None:
             self._rem_chunk -= charged
         self._admitted += 1
+        # add_one_req answers budget_state() for the next candidate (schedule_policy.py line
+        # 1590): a pool left without room (the charge rounds the extend up to pages, past
+        # what the check counted) is NO_TOKEN, which ends the round and sets the latch
+        if not self._capacity(free_tokens):
+            self._latch(True)
+            return False
         return self.may_try(free_tokens)
 
     def may_try(self, free_tokens: int) -> bool:

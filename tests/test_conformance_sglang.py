@@ -236,6 +236,27 @@ def test_loop_fixtures_cover_the_rules_they_prove():
     assert any(admits_after_middle_chunk(r) for r in random)
 
 
+def test_prefix_loop_fixtures_cover_the_radix_cache_in_the_loop():
+    """The loops recorded with the radix cache on (SGLANG_RULES.md S18-S22) hold pages of
+    1, 4 and 16, chunking off, evictions in eight, retractions, and later turns of conversations
+    hitting the turn before (prompt and answer)."""
+    records = [json.loads(p.read_text()) for p in LOOP_RECORDS if p.stem.startswith("prefix-")]
+    assert len(records) >= 8
+    assert all(r["config"]["enable_prefix_caching"] for r in records)
+    assert {r["config"]["page_size"] for r in records} == {1, 4, 16}
+    assert any(r["config"]["chunked_prefill_size"] is None for r in records)
+    assert sum(any(s.get("evicted_blocks") for s in r["steps"]) for r in records) >= 8
+    assert sum(r["summary"]["num_preemptions"] for r in records) >= 2
+
+    def answer_hits(record: dict) -> int:  # a later turn hits past the turn before's prompt
+        specs = {q["id"]: q for q in record["workload"]["requests"]}
+        return sum(1 for q in specs.values() if q.get("after") is not None
+                   and (record["requests"][q["id"]]["prefix_hit_tokens"] or 0)
+                   > specs[q["after"]]["prompt_len"])
+
+    assert sum(answer_hits(r) for r in records) >= 5
+
+
 def test_a_finish_clears_the_latch_for_the_next_steps_round():
     """SGLang 0.5.23 drops C (finished at step 4) from the running batch at the top of step
     5, which clears batch_is_full: B is prefilled at step 5, before A decodes again."""

@@ -8,8 +8,10 @@ from typing import Protocol
 
 from kvsched.blocks import BlockPool
 from kvsched.engine.plan import StepPlan
+from kvsched.kvcache.tracker import PrefixTracker
 from kvsched.reservation import FutureTokenReservation
 from kvsched.sequence import Seq
+from kvsched.waiting import WaitingQueue
 
 
 class Scheduler(Protocol):
@@ -20,7 +22,10 @@ class Scheduler(Protocol):
     pool: BlockPool
     tick: int
     reservation: FutureTokenReservation | None
+    prefix: PrefixTracker | None
+    waiting: WaitingQueue
     _block_size: int
+    _max_num_seqs: int
 
     def _preempt(self, victim: Seq, plan: StepPlan, cause: Seq) -> None: ...
 
@@ -43,13 +48,49 @@ def priority_preempt(sched: Scheduler, plan: StepPlan, seq: Seq, max_num_seqs: i
     if chosen is None:
         return False
     # _preempt counts a decoding victim as at the start of the pass under way; no pass
-    # has run in this step yet, so it is the start of the next one.
+    # has run in this step yet, so it is the start of the next one. SGLang releases the
+    # victims in the batch's order (schedule_policy.py line 1765).
     sched.tick += 1
-    for victim in chosen:
-        sched._preempt(victim, plan, cause=seq)
+    taken = set(chosen)
+    for victim, _done in running:
+        if victim in taken:
+            sched._preempt(victim, plan, cause=seq)
     sched.tick -= 1
     victims.update(chosen)
     return True
+
+
+WAITING_PREFIX_MATCH_MAX = 128  # schedule_policy.py WAITING_QUEUE_PREFIX_MATCH_MAX
+
+
+def refresh_waiting(sched: Scheduler, plan: StepPlan) -> None:
+    """SGLang's `_touch_waiting_prefixes` (`schedule_policy.py` line 282, the radix cache
+    with LRU and FCFS): a round that reaches `calc_priority` (a request slot free, or a
+    chunked prefill going on) with requests waiting counts; the first and every 32nd after
+    touch the first 128 waiting requests' whole sequences, the head last. A cache-aware
+    policy (`lpm`, `hrrn`, `dfs-weight`) matches them instead (line 236, not modelled), unless
+    `lpm` or `hrrn` run as FCFS above 128 waiting (`_determine_active_policy`, line 304)."""
+    reservation = sched.reservation
+    prefix = sched.prefix
+    assert reservation is not None and prefix is not None
+    if not prefix.stepped:
+        return
+    queue = sched.waiting
+    if queue.dynamic:
+        above = getattr(queue._policy, "fcfs_above", None)
+        if above is None or queue.size <= above:
+            return
+    if (len(sched.running) + len(sched.prefilling) >= sched._max_num_seqs
+            and not plan.prefills):
+        return  # scheduler.py line 4118: full slots end a round with no chunk going on
+    if reservation.refresh_due():
+        waiting: list[Seq] = []
+        for seq in queue:
+            if len(waiting) == WAITING_PREFIX_MATCH_MAX:
+                break
+            waiting.append(seq)
+        prefix.refresh(waiting)
+
 
 def free_tokens(sched: Scheduler) -> int:
     """Free KV tokens as SGLang counts them: a prefill under way holds only the chunks

@@ -99,6 +99,8 @@ class Scheduler:
         self._releases: list[Seq] = []  # finished in this step, blocks not yet released
         self._dynamic = bool(getattr(self.waiting, "dynamic", False))  # re-ranked each step
         self.reservation = make_reservation(config)  # SGLang's admission rule, or None
+        if self.reservation is not None and self.prefix is not None:
+            self.prefix.stepped = not self.prefix.eager  # SGLang's step with its radix tree
         self.partial = make_partial_prefills(config)  # vLLM V0's partial prefills, or None
         # vLLM V0's priority: an arrival-order queue, sorted in steps without a prefill
         self._v0_priority = config.priority_preemption and isinstance(policy, PriorityFirst)
@@ -158,6 +160,8 @@ class Scheduler:
             self._delay_passed = self._passed_delay(now)
         if self._swapped_in:
             self._swapped_in.clear()
+        if self.prefix is not None and self.prefix._middle:
+            self.prefix.stash()  # SGLang's tree: the last step's middle chunk
         self._assemble(plan)
         if self.reservation is not None and not self.waiting.size and plan.is_idle:
             self.reservation.idle()  # SGLang's on_idle, fully idle: the ratio restarts
@@ -215,7 +219,9 @@ class Scheduler:
                 self._push_finish_due(seq)
         if plan.num_finished and self.reservation is not None:
             self.reservation.left_batch()  # requests left the batch (decode or prefill)
-        if self._releases:
+        if self.prefix is not None and self.prefix.stepped:
+            self.prefix.settle(self._releases)  # SGLang's tree: the step's inserts, in order
+        elif self._releases:
             self._release_finished()
 
     def _release_finished(self) -> None:
@@ -277,8 +283,8 @@ class Scheduler:
         growing = [seq for seq, epoch in due if seq.epoch == epoch] if due else []
         if n > budget or len(growing) > self.pool.free - self._append_floor:
             return self._decode_exact(plan, budget, tick)
+        prefix = self.prefix
         if growing:
-            prefix = self.prefix
             for seq in growing:
                 seq.blocks += 1
             if prefix is None:
@@ -287,6 +293,8 @@ class Scheduler:
                 prefix.grow_each(growing)
             for seq in growing:
                 self._push_block_due(seq)
+        if prefix is not None:
+            prefix.decode_pass(n)
         if self.prefix is not None and self.prefix.eager:
             fills = self._block_due.get(tick + 1)  # their last block fills in this pass
             if fills:
@@ -342,6 +350,8 @@ class Scheduler:
             self._decoded(seq, tick, grows, decoded)
             budget -= 1
         self._settle_pass(plan, tick, decoded)
+        if self.prefix is not None:
+            self.prefix.decode_pass(len(decoded))
         return budget
 
     def _settle_pass(self, plan: StepPlan, tick: int, decoded: list[Seq]) -> None:
@@ -417,7 +427,8 @@ class Scheduler:
                 victim.recompute_upto = max(victim.recompute_upto, done)
                 victim.prefill_left = 0
         if self.prefix is not None:  # its computed blocks stay cached: it may find them again
-            self.prefix.preempted(victim, computed)
+            self.prefix.preempted(victim, computed, len(self.running) + len(self.prefilling),
+                                  plan.tick == tick and tick > 0)  # a decode pass's victim
         else:
             self.pool.release(victim.blocks)
         self.committed_blocks -= victim.lifetime_blocks
@@ -561,6 +572,8 @@ class Scheduler:
         if reservation is not None and not reservation.open_round(
                 future_tokens.decoding_pairs(self, 0, plan), plan.prefills, len(waiting)):
             return budget
+        if reservation is not None and self.prefix is not None:
+            future_tokens.refresh_waiting(self, plan)
         preempting = reservation is not None and reservation.preemption_threshold is not None
         victims: set[Seq] = set()
         granted: Seq | None = None  # the head whose preemptions already made room
@@ -630,14 +643,17 @@ class Scheduler:
                 need = blocks_for(tokens, block_size)
                 hit = 0
                 gate = need
+                cost = 0
                 if self.prefix is not None:
-                    hit = self.prefix.match(seq)
+                    hit = self.prefix.match(seq, True)
                     need, cost = self._blocks_with_hit(seq, need, hit)
                     gate = blocks_for(tokens, block_size) if self._v0_prefix else need
                 todo = tokens - hit  # what the prefill computes
                 cap = todo if partial is None else partial.slot
                 if reservation is not None:
-                    allowed = reservation.check(seq, todo, future_tokens.free_tokens(self))
+                    # SGLang pins the hit while it checks: its idle tokens are not free
+                    allowed = reservation.check(
+                        seq, todo, future_tokens.free_tokens(self) - cost * block_size)
                     if allowed is None:
                         break
                     cap = min(cap, allowed)

@@ -45,6 +45,8 @@ def decode_stretch(sched: Scheduler, step: int, now: float, step_time: float | N
     if sched.waiting.size and sched._waiting_may_admit():
         return None
     prefix = sched.prefix
+    if prefix is not None and prefix.decode_evicts(n):
+        return None  # SGLang's next pass evicts for a page per request: a step of its own
     reservation = sched.reservation
     finish = sched.next_finish_tick()
     limit = min(max_steps, MAX_STRETCH)
@@ -123,8 +125,11 @@ def decode_stretch(sched: Scheduler, step: int, now: float, step_time: float | N
                 seq.blocks += 1
             if prefix is not None:
                 prefix.grow_each([seq for seq, _epoch in growing])
+                prefix.decode_pass(n)
                 evicted_at[t] = prefix.take_evicted()
                 cached_at[t] = prefix.num_cached  # (a radix leaf may be < a block)
+                if prefix.decode_evicts(n):  # SGLang's next pass evicts: the stretch ends
+                    horizon = min(horizon, t)
             later = block_due.get(t + block_size)
             if later is None:
                 block_due[t + block_size] = growing

@@ -17,6 +17,10 @@ cdef class RadixCache:
     cdef public long long tree_tokens
     cdef public dict _private
     cdef public long long _private_total
+    cdef public dict _promised
+    cdef public long long _promised_total
+    cdef public dict _done
+    cdef public list _chunks, _grown
     cdef public dict _node, _prefix, _inserted
     cdef public long long _clock, evicted, _evictable
     cdef public list _heap
@@ -39,15 +43,36 @@ cdef class RadixCache:
                    chain=object)
     cpdef _evict(self, long long tokens)
     @cython.locals(matched=cython.longlong)
-    cpdef long long match(self, object prefix, long long num_tokens)
+    cpdef long long match(self, object prefix, long long num_tokens, bint split=*)
+    cpdef touch(self, object prefix, long long num_tokens)
     @cython.locals(unlocked=cython.longlong, free=cython.longlong)
     cpdef long long idle_hits(self, object prefix, long long hit_tokens)
     @cython.locals(unlocked=cython.longlong, node=_Node, shared=cython.longlong)
     cpdef long long _unlocked_on_path(self, object prefix, long long hit_tokens)
-    @cython.locals(need=cython.longlong, node=_Node, matched=cython.longlong)
+    @cython.locals(node=_Node, matched=cython.longlong)
+    cpdef _join(self, object owner, object prefix, long long hit_tokens)
+    @cython.locals(need=cython.longlong)
     cpdef allocate(self, object owner, object prefix, long long hit_tokens, long long num_new)
+    @cython.locals(need=cython.longlong)
+    cpdef promise(self, object owner, object prefix, long long hit_tokens, long long num_new)
+    cpdef computed(self, object owner, long long num_tokens)
+    @cython.locals(chunks=list, size=cython.longlong, demand=cython.longlong,
+                   available=cython.longlong, extend=cython.longlong, tokens=cython.longlong,
+                   take=cython.longlong)
+    cpdef materialize(self)
+    @cython.locals(size=cython.longlong, need=cython.longlong, promised=dict)
+    cpdef grow_promise(self, list owners)
+    @cython.locals(size=cython.longlong, demand=cython.longlong, available=cython.longlong,
+                   grown=list, promised=dict, private=dict)
+    cpdef decode_pass(self, long long num_decodes)
+    cpdef bint decode_evicts(self, long long num_decodes)
+    cpdef evict_all(self)
+    @cython.locals(available=cython.longlong)
+    cpdef retract(self, object owner, long long reserve)
     @cython.locals(size=cython.longlong, need=cython.longlong, private=dict)
     cpdef grow_each(self, list owners)
-    @cython.locals(tokens=cython.longlong, before=cython.longlong, added=cython.longlong, dup=cython.longlong, back=cython.longlong, node=_Node)
-    cpdef commit(self, object owner, object prefix, long long num_tokens)
+    @cython.locals(tokens=cython.longlong, before=cython.longlong, added=cython.longlong, dup=cython.longlong, back=cython.longlong, node=_Node, size=cython.longlong, prompt=cython.longlong)
+    cpdef commit(self, object owner, object prefix, long long num_tokens, long long prompt_tokens=*)
+    @cython.locals(tokens=cython.longlong, promised=cython.longlong)
+    cpdef shrink(self, object owner, long long num_blocks)
     cpdef free(self, object owner)

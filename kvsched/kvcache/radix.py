@@ -16,6 +16,13 @@ own first page (conformance/SGLANG_RULES.md S16).
 The tokens unlocked nodes hold (what eviction could free) are counted as locks change, and
 evictable leaves wait in a heap by last access (stale entries skipped when popped), so the
 free count is O(1) and an eviction costs O(log leaves) per leaf, never a walk of the tree.
+
+SGLang's scheduler allocates a prefill's KV chunk by chunk, for the whole batch at once after
+the round (`prepare_for_extend`), and inserts what a step computed after its forward; the
+scheduler here admits a whole prompt at once. `promise` keeps an admission's fresh blocks
+aside without taking them, `computed` notes each chunk, and `materialize` takes the step's
+chunks as SGLang's `alloc_for_extend` does, evicting first what they lack
+(conformance/SGLANG_RULES.md S18).
 """
 
 from __future__ import annotations
@@ -71,6 +78,11 @@ class RadixCache:
         self.tree_tokens = 0
         self._private: dict[int, int] = {}  # owner -> tokens allocated, not in the tree
         self._private_total = 0
+        self._promised: dict[int, int] = {}  # owner -> tokens admitted but not yet taken
+        self._promised_total = 0
+        self._done: dict[int, int] = {}  # owner -> its tokens with KV (hit + chunks noted)
+        self._chunks: list[tuple[int, int, int]] = []  # (owner, extend, tokens) to take
+        self._grown: list[int] = []  # owners promised a block by the decode pass under way
         self._node: dict[int, _Node] = {}  # owner -> the node its path is locked to
         self._prefix: dict[int, Prefix | None] = {}
         self._inserted: dict[int, int] = {}  # owner -> its tokens that the tree holds
@@ -87,11 +99,13 @@ class RadixCache:
 
     @property
     def free_tokens(self) -> int:
-        return self.capacity - self.tree_tokens - self._private_tokens
+        """Tokens neither cached, held, nor promised to an admission."""
+        return self.capacity - self.tree_tokens - self._private_total - self._promised_total
 
     @property
-    def _private_tokens(self) -> int:
-        return self._private_total
+    def available_tokens(self) -> int:
+        """Tokens no request or node holds: SGLang's `allocator.available_size()`."""
+        return self.capacity - self.tree_tokens - self._private_total
 
     def evictable_tokens(self) -> int:
         return self._evictable
@@ -231,11 +245,17 @@ class RadixCache:
 
     # -- the protocol ----------------------------------------------------------------------
 
-    def match(self, prefix: Prefix | None, num_tokens: int) -> int:
+    def match(self, prefix: Prefix | None, num_tokens: int, split: bool = False) -> int:
+        """`split`: as SGLang's `match_prefix` for a request the round tries, a match ending
+        inside an edge splits it there."""
         if prefix is None or num_tokens <= 1:
             return 0
-        _, matched = self._walk(prefix, num_tokens - 1, split=False)
+        _, matched = self._walk(prefix, num_tokens - 1, split)
         return matched // self.block_size * self.block_size
+
+    def touch(self, prefix: Prefix, num_tokens: int) -> None:
+        """SGLang's `touch_prefix`: refresh (and split) the path of a whole sequence."""
+        self._walk(prefix, num_tokens - num_tokens % self.block_size, True)
 
     def can_allocate(self, prefix: Prefix | None, hit_tokens: int, num_new: int) -> bool:
         # The hit's path is locked before anything is evicted: it cannot make room.
@@ -249,9 +269,14 @@ class RadixCache:
         return free // self.block_size - (free - unlocked) // self.block_size
 
     def shrink(self, owner: int, num_blocks: int) -> None:
-        """`owner` gives back its last `num_blocks` blocks (taken this step, holding nothing)."""
-        self._private[owner] -= num_blocks * self.block_size
-        self._private_total -= num_blocks * self.block_size
+        """`owner` gives back its last `num_blocks` blocks (taken this step, holding nothing):
+        promised ones first."""
+        tokens = num_blocks * self.block_size
+        promised = min(self._promised.get(owner, 0), tokens)
+        self._promised[owner] -= promised
+        self._promised_total -= promised
+        self._private[owner] -= tokens - promised
+        self._private_total -= tokens - promised
 
     def _unlocked_on_path(self, prefix: Prefix | None, hit_tokens: int) -> int:
         """Tokens of the first `hit_tokens` of `prefix` held by unlocked nodes."""
@@ -263,26 +288,132 @@ class RadixCache:
                 unlocked += shared
         return unlocked
 
+    def _join(self, owner: int, prefix: Prefix | None, hit_tokens: int) -> None:
+        """`owner` takes its hit: the path locked, its tokens its own."""
+        node = self.root
+        if prefix is not None and hit_tokens > 0:
+            node, matched = self._walk(prefix, hit_tokens, split=True)
+            if matched != hit_tokens:
+                raise ValueError(f"owner {owner}: {hit_tokens} hit tokens are not cached")
+        self._lock(node, +1)
+        self._node[owner] = node
+        self._prefix[owner] = prefix
+        self._inserted[owner] = hit_tokens
+        self._private[owner] = 0
+        self._promised[owner] = 0
+        self._done[owner] = hit_tokens
+
     def allocate(self, owner: int, prefix: Prefix | None, hit_tokens: int,
                  num_new: int) -> None:
         need = num_new * self.block_size
         if owner not in self._private:
-            node = self.root
-            if prefix is not None and hit_tokens > 0:
-                node, matched = self._walk(prefix, hit_tokens, split=True)
-                if matched != hit_tokens:
-                    raise ValueError(f"owner {owner}: {hit_tokens} hit tokens are not cached")
-            self._lock(node, +1)
-            self._node[owner] = node
-            self._prefix[owner] = prefix
-            self._inserted[owner] = hit_tokens
-            self._private[owner] = 0
-        if need > self.free_tokens:
+            self._join(owner, prefix, hit_tokens)
+        if need > self.free_tokens:  # (blocks promised to admissions stay theirs)
             self._evict(need - self.free_tokens)
         if need > self.free_tokens:
             raise ValueError(f"owner {owner}: {num_new} new blocks do not fit")
         self._private[owner] += need
         self._private_total += need
+
+    def promise(self, owner: int, prefix: Prefix | None, hit_tokens: int,
+                num_new: int) -> None:
+        """Admit `owner` with its hit and `num_new` fresh blocks kept for its chunks, taken
+        (and evicted for) as `materialize` takes the chunks `computed` notes."""
+        need = num_new * self.block_size
+        if owner not in self._private:
+            self._join(owner, prefix, hit_tokens)
+        if need > self.free_tokens + self._evictable:
+            raise ValueError(f"owner {owner}: {num_new} new blocks do not fit")
+        self._promised[owner] += need
+        self._promised_total += need
+
+    def computed(self, owner: int, num_tokens: int) -> None:
+        """`owner`'s first `num_tokens` tokens are computed in this step (a chunk)."""
+        done = self._done.get(owner)
+        if done is not None and num_tokens > done:
+            self._chunks.append((owner, num_tokens - done, num_tokens))
+            self._done[owner] = num_tokens
+
+    def materialize(self) -> None:
+        """Take the pages of the step's chunks, as SGLang's `alloc_for_extend` does for a
+        prefill batch (`mem_cache/allocation.py` line 374): first evict what the pool lacks
+        for the extend tokens (with pages above one, a page more per request, line 187),
+        then each request fills its last page and takes new ones."""
+        chunks = self._chunks
+        if not chunks:
+            return
+        size = self.block_size
+        demand = 0
+        for _owner, extend, _tokens in chunks:
+            demand += extend
+        if size > 1:
+            demand += len(chunks) * size
+        available = self.available_tokens
+        if demand > available:
+            self._evict(demand - available)
+        for owner, _extend, tokens in chunks:
+            if owner not in self._private:
+                continue
+            take = -(-tokens // size) * size - self._inserted[owner] - self._private[owner]
+            take = min(max(take, 0), self._promised[owner])
+            self._promised[owner] -= take
+            self._promised_total -= take
+            self._private[owner] += take
+            self._private_total += take
+        chunks.clear()
+
+    def grow_promise(self, owners: list[int]) -> None:
+        """One block promised to each of `owners` for the decode pass under way, taken by
+        `decode_pass` once the pass's retractions are done (SGLang allocates a decode
+        pass's pages in `prepare_for_decode`, after `retract_decode`)."""
+        size = self.block_size
+        need = len(owners) * size
+        if need > self.free_tokens + self._evictable:
+            raise ValueError(f"{len(owners)} new blocks do not fit")
+        promised = self._promised
+        for owner in owners:
+            promised[owner] += size
+        self._promised_total += need
+        self._grown.extend(owners)
+
+    def decode_pass(self, num_decodes: int) -> None:
+        """Take the pass's promised blocks as SGLang's `alloc_for_decode` does: first
+        evict what the pool lacks for a page per request (`allocation.py` line 581: with
+        pages of one, exactly what the pass takes), then take them."""
+        size = self.block_size
+        demand = num_decodes * size
+        available = self.available_tokens
+        if demand > available:
+            self._evict(demand - available)
+        grown = self._grown
+        promised = self._promised
+        private = self._private
+        for owner in grown:
+            if owner in private and promised[owner] >= size:
+                promised[owner] -= size
+                private[owner] += size
+                self._promised_total -= size
+                self._private_total += size
+        grown.clear()
+
+    def decode_evicts(self, num_decodes: int) -> bool:
+        """Whether the next decode pass of `num_decodes` requests evicts (a pool below a
+        page per request, something evictable)."""
+        return self._evictable > 0 and num_decodes * self.block_size > self.available_tokens
+
+    def evict_all(self) -> None:
+        """Evict every unlocked leaf (SGLang's `check_decode_mem` before a retraction: the
+        pass lacks more than the tree can give)."""
+        self._evict(self._evictable)
+
+    def retract(self, owner: int, reserve: int) -> None:
+        """SGLang's `release_req` for a retracted or preempted request: its KV freed, its
+        path unlocked, then evicted what the pool lacks for `reserve` tokens
+        (`schedule_batch.py` line 2384: 20 per request left in the batch)."""
+        self.free(owner)
+        available = self.available_tokens
+        if reserve > available:
+            self._evict(reserve - available)
 
     def grow_each(self, owners: list[int]) -> None:
         """One fresh block for each of `owners` (which hold blocks already), taken at once:
@@ -298,11 +429,19 @@ class RadixCache:
             private[owner] += size
         self._private_total += need
 
-    def commit(self, owner: int, prefix: Prefix | None, num_tokens: int) -> None:
+    def commit(self, owner: int, prefix: Prefix | None, num_tokens: int,
+               prompt_tokens: int = 0) -> None:
+        """`owner`'s first `num_tokens` tokens join the tree (whole pages); its lock moves to
+        their last node. `prompt_tokens`: as SGLang's `checkpoint_into_tree`
+        (`unified_radix_cache.py` line 1268), the new path is also split at the prompt's
+        last whole page, so that eviction can drop the output without the prompt."""
         if prefix is None or owner not in self._private:
             return
-        tokens = num_tokens // self.block_size * self.block_size
+        size = self.block_size
+        tokens = num_tokens // size * size
         if tokens <= self._inserted[owner]:
+            if tokens:  # nothing new, but SGLang's insert still walks (refreshes) the path
+                self._walk(prefix, tokens, True)
             return
         before = self.tree_tokens
         self._insert(prefix, tokens)
@@ -311,6 +450,9 @@ class RadixCache:
         back = min(self._private[owner], added + dup)
         self._private[owner] -= back
         self._private_total -= back
+        prompt = prompt_tokens - prompt_tokens % size
+        if 0 < prompt < tokens:
+            self._walk(prefix, prompt, True)
         node, _ = self._walk(prefix, tokens, split=True)
         self._lock(node, +1)
         self._lock(self._node[owner], -1)
@@ -322,16 +464,19 @@ class RadixCache:
             return
         self._lock(self._node.pop(owner), -1)
         self._private_total -= self._private.pop(owner)
+        self._promised_total -= self._promised.pop(owner)
         self._prefix.pop(owner, None)
         self._inserted.pop(owner, None)
+        self._done.pop(owner, None)
 
     def blocks_of(self, owner: int) -> Sequence[int]:
-        held = self._inserted.get(owner, 0) + self._private.get(owner, 0)
+        held = (self._inserted.get(owner, 0) + self._private.get(owner, 0)
+                + self._promised.get(owner, 0))
         return range(held // self.block_size)
 
     def check(self) -> None:
         """Invariants (for tests): tokens conserved, locks consistent."""
-        assert 0 <= self.free_tokens <= self.capacity
+        assert self.free_tokens + self._evictable >= 0 and self.free_tokens <= self.capacity
         total = 0
         stack = [self.root]
         while stack:
@@ -342,6 +487,8 @@ class RadixCache:
                 stack.append(child)
         assert total == self.tree_tokens
         assert self._private_total == sum(self._private.values())
+        assert self._promised_total == sum(self._promised.values())
+        assert 0 <= self.available_tokens <= self.capacity
         unlocked = 0
         stack = [self.root]
         while stack:

@@ -9,9 +9,12 @@ cdef class PrefixTracker:
     cdef public object cache
     cdef public BlockPool pool
     cdef public long long block_size, _evicted_seen
-    cdef public bint eager, lagged
+    cdef public bint eager, lagged, stepped
+    cdef public list _computed, _middle
 
-    cpdef long long match(self, Seq seq)
+    cpdef long long match(self, Seq seq, bint admission=*)
+    @cython.locals(seq=Seq)
+    cpdef refresh(self, list seqs)
     cpdef long long hit_cost(self, Seq seq, long long hit)
     cpdef admit(self, Seq seq, long long hit, long long fresh)
     cpdef grow(self, Seq seq, long long fresh)
@@ -19,10 +22,19 @@ cdef class PrefixTracker:
     cpdef grow_each(self, list seqs)
     cpdef shrink(self, Seq seq, long long blocks)
     cpdef computed(self, Seq seq, long long num_tokens)
+    @cython.locals(seq=Seq, num_tokens=cython.longlong)
+    cpdef stash(self)
+    @cython.locals(seq=Seq, num_tokens=cython.longlong, middle=list, finished=set)
+    cpdef settle(self, list releases)
     cpdef filled(self, Seq seq)
     @cython.locals(seq=Seq, size=cython.longlong)
     cpdef filled_each(self, list seqs)
     cpdef release(self, Seq seq, long long computed)
-    cpdef preempted(self, Seq seq, long long computed)
+    cpdef preempted(self, Seq seq, long long computed, long long remaining=*,
+                    bint retraction=*)
+    cpdef decode_pass(self, long long num_decodes)
+    cpdef bint decode_evicts(self, long long num_decodes)
     @cython.locals(total=cython.longlong, evicted=cython.longlong)
     cpdef long long take_evicted(self)
+
+cpdef long long _admission(Seq seq)

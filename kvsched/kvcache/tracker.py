@@ -10,15 +10,26 @@ prompt and its answer are private segments, so a request preempted and resumed f
 blocks. Prompt blocks are hashed as soon as their chunk is scheduled (vLLM caches them when it
 allocates them). Blocks of generated tokens: in the pass that fills them with the hashed
 cache (as vLLM), when the request finishes with the radix tree (as SGLang).
+
+Under SGLang's scheduler (`stepped`) the radix tree follows SGLang's step
+(conformance/SGLANG_RULES.md S18-S22): an admission's match splits the node it ends in, its
+fresh blocks are promised and the step's chunks taken after the round (`settle`, evicting
+what they lack), a decode pass takes its pages after its retractions (`decode_pass`), and what
+a step computed joins the tree after it, in the batch's order (a finish inserts all it
+computed, a completed prefill its prompt, the chunked request's middle chunk at the start of
+the next step, as SGLang's `stash_chunked_request`).
 """
 
 from __future__ import annotations
+
+from typing import cast
 
 from kvsched.blocks import BlockPool
 from kvsched.config import EngineConfig
 from kvsched.kvcache.hashed import HashedBlockCache
 from kvsched.kvcache.radix import RadixCache
 from kvsched.prefix import Prefix
+from kvsched.reservation import RETRACT_DECODE_STEPS
 from kvsched.sequence import Seq
 
 
@@ -51,7 +62,8 @@ class PrefixTracker:
     """Drives a prefix cache (vLLM's hashed blocks or SGLang's radix tree) alongside the
     scheduler's block counts."""
 
-    __slots__ = ("cache", "pool", "block_size", "eager", "lagged", "_evicted_seen")
+    __slots__ = ("cache", "pool", "block_size", "eager", "lagged", "stepped", "_evicted_seen",
+                 "_computed", "_middle")
 
     def __init__(self, cache: HashedBlockCache | RadixCache, pool: BlockPool) -> None:
         self.cache = cache
@@ -67,6 +79,12 @@ class PrefixTracker:
         # its next block: the token that completes it is still in flight when the step that
         # computes it is decided (its num_tokens lags), RULES.md A5.
         self.lagged = False
+        # SGLang's scheduler (the `sglang` preset with the radix tree) takes a prefill's pages
+        # after the round and a decode pass's after its retractions, and inserts what a step
+        # computed after it (conformance/SGLANG_RULES.md S18-S21); set by the scheduler.
+        self.stepped = False
+        self._computed: list[tuple[Seq, int]] = []  # the radix tree's step: chunks to insert
+        self._middle: list[tuple[Seq, int]] = []  # a middle chunk, inserted at the next step
 
     # -- the read-only view (CacheView) ------------------------------------------------
 
@@ -78,9 +96,20 @@ class PrefixTracker:
     def num_cached(self) -> int:
         return self.cache.num_cached
 
-    def match(self, seq: Seq) -> int:
-        """Tokens of `seq`'s next (re)prefill cached now: whole blocks, at most all but one."""
+    def match(self, seq: Seq, admission: bool = False) -> int:
+        """Tokens of `seq`'s next (re)prefill cached now: whole blocks, at most all but one.
+        `admission`: the round tries `seq` (SGLang's match then splits the node it ends in)."""
+        if admission and self.stepped:
+            return cast(RadixCache, self.cache).match(identity(seq), seq.prompt_len
+                                                      + seq.generated, True)
         return self.cache.match(identity(seq), seq.prompt_len + seq.generated)
+
+    def refresh(self, seqs: list[Seq]) -> None:
+        """SGLang's `_touch_waiting_prefixes`: each waiting request's whole sequence touched,
+        the head last (the radix tree only)."""
+        cache = cast(RadixCache, self.cache)
+        for seq in reversed(seqs):
+            cache.touch(identity(seq), seq.prompt_len + seq.generated)
 
     # -- what the scheduler does -----------------------------------------------------------
 
@@ -89,11 +118,17 @@ class PrefixTracker:
         return self.cache.idle_hits(identity(seq), hit) if hit else 0
 
     def admit(self, seq: Seq, hit: int, fresh: int) -> None:
-        self.cache.allocate(seq.index, identity(seq), hit, fresh)
+        if self.stepped:  # SGLang takes a prefill's pages chunk by chunk, after the round
+            cast(RadixCache, self.cache).promise(seq.index, identity(seq), hit, fresh)
+        else:
+            self.cache.allocate(seq.index, identity(seq), hit, fresh)
         self.pool.free = self.cache.num_free
 
     def grow(self, seq: Seq, fresh: int) -> None:
-        self.cache.allocate(seq.index, None, 0, fresh)
+        if self.stepped:  # SGLang: taken by the pass's decode_pass, after its retractions
+            cast(RadixCache, self.cache).grow_promise([seq.index] * fresh)
+        else:
+            self.cache.allocate(seq.index, None, 0, fresh)
         self.pool.free = self.cache.num_free
 
     def grow_each(self, seqs: list[Seq]) -> None:
@@ -102,12 +137,26 @@ class PrefixTracker:
         by one; `lagged`, each then caches the block before its new one."""
         owners = [seq.index for seq in seqs]
         cache = self.cache
-        cache.grow_each(owners)
-        if self.lagged:
-            size = self.block_size
-            for seq in seqs:
-                cache.commit(seq.index, identity(seq), (seq.blocks - 1) * size)
+        if self.stepped:
+            cast(RadixCache, cache).grow_promise(owners)
+        else:
+            cache.grow_each(owners)
+            if self.lagged:
+                size = self.block_size
+                for seq in seqs:
+                    cache.commit(seq.index, identity(seq), (seq.blocks - 1) * size)
         self.pool.free = cache.num_free
+
+    def decode_pass(self, num_decodes: int) -> None:
+        """A decode pass of `num_decodes` requests ends its retractions (the radix tree:
+        its pages are taken, SGLang's `prepare_for_decode`)."""
+        if self.stepped:
+            cast(RadixCache, self.cache).decode_pass(num_decodes)
+            self.pool.free = self.cache.num_free
+
+    def decode_evicts(self, num_decodes: int) -> bool:
+        """Whether SGLang's next decode pass of `num_decodes` requests evicts."""
+        return self.stepped and cast(RadixCache, self.cache).decode_evicts(num_decodes)
 
     def shrink(self, seq: Seq, blocks: int) -> None:
         self.cache.shrink(seq.index, blocks)
@@ -115,9 +164,48 @@ class PrefixTracker:
 
     def computed(self, seq: Seq, num_tokens: int) -> None:
         """`seq`'s first `num_tokens` tokens are (being) computed: its full blocks are cached
-        (in a radix tree, tokens another request inserted first go back to the pool)."""
-        self.cache.commit(seq.index, identity(seq), num_tokens)
-        self.pool.free = self.cache.num_free
+        (in a radix tree at the end of the step, `settle`; tokens another request inserted
+        first go back to the pool)."""
+        if self.stepped:
+            cast(RadixCache, self.cache).computed(seq.index, num_tokens)
+            self._computed.append((seq, num_tokens))
+        else:
+            self.cache.commit(seq.index, identity(seq), num_tokens)
+            self.pool.free = self.cache.num_free
+
+    def stash(self) -> None:
+        """The start of a step with the radix tree: the chunked request's last chunk joins
+        the tree (SGLang's `stash_chunked_request`, scheduler.py line 3772)."""
+        cache = cast(RadixCache, self.cache)
+        for seq, num_tokens in self._middle:
+            cache.commit(seq.index, identity(seq), num_tokens, seq.prompt_len)
+        self._middle.clear()
+        self.pool.free = cache.num_free
+
+    def settle(self, releases: list[Seq]) -> None:
+        """The end of a step with the radix tree, as SGLang's `process_batch_result`: the
+        step's chunks take their pages (evicting what they lack), then in the batch's order
+        a request that finished inserts all it computed and leaves, one whose prefill
+        completed inserts it; the finishes of a decode pass in admission order. A middle
+        chunk waits for the next step (`stash`)."""
+        cache = cast(RadixCache, self.cache)
+        cache.materialize()
+        middle = self._middle
+        finished = set(releases)
+        for seq, num_tokens in self._computed:
+            if seq in finished:
+                finished.discard(seq)
+                self.release(seq, seq.prompt_len + seq.output_len - 1)
+            elif seq.prefill_left:
+                middle.append((seq, num_tokens))
+            else:
+                cache.commit(seq.index, identity(seq), num_tokens, seq.prompt_len)
+        self._computed.clear()
+        if finished:
+            for seq in sorted(finished, key=_admission):
+                self.release(seq, seq.prompt_len + seq.output_len - 1)
+        releases.clear()
+        self.pool.free = cache.num_free
 
     def filled(self, seq: Seq) -> None:
         """A decode pass fills `seq`'s last block: vLLM caches it in that step (`lagged`:
@@ -135,15 +223,29 @@ class PrefixTracker:
 
     def release(self, seq: Seq, computed: int) -> None:
         """`seq` stops running with `computed` tokens of KV: cache them, free its blocks."""
-        self.cache.commit(seq.index, identity(seq), computed)
+        if self.eager:
+            self.cache.commit(seq.index, identity(seq), computed)
+        else:
+            cast(RadixCache, self.cache).commit(seq.index, identity(seq), computed,
+                                                seq.prompt_len)
         self.cache.free(seq.index)
         self.pool.free = self.cache.num_free
 
-    def preempted(self, seq: Seq, computed: int) -> None:
-        """`seq` is preempted with `computed` tokens of KV: free its blocks."""
-        if self.eager:
-            self.cache.commit(seq.index, identity(seq), computed)
-        self.cache.free(seq.index)
+    def preempted(self, seq: Seq, computed: int, remaining: int = 0,
+                  retraction: bool = False) -> None:
+        """`seq` is preempted with `computed` tokens of KV: free its blocks (the hashed cache
+        keeps them cached, the radix tree only what was inserted). SGLang's scheduler then
+        evicts what the pool lacks for 20 tokens per request left in the batch (`remaining`);
+        a `retraction` of a decode pass comes after `check_decode_mem` evicted all it could."""
+        if self.stepped:
+            tree = cast(RadixCache, self.cache)
+            if retraction:
+                tree.evict_all()
+            tree.retract(seq.index, remaining * RETRACT_DECODE_STEPS)
+        else:
+            if self.eager:
+                self.cache.commit(seq.index, identity(seq), computed)
+            self.cache.free(seq.index)
         self.pool.free = self.cache.num_free
 
     def take_evicted(self) -> int:
@@ -152,6 +254,10 @@ class PrefixTracker:
         evicted = total - self._evicted_seen
         self._evicted_seen = total
         return evicted
+
+
+def _admission(seq: Seq) -> int:
+    return seq.admit_seq
 
 
 def make_tracker(config: EngineConfig, pool: BlockPool) -> PrefixTracker | None:

@@ -25,6 +25,8 @@ class VllmV0Scheduler(Scheduler):
         if self._v0_priority:
             self._v0_priority_preemption(plan)
         admitted_victims = len(plan.preempted)  # by priority preemption, not retraction
+        if self.reservation is not None:  # SGLang's decode pass has no token budget
+            budget = max(budget, len(self.running))
         budget = self._decode(plan, budget)
         if self.reservation is not None and plan.tick:
             future_tokens.after_decode(self, plan, len(plan.preempted) > admitted_victims)
