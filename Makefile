@@ -147,9 +147,14 @@ conformance-v0: install $(CSTAMP0)
 	$(CBIN0)/python conformance/vllm_v0_driver.py --cases --out-dir $(CONFORMANCE_OUT)/v0-cases
 	$(CBIN0)/python conformance/vllm_v0_driver.py --random $(CONFORMANCE_N) --ties \
 		--seed $$(($(CONFORMANCE_SEED) + 2)) --out-dir $(CONFORMANCE_OUT)/v0-ties
+	$(CBIN0)/python conformance/vllm_v0_driver.py --random-prefix $(CONFORMANCE_N) \
+		--seed $(CONFORMANCE_SEED) --out-dir $(CONFORMANCE_OUT)/v0-prefix
 	@echo "== kvsched ($(V0_FN)) vs vLLM 0.8.5 V0"
 	$(BIN)/python -m conformance.compare $(CONFORMANCE_OUT)/v0-random \
 		$(CONFORMANCE_OUT)/v0-cases $(CONFORMANCE_OUT)/v0-ties --kvsched $(V0_FN) --quiet
+	@echo "== kvsched ($(V0_FN)) vs vLLM 0.8.5 V0, prefix caching on (about 96%: V0's LRU"
+	@echo "   evictor order is not modelled, RULES.md V0-10; reported, not required)"
+	-$(BIN)/python -m conformance.compare $(CONFORMANCE_OUT)/v0-prefix --kvsched $(V0_FN) --quiet
 # Proof harness against SGLang 0.5.23's real admission code (issue 9), round by round on the
 # CPU, and its scheduling loop step by step (issue 22: conformance/sglang_loop_driver.py).
 # Not part of `make test` (which checks the committed tests/fixtures/sglang/). Its own

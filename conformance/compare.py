@@ -16,8 +16,9 @@ returns the same structure as a record's decisions, i.e.
 With prefix caching on (`config.enable_prefix_caching`), each request's
 `prefix_hit_tokens` (hit at its first admission) and `cached_tokens` (hits of all its
 admissions) are compared too, and reported as hit agreement. A side that also returns
-per-step `cached_blocks` (in every step) gets the cache's step fields compared:
-`hits` ([[id, tokens], ...] per admission), `cached_blocks` and `evicted_blocks`; a side
+per-step `cached_blocks` (in every step) gets the cache's step fields that the record
+carries compared: `hits` ([[id, tokens], ...] per admission), `cached_blocks` and
+`evicted_blocks` (V0's records carry the hits only); a side
 that returns per-request `hits` lists gets those compared.
 
     python -m conformance.compare RECORD.json|DIR ... --kvsched MODULE:CALLABLE
@@ -169,7 +170,9 @@ def compare(record: dict[str, Any], kvsched: Decisions | KvschedFn,
     caching = bool(record.get("config", {}).get("enable_prefix_caching"))
     step_fields: tuple[str, ...] = STEP_FIELDS + (V0_STEP_FIELDS if is_v0(record) else ())
     if caching and kv_steps and all("cached_blocks" in s for s in kv_steps.values()):
-        step_fields += CACHE_STEP_FIELDS
+        # V0's records hold the hits, not the cache's size
+        sized = any("cached_blocks" in s for s in record["steps"])
+        step_fields += CACHE_STEP_FIELDS if sized else ("hits",)
     request_fields: tuple[str, ...] = REQUEST_FIELDS + (HIT_FIELDS if caching else ())
     kv_requests = kvsched.get("requests", {})
     if caching and any("hits" in r for r in kv_requests.values()):

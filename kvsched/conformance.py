@@ -64,6 +64,7 @@ V0_HARNESS_DEFAULTS: dict[str, Any] = {
     "max_num_seqs": 128, "max_model_len": 8192, "enable_chunked_prefill": False,
     "policy": "fcfs", "preemption_mode": None, "max_num_partial_prefills": 1,
     "max_long_partial_prefills": 1, "long_prefill_token_threshold": 0,
+    "enable_prefix_caching": False,
 }
 
 
@@ -83,6 +84,7 @@ def vllm_v0_engine(config: dict[str, Any], max_steps: int = 100_000) -> EngineCo
         "max_num_partial_prefills": int(cfg["max_num_partial_prefills"]),
         "max_long_partial_prefills": int(cfg["max_long_partial_prefills"]),
         "long_prefill_token_threshold": int(cfg["long_prefill_token_threshold"]),
+        "enable_prefix_caching": bool(cfg["enable_prefix_caching"]),
     }
     if cfg["preemption_mode"] is not None:  # None: recompute for a one-sequence request
         keys["preemption_mode"] = cfg["preemption_mode"]
@@ -92,11 +94,12 @@ def vllm_v0_engine(config: dict[str, Any], max_steps: int = 100_000) -> EngineCo
 def vllm_v0_decisions(config: dict[str, Any], workload: dict[str, Any],
                       max_steps: int = 100_000) -> dict[str, Any]:
     """kvsched's `vllm_v0` decisions for a V0 harness `(config, workload)`; the steps also
-    carry `swapped_out` and `swapped_in`."""
+    carry `swapped_out` and `swapped_in` (and, with prefix caching, each admission's hit)."""
     policy = config.get("policy", V0_HARNESS_DEFAULTS["policy"])
     until = config.get("max_steps")  # the record stopped there (a V0 livelock)
+    caching = bool(config.get("enable_prefix_caching", False))
     out = _decisions(vllm_v0_engine(config, max_steps if until is None else int(until)),
-                     policy, workload, False, swaps=True)
+                     policy, workload, caching, swaps=True)
     return out if until is None else _cut(out, int(until))
 
 

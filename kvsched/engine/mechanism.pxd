@@ -32,7 +32,7 @@ cdef class Scheduler:
     cdef public bint _queue_tail
     cdef public object _requeue
     cdef public PrefixTracker prefix
-    cdef public bint _v0_prefix
+    cdef public bint _v0_prefix, _v0_round
     cdef public list _releases
     cdef public bint _dynamic
     cdef public object reservation, partial
@@ -53,6 +53,7 @@ cdef class Scheduler:
     cpdef postprocess(self, StepPlan plan, double end_time)
     cpdef long long generated(self, Seq seq)
     @cython.locals(running=dict, n=cython.longlong, tick=cython.longlong, due=list, growing=list, seq=Seq, epoch=cython.longlong, fills=list, prefix=PrefixTracker)
+    cpdef long long decode_need(self)
     cpdef long long _decode(self, StepPlan plan, long long budget)
     @cython.locals(prefix=PrefixTracker)
     cpdef _decoded(self, Seq seq, long long tick, bint grew, list decoded)
@@ -69,9 +70,11 @@ cdef class Scheduler:
     cpdef bint _head_stops(self, Seq seq, long long budget)
     @cython.locals(seq=Seq, victim=Seq, cap=cython.longlong, chunk=cython.longlong)
     cpdef long long _continue_prefills(self, StepPlan plan, long long budget)
-    @cython.locals(pool=BlockPool, waiting=WaitingQueue, block_size=cython.longlong, chunked=bint, max_num_seqs=cython.longlong, seq=Seq, granted=Seq, cached=cython.longlong, need=cython.longlong, rest=cython.longlong, tokens=cython.longlong, hit=cython.longlong, gate=cython.longlong, cost=cython.longlong, todo=cython.longlong, cap=cython.longlong, chunk=cython.longlong, fresh=cython.longlong, preempting=bint, past_swapped=bint, readmit=bint, i=cython.longlong)
+    @cython.locals(pool=BlockPool, waiting=WaitingQueue, block_size=cython.longlong, chunked=bint, max_num_seqs=cython.longlong, seq=Seq, granted=Seq, cached=cython.longlong, need=cython.longlong, rest=cython.longlong, tokens=cython.longlong, hit=cython.longlong, gate=cython.longlong, cost=cython.longlong, todo=cython.longlong, cap=cython.longlong, chunk=cython.longlong, fresh=cython.longlong, preempting=bint, past_swapped=bint, readmit=bint, i=cython.longlong, counted=cython.longlong, slot=cython.longlong, opened=bint)
     cpdef long long _admit(self, StepPlan plan, long long budget, bint allow_prefill, bint allow_swap)
-    cpdef _start_prefill(self, StepPlan plan, Seq seq, long long blocks, long long tokens, long long chunk, long long hit=*)
+    cpdef _v0_look(self, StepPlan plan, bint readmit)
+    cpdef long long v0_counted(self, Seq seq, long long hit)
+    cpdef _start_prefill(self, StepPlan plan, Seq seq, long long blocks, long long tokens, long long chunk, long long hit=*, long long skipped=*)
     cpdef _take_head(self, StepPlan plan, Seq seq, long long blocks, long long hit=*)
     cpdef _grow(self, Seq seq, long long blocks)
     @cython.locals(start=cython.longlong, recomputed=cython.longlong, running=dict, late=bint)

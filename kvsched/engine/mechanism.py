@@ -96,6 +96,12 @@ class Scheduler:
         # Prefix caching: blocks with identity beside the counts (kvsched.kvcache.tracker).
         self.prefix: PrefixTracker | None = make_tracker(config, self.pool)
         self._v0_prefix = config.prefix_accounting is PrefixAccounting.V0
+        # vLLM V0 chunks with prefix caching in whole blocks of the budget, decodes too
+        # (`_chunk_new_tokens_to_schedule`: a pass stops when less than a block is left)
+        self._v0_round = (self._v0_prefix and config.chunked_prefill
+                          and self.prefix is not None)
+        if self._v0_prefix and self.prefix is not None and self.prefix.eager:
+            self.prefix.v0 = True  # V0: a step's new blocks count as cached from the next on
         self._releases: list[Seq] = []  # finished in this step, blocks not yet released
         self._dynamic = bool(getattr(self.waiting, "dynamic", False))  # re-ranked each step
         self.reservation = make_reservation(config)  # SGLang's admission rule, or None
@@ -163,6 +169,8 @@ class Scheduler:
         if self.prefix is not None and self.prefix._middle:
             self.prefix.stash()  # SGLang's tree: the last step's middle chunk
         self._assemble(plan)
+        if self.prefix is not None and self.prefix._fresh:
+            self.prefix.step_ended()  # V0: what this step hashed is computed from now on
         if self.reservation is not None and not self.waiting.size and plan.is_idle:
             self.reservation.idle()  # SGLang's on_idle, fully idle: the ratio restarts
         if plan.prefills:
@@ -272,6 +280,15 @@ class Scheduler:
 
     # -- decodes ------------------------------------------------------------------------
 
+    def decode_need(self) -> int:
+        """Budget a decode needs to be scheduled (it then takes one token): one, or under
+        vLLM V0's chunking with prefix caching a whole block of what is left and of the
+        partial-prefill slot (else none decodes: more than the budget)."""
+        if not self._v0_round:
+            return 1
+        slot = self._budget if self.partial is None else self.partial.slot
+        return self._block_size if slot >= self._block_size else self._budget + 1
+
     def _decode(self, plan: StepPlan, budget: int) -> int:
         running = self.running
         n = len(running)
@@ -281,7 +298,8 @@ class Scheduler:
         tick = plan.tick = self.tick
         due = self._block_due.pop(tick, None)
         growing = [seq for seq, epoch in due if seq.epoch == epoch] if due else []
-        if n > budget or len(growing) > self.pool.free - self._append_floor:
+        if (n > budget - self.decode_need() + 1
+                or len(growing) > self.pool.free - self._append_floor):
             return self._decode_exact(plan, budget, tick)
         prefix = self.prefix
         if growing:
@@ -330,11 +348,12 @@ class Scheduler:
         block_size = self._block_size
         pool = self.pool
         worst_case = self._worst_case
+        need = self.decode_need()
         decoded: list[Seq] = []
         for seq in list(self.running.values()):
             if seq.state is not RUNNING:
                 continue  # preempted as a victim earlier in this pass
-            if budget < 1:
+            if budget < need:
                 break
             grows = seq.prompt_len + seq.base + tick - 1 > seq.blocks * block_size
             if (grows or worst_case) and not pool.free:
@@ -426,6 +445,7 @@ class Scheduler:
             if not (self._swap_prefills and self._swap):
                 victim.recompute_upto = max(victim.recompute_upto, done)
                 victim.prefill_left = 0
+        victim.v0_cached = -1  # (V0 stops tracking it: counted again when looked at)
         if self.prefix is not None:  # its computed blocks stay cached: it may find them again
             self.prefix.preempted(victim, computed, len(self.running) + len(self.prefilling),
                                   plan.tick == tick and tick > 0)  # a decode pass's victim
@@ -577,6 +597,7 @@ class Scheduler:
         preempting = reservation is not None and reservation.preemption_threshold is not None
         victims: set[Seq] = set()
         granted: Seq | None = None  # the head whose preemptions already made room
+        opened = budget > 0 and self._delay_passed  # (vLLM V0 then walks the waiting queue)
         while (budget > 0 or reservation is not None) and (
                 len(self.running) + len(self.prefilling) < max_num_seqs or preempting):
             seq = waiting.peek()
@@ -644,11 +665,18 @@ class Scheduler:
                 hit = 0
                 gate = need
                 cost = 0
+                counted = 0  # the cached tokens it does not compute
                 if self.prefix is not None:
-                    hit = self.prefix.match(seq, True)
+                    hit = counted = self.prefix.match(seq, True, self._v0_prefix)
                     need, cost = self._blocks_with_hit(seq, need, hit)
-                    gate = blocks_for(tokens, block_size) if self._v0_prefix else need
-                todo = tokens - hit  # what the prefill computes
+                    if self._v0_prefix:
+                        gate = blocks_for(tokens, block_size)
+                        counted = self.v0_counted(seq, self.prefix.computed_count(seq, hit))
+                    else:
+                        gate = need
+                # what the prefill computes: V0 computes a fully cached prompt's last token
+                # again (_get_num_new_uncached_and_cached_tokens)
+                todo = tokens - counted if counted < tokens else 1
                 cap = todo if partial is None else partial.slot
                 if reservation is not None:
                     # SGLang pins the hit while it checks: its idle tokens are not free
@@ -657,13 +685,14 @@ class Scheduler:
                     if allowed is None:
                         break
                     cap = min(cap, allowed)
-                if chunked:
+                if chunked and self._v0_round:  # V0: whole blocks of the budget and slot
+                    slot = self._budget if partial is None else partial.slot
+                    chunk = min(todo, min(budget, slot) // block_size * block_size)
+                    if not chunk:
+                        self._stopped_at = (seq, f"needs {block_size} tokens", budget)
+                        break
+                elif chunked:
                     chunk = min(todo, budget, self._chunk_cap, cap)
-                    if hit and self._v0_prefix and chunk < todo:  # V0: whole blocks only
-                        chunk -= chunk % block_size
-                        if not chunk:
-                            self._stopped_at = (seq, f"needs {block_size} tokens", budget)
-                            break
                 elif todo > budget:
                     self._stopped_at = (seq, f"needs {todo} tokens", budget)
                     break
@@ -673,13 +702,15 @@ class Scheduler:
                     self._stopped_at = (seq, f"needs {gate} blocks", budget)
                     break
                 fresh = need - cost if self.prefix is not None else need
-                self._start_prefill(plan, seq, fresh, tokens, chunk, hit)
+                self._start_prefill(plan, seq, fresh, tokens, chunk, hit, tokens - todo)
                 budget -= chunk
                 if partial is not None:
                     partial.admitted(seq)
                 if reservation is not None and not reservation.admitted(
                         seq, todo, chunk, future_tokens.free_tokens(self)):
                     break
+        if self._v0_prefix and allow_prefill and opened and self.prefix is not None:
+            self._v0_look(plan, readmit)
         if reservation is not None:
             reservation.close_round(len(self.running) + len(self.prefilling) >= max_num_seqs,
                                     len(waiting))
@@ -693,22 +724,51 @@ class Scheduler:
             self.running = by_admission(self.running)
         return budget
 
+    def _v0_look(self, plan: StepPlan, readmit: bool) -> None:
+        """vLLM V0's admission loop counts the cached tokens of the head it stops at before it
+        checks the budget, the seats and the blocks (`_schedule_prefills`): that count holds
+        from then on (`v0_counted`), even when the loop stopped for want of budget or seats."""
+        seq = self.waiting.peek()
+        if seq is None or seq.state is SWAPPED or seq.v0_cached >= 0:
+            return
+        if not readmit and seq in plan.preempted:
+            return  # V0 holds this step's victims back (it never reaches them)
+        if self.partial is not None and not self.partial.can_schedule(seq):
+            return
+        assert self.prefix is not None
+        self.v0_counted(seq, self.prefix.computed_count(seq, self.prefix.match(seq, False, True)))
+
+    def v0_counted(self, seq: Seq, hit: int) -> int:
+        """vLLM V0's cached-token count of a prompt: taken (from the cache now, `hit`) when
+        the scheduler first looks at it, then kept while it waits and prefills, even if
+        the cache changed (ComputedBlocksTracker.get_num_cached_tokens); a preemption
+        forgets it."""
+        if seq.v0_cached < 0:
+            seq.v0_cached = hit
+        return seq.v0_cached
+
     def _start_prefill(self, plan: StepPlan, seq: Seq, blocks: int, tokens: int,
-                       chunk: int, hit: int = 0) -> None:
+                       chunk: int, hit: int = 0, skipped: int = -1) -> None:
         """Admit the head for a (re)prefill of `tokens`, `hit` of them found cached and
-        `chunk` computed now; it takes `blocks` fresh blocks (beside its hit blocks)."""
+        `chunk` computed now; it takes `blocks` fresh blocks (beside its hit blocks).
+        `skipped`: the cached tokens it does not compute, if not all of `hit` (V0 computes
+        a fully cached prompt's last token)."""
+        if skipped < 0:
+            skipped = hit
         self._take_head(plan, seq, blocks, hit)
-        seq.prefill_left = tokens - hit
+        if self.prefix is not None and self.prefix.v0:
+            self.prefix.computed(seq, tokens)  # V0 hashes all its full blocks as it allocates
+        seq.prefill_left = tokens - skipped
         if seq.first_scheduled_time is None:
             seq.first_scheduled_time = plan.time
         if seq.prefix_hit_tokens is None:
-            seq.prefix_hit_tokens = hit
-        seq.cached_tokens += hit
+            seq.prefix_hit_tokens = skipped
+        seq.cached_tokens += skipped
         kind = "recompute" if seq.state is PREEMPTED else "prefill"
         detail = f"{kind} {tokens} tokens"
-        if hit:
-            detail += f", {hit} cached"
-        if chunk < tokens - hit:
+        if skipped:
+            detail += f", {skipped} cached"
+        if chunk < tokens - skipped:
             detail += f", first chunk {chunk}"
         self.events.append((plan.step, plan.time, seq.request.request_id, "admit", detail))
         self._prefill_chunk(plan, seq, chunk)

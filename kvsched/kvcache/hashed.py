@@ -201,11 +201,13 @@ class HashedBlockCache:
 
     # -- lookups -------------------------------------------------------------------------
 
-    def match(self, prefix: Prefix | None, num_tokens: int) -> int:
+    def match(self, prefix: Prefix | None, num_tokens: int, whole: bool = False) -> int:
+        """`whole`: every full block may hit, the last token's too (vLLM V0 counts them all,
+        then computes the last token again); else at most `num_tokens - 1` tokens (V1)."""
         if prefix is None or num_tokens <= 1:
             return 0
         size = self.block_size
-        path = self._path(prefix, (num_tokens - 1) // size)
+        path = self._path(prefix, (num_tokens if whole else num_tokens - 1) // size)
         return path[-1][1] * size if path else 0
 
     def idle_hits(self, prefix: Prefix | None, hit_tokens: int) -> int:

@@ -9,10 +9,10 @@ cdef class PrefixTracker:
     cdef public object cache
     cdef public BlockPool pool
     cdef public long long block_size, _evicted_seen
-    cdef public bint eager, lagged, stepped
-    cdef public list _computed, _middle
+    cdef public bint eager, lagged, stepped, v0
+    cdef public list _computed, _middle, _fresh
 
-    cpdef long long match(self, Seq seq, bint admission=*)
+    cpdef long long match(self, Seq seq, bint admission=*, bint whole=*)
     @cython.locals(seq=Seq)
     cpdef refresh(self, list seqs)
     cpdef long long hit_cost(self, Seq seq, long long hit)
@@ -22,6 +22,9 @@ cdef class PrefixTracker:
     cpdef grow_each(self, list seqs)
     cpdef shrink(self, Seq seq, long long blocks)
     cpdef computed(self, Seq seq, long long num_tokens)
+    @cython.locals(size=cython.longlong, first=cython.longlong)
+    cpdef long long computed_count(self, Seq seq, long long hit)
+    cpdef step_ended(self)
     @cython.locals(seq=Seq, num_tokens=cython.longlong)
     cpdef stash(self)
     @cython.locals(seq=Seq, num_tokens=cython.longlong, middle=list, finished=set)

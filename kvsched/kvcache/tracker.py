@@ -28,7 +28,7 @@ from kvsched.blocks import BlockPool
 from kvsched.config import EngineConfig
 from kvsched.kvcache.hashed import HashedBlockCache
 from kvsched.kvcache.radix import RadixCache
-from kvsched.prefix import Prefix
+from kvsched.prefix import Prefix, common_prefix
 from kvsched.reservation import RETRACT_DECODE_STEPS
 from kvsched.sequence import Seq
 
@@ -62,8 +62,8 @@ class PrefixTracker:
     """Drives a prefix cache (vLLM's hashed blocks or SGLang's radix tree) alongside the
     scheduler's block counts."""
 
-    __slots__ = ("cache", "pool", "block_size", "eager", "lagged", "stepped", "_evicted_seen",
-                 "_computed", "_middle")
+    __slots__ = ("cache", "pool", "block_size", "eager", "lagged", "stepped", "v0",
+                 "_evicted_seen", "_computed", "_middle", "_fresh")
 
     def __init__(self, cache: HashedBlockCache | RadixCache, pool: BlockPool) -> None:
         self.cache = cache
@@ -85,6 +85,13 @@ class PrefixTracker:
         self.stepped = False
         self._computed: list[tuple[Seq, int]] = []  # the radix tree's step: chunks to insert
         self._middle: list[tuple[Seq, int]] = []  # a middle chunk, inserted at the next step
+        # vLLM V0 hashes a prompt's full blocks when it allocates them, and a later
+        # allocation of the same blocks shares them at once, but its count of cached tokens
+        # sees them only once the schedule() that hashed them ends
+        # (PrefixCachingBlockAllocator's touched blocks, marked computed after the batch is
+        # built): `_fresh` holds this step's newly hashed runs (chain, first new block).
+        self.v0 = False
+        self._fresh: list[tuple[Prefix, int]] = []
 
     # -- the read-only view (CacheView) ------------------------------------------------
 
@@ -96,12 +103,16 @@ class PrefixTracker:
     def num_cached(self) -> int:
         return self.cache.num_cached
 
-    def match(self, seq: Seq, admission: bool = False) -> int:
-        """Tokens of `seq`'s next (re)prefill cached now: whole blocks, at most all but one.
+    def match(self, seq: Seq, admission: bool = False, whole: bool = False) -> int:
+        """Tokens of `seq`'s next (re)prefill cached now: whole blocks, at most all but one
+        (`whole`, vLLM V0's count: all its full blocks, with the hashed cache).
         `admission`: the round tries `seq` (SGLang's match then splits the node it ends in)."""
         if admission and self.stepped:
             return cast(RadixCache, self.cache).match(identity(seq), seq.prompt_len
                                                       + seq.generated, True)
+        if whole and self.eager:
+            return cast(HashedBlockCache, self.cache).match(
+                identity(seq), seq.prompt_len + seq.generated, True)
         return self.cache.match(identity(seq), seq.prompt_len + seq.generated)
 
     def refresh(self, seqs: list[Seq]) -> None:
@@ -169,9 +180,31 @@ class PrefixTracker:
         if self.stepped:
             cast(RadixCache, self.cache).computed(seq.index, num_tokens)
             self._computed.append((seq, num_tokens))
+        elif self.v0:
+            chain = identity(seq)
+            cache = self.cache
+            before = cache.match(chain, num_tokens, True) // self.block_size
+            cache.commit(seq.index, chain, num_tokens)
+            if num_tokens // self.block_size > before:
+                self._fresh.append((chain, before))
+            self.pool.free = cache.num_free
         else:
             self.cache.commit(seq.index, identity(seq), num_tokens)
             self.pool.free = self.cache.num_free
+
+    def computed_count(self, seq: Seq, hit: int) -> int:
+        """vLLM V0's cached tokens of `seq` whose `hit` is cached now: those hashed before
+        this step (blocks hashed in it are not computed yet for its count)."""
+        size = self.block_size
+        mine = identity(seq).segments
+        for chain, first in self._fresh:
+            if hit > first * size and common_prefix(mine, chain.segments) // size > first:
+                hit = first * size
+        return hit
+
+    def step_ended(self) -> None:
+        """The end of vLLM V0's schedule(): what it hashed counts as computed from now on."""
+        self._fresh.clear()
 
     def stash(self) -> None:
         """The start of a step with the radix tree: the chunked request's last chunk joins

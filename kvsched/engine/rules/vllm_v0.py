@@ -50,11 +50,18 @@ class VllmV0Scheduler(Scheduler):
         waiting = self.waiting
         head = waiting.first_unswapped()
         if head is not None:
-            need = blocks_for(head.prompt_len + head.generated, self._block_size)
+            tokens = head.prompt_len + head.generated
+            need = blocks_for(tokens, self._block_size)
+            uncached = tokens  # what it would compute, with prefix caching its count's rest
+            prefix = self.prefix
+            if prefix is not None and prefix.v0:
+                counted = self.v0_counted(head, prefix.computed_count(
+                    head, prefix.match(head, False, True)))
+                uncached = tokens - counted if counted < tokens else 1
             self.tick += 1  # _preempt counts a decoding victim as at the start of a pass
             while running and key(running[-1]) > key(head):
                 if (len(self.running) < self._max_num_seqs
-                        and head.prompt_len + head.generated <= self._budget
+                        and uncached <= self._budget
                         and self.pool.can_admit(need)):
                     break
                 self._preempt(running.pop(), plan, cause=head)

@@ -49,7 +49,12 @@ class VllmV0ChunkedScheduler(LessonScheduler):
         while queue:
             seq = queue[0]
             decoding = seq.state is RUNNING
-            n = min(1 if decoding else min(seq.prefill_left, cap), budget)
+            if self._v0_round:  # whole blocks of the budget and slot, decodes too
+                slot = self._budget if self.partial is None else self.partial.slot
+                n = min(1 if decoding else seq.prefill_left,
+                        min(budget, slot) // block_size * block_size)
+            else:
+                n = min(1 if decoding else min(seq.prefill_left, cap), budget)
             if n < 1:
                 break
             queue.popleft()
