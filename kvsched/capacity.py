@@ -121,7 +121,7 @@ def check_targets(targets: Sequence[SloTarget], scenario: Scenario) -> None:
     if not targets:
         raise ScenarioError("--slo", "give at least one --slo METRIC=LIMIT (e.g. ttft_p99=2)")
     from kvsched.diagnosis import INCIDENT_KEYS
-    from kvsched.metrics import CLUSTER_KEYS, SUMMARY_KEYS
+    from kvsched.metrics import CLUSTER_KEYS, PD_KEYS, SUMMARY_KEYS
 
     classes = known_classes(scenario)
     diagnosis = {*INCIDENT_KEYS, "incident_imbalance"}  # not in a run's summary: no SLO
@@ -131,7 +131,7 @@ def check_targets(targets: Sequence[SloTarget], scenario: Scenario) -> None:
         if problem is not None:
             raise ScenarioError("--slo", problem)
         if target.metric in diagnosis or not is_known_metric(target.metric, classes):
-            keys = [k for k in (*SUMMARY_KEYS, *CLUSTER_KEYS, *VLLM_NAMES) if k not in diagnosis]
+            keys = [k for k in (*SUMMARY_KEYS, *CLUSTER_KEYS, *PD_KEYS, *VLLM_NAMES) if k not in diagnosis]
             raise ScenarioError("--slo", unknown_value("summary key", target.metric, keys))
 
 

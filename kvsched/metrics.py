@@ -77,6 +77,14 @@ CLUSTER_KEYS = (
 `max_queue_while_idle` = the longest queue one replica had at an arrival while another
 replica had nothing queued or running; `incident_imbalance` is the diagnosis flag."""
 
+PD_KEYS = ("num_prefill_replicas", "num_decode_replicas", "num_split", "num_transferred",
+           "transfer_bytes", "transfer_time_mean", "transfer_time_p50", "transfer_time_p99",
+           "transfer_time_max")
+"""A P/D run's summary keys (before `replicas`): the pools' sizes, the requests prefilled on
+the prefill pool (`num_split`) and those whose KV reached a decode instance, the bytes moved,
+and the transfer times (from the prefill's end to the delivery, latency and fixed costs
+included; in seconds)."""
+
 _FINISHED = STATUS_CODE["finished"]
 
 

@@ -34,3 +34,4 @@ cdef class Seq:
     cdef public object identity
     cdef public object prefix_hit_tokens
     cdef public long long cached_tokens
+    cdef public long long remote_tokens

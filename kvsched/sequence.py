@@ -34,7 +34,7 @@ class Seq:
                  "num_preemptions", "num_recomputed_tokens", "num_swapped_blocks",
                  "max_token_gap", "last_token_time", "run_tick", "run_first_end",
                  "run_first_gap", "unschedulable", "end_reason", "identity",
-                 "prefix_hit_tokens", "cached_tokens")
+                 "prefix_hit_tokens", "cached_tokens", "remote_tokens")
 
     # (A plain class with its fields typed in sequence.pxd: the compiled build makes it a C
     # struct, which a dataclass cannot be.)
@@ -75,6 +75,9 @@ class Seq:
         self.identity: Prefix | None = None  # its tokens as segments, with prefix caching on
         self.prefix_hit_tokens: int | None = None  # prompt tokens cached at first admission
         self.cached_tokens = 0  # tokens found cached over all its admissions (resumes too)
+        # KV of its prompt that another instance computed and sent (a P/D decode instance's
+        # request): present at its first admission, so not computed; spent once admitted.
+        self.remote_tokens = 0
 
     def __repr__(self) -> str:
         return (f"Seq({self.request.request_id!r}, index={self.index}, "

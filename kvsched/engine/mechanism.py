@@ -648,7 +648,7 @@ class Scheduler:
                     hit = self.prefix.match(seq, True)
                     need, cost = self._blocks_with_hit(seq, need, hit)
                     gate = blocks_for(tokens, block_size) if self._v0_prefix else need
-                todo = tokens - hit  # what the prefill computes
+                todo = tokens - self._kv_present(seq, hit)  # what the prefill computes
                 cap = todo if partial is None else partial.slot
                 if reservation is not None:
                     # SGLang pins the hit while it checks: its idle tokens are not free
@@ -693,12 +693,25 @@ class Scheduler:
             self.running = by_admission(self.running)
         return budget
 
+    def _kv_present(self, seq: Seq, hit: int) -> int:
+        """Tokens of `seq`'s next prefill whose KV is there at admission: its prefix-cache
+        hit, or the prompt KV another instance sent (a P/D decode: vLLM's connector adds its
+        external tokens to the computed ones, `get_num_new_matched_tokens`, and recomputes
+        the last prompt token for its logits, `_update_waiting_for_remote_kv`). Received
+        tokens take fresh blocks like computed ones; only `hit` comes from the cache."""
+        remote = seq.remote_tokens
+        if remote >= seq.prompt_len:
+            remote = seq.prompt_len - 1
+        return remote if remote > hit else hit
+
     def _start_prefill(self, plan: StepPlan, seq: Seq, blocks: int, tokens: int,
                        chunk: int, hit: int = 0) -> None:
-        """Admit the head for a (re)prefill of `tokens`, `hit` of them found cached and
-        `chunk` computed now; it takes `blocks` fresh blocks (beside its hit blocks)."""
+        """Admit the head for a (re)prefill of `tokens`, `hit` of them found cached (or more
+        received: `_kv_present`) and `chunk` computed now; it takes `blocks` fresh blocks
+        (beside its hit blocks)."""
         self._take_head(plan, seq, blocks, hit)
-        seq.prefill_left = tokens - hit
+        present = self._kv_present(seq, hit)
+        seq.prefill_left = tokens - present
         if seq.first_scheduled_time is None:
             seq.first_scheduled_time = plan.time
         if seq.prefix_hit_tokens is None:
@@ -708,7 +721,10 @@ class Scheduler:
         detail = f"{kind} {tokens} tokens"
         if hit:
             detail += f", {hit} cached"
-        if chunk < tokens - hit:
+        if present > hit:
+            detail += f", {present} received"
+            seq.remote_tokens = 0  # spent: a recompute after a preemption computes them
+        if chunk < tokens - present:
             detail += f", first chunk {chunk}"
         self.events.append((plan.step, plan.time, seq.request.request_id, "admit", detail))
         self._prefill_chunk(plan, seq, chunk)
