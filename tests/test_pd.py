@@ -179,3 +179,26 @@ def test_prompt_over_keeps_short_prompts_whole():
     assert [k >= 1 for k in result.replica_of] == [True, False, True, False]
     assert result.summary["num_split"] == 2
     assert pd.link.delivered == 2
+
+
+def test_each_pool_routes_with_its_own_router():
+    """prefix_aware on the prefill pool sends a prompt to the instance that holds its prefix
+    (each group's second request lands where its first was prefilled); least_kv on the decode
+    pool balances the decode instances' memory."""
+    from kvsched.prefix import Prefix
+
+    config = EngineConfig(max_num_batched_tokens=2048, num_blocks=2000, block_size=16,
+                          enable_prefix_caching=True)
+    requests = []
+    for i in range(8):
+        group = i % 4
+        requests.append(Request(f"r{i}", 0.2 * i, 600, 100,
+                                prefix=Prefix(((1000 + group, 512), (2000 + i, 88)))))
+    result, _ = pd_cluster(requests, config, ConstantStep(0.01), 2, 2,
+                           routers=("prefix_aware", "least_kv"))
+    first = {r.request_id: k for r, k in zip(requests, result.replica_of, strict=True)}
+    for i in range(4, 8):
+        assert first[f"r{i}"] == first[f"r{i - 4}"]
+    assert {p.decode_replica for p in result.phases} == {2, 3}
+    # The prefill instances' hits are the client's records' hits.
+    assert [r.prefix_hit_tokens for r in result.requests][4:] == [512] * 4
