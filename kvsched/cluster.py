@@ -33,7 +33,7 @@ from kvsched.engine.replica import Engine
 from kvsched.engine.view import RouteLike
 from kvsched.histogram import GapHistogram
 from kvsched.loop import collector_off, put_record
-from kvsched.metrics import summarize
+from kvsched.metrics import host_summary, summarize
 from kvsched.pd import Disaggregation, Phases, pd_summary
 from kvsched.policies.base import Policy
 from kvsched.record_table import RecordTable
@@ -236,6 +236,9 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
         summary = summarize(mine, stats, slo,
                             final_blocks_used=replica.engine.final_blocks_used,
                             itl=replica.engine.itl)
+        host = replica.engine.host_counts()
+        if host is not None:
+            summary = host_summary(summary, mine, [host])
         replica_results.append(RunResult(replica.engine.config, setups[replica.index].clock.unit,
                                          mine, replica.log, replica.events.kept, None,
                                          summary))
@@ -243,6 +246,9 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
     summary = _cluster_summary(records, replicas, replica_results, slo, loop.idle_witness)
     if pd is not None:
         summary = pd_summary(summary, pd, phases)
+    hosts = [h for r in replicas if (h := r.engine.host_counts()) is not None]
+    if hosts:
+        summary = host_summary(summary, records, hosts)
     return ClusterResult(setups[0].config, setups[0].clock.unit, records,
                          ClusterSteps(replica_results), events, None, summary,
                          tuple(replica_results), tuple(routed),

@@ -77,6 +77,17 @@ class Strict(BaseModel):
 # -- engine, policy, time ---------------------------------------------------------------
 
 
+class KvOffloadSpec(Strict):
+    """`engine.kv_offload:` a host-memory tier under the prefix cache: `host_blocks` blocks
+    of host memory that evicted cached blocks go to, loaded back at `bandwidth_gbps`
+    (gigabits per second, the PCIe link); `block_bytes` (default: the roofline model's, per
+    GPU) is one block's KV."""
+
+    host_blocks: PositiveInt
+    bandwidth_gbps: PositiveFloat
+    block_bytes: PositiveFloat | None = None
+
+
 class EngineSpec(Strict):
     """`engine:` — see `kvsched.config.EngineConfig` for what each knob means; `preset`
     (`kvsched.presets`) fills in the rest. vLLM's spellings `enable_chunked_prefill` and
@@ -140,6 +151,14 @@ class EngineSpec(Strict):
     readmit_victims: bool = _ENGINE.readmit_victims
     swap_prefills: bool = _ENGINE.swap_prefills
     async_scheduling: bool = _ENGINE.async_scheduling
+    kv_offload: KvOffloadSpec | None = None
+
+    @model_validator(mode="after")
+    def _offload_needs_a_cache(self) -> Self:
+        if self.kv_offload is not None and not self.enable_prefix_caching:
+            raise ValueError("kv_offload: a host tier holds blocks the prefix cache evicts: "
+                             "it needs enable_prefix_caching: true")
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -169,9 +188,13 @@ class EngineSpec(Strict):
         return expand_preset(data)
 
     def to_config(self) -> EngineConfig:
+        offload = self.kv_offload
+        host = {} if offload is None else {
+            "kv_offload_blocks": offload.host_blocks, "kv_offload_gbps": offload.bandwidth_gbps,
+            "kv_offload_block_bytes": offload.block_bytes}
         return EngineConfig(**self.model_dump(exclude={"gpu_memory_utilization", "preset",
                                                        "usage", "kv_cache_dtype",
-                                                       "enforce_eager"}))
+                                                       "enforce_eager", "kv_offload"}), **host)
 
 
 _ENGINE_ALIASES = {"enable_chunked_prefill": "chunked_prefill",
@@ -1162,6 +1185,26 @@ class RunSpec(Strict):
                              "gpu: ..., tp: ...} to size the pool")
         assert isinstance(time, dict)
         return {**data, "engine": _sized(engine, time)}
+
+    @model_validator(mode="after")
+    def _offload_link(self) -> Self:
+        """A host tier's loads take seconds, and need the bytes of a block."""
+        fleet = [("engine", self.engine, self.time)]
+        if self.cluster is not None:
+            fleet += [(f"cluster.replicas[{i}].engine", engine, entry.time or self.time)
+                      for i, (entry, engine) in enumerate(zip(
+                          self.cluster.replicas, replica_engines(self), strict=True))]
+        for where, engine, time in fleet:
+            offload = engine.kv_offload
+            if offload is None:
+                continue
+            if isinstance(time, StepsTime):
+                raise ValueError(f"{where}.kv_offload: a host tier needs a time model in "
+                                 "seconds (its loads take time), not the step clock")
+            if offload.block_bytes is None and not isinstance(time, RooflineTime):
+                raise ValueError(f"{where}.kv_offload.block_bytes: needed unless the time "
+                                 "model is a roofline (whose model gives it)")
+        return self
 
     @model_validator(mode="after")
     def _pd_link(self) -> Self:

@@ -695,22 +695,34 @@ class Scheduler:
 
     def _kv_present(self, seq: Seq, hit: int) -> int:
         """Tokens of `seq`'s next prefill whose KV is there at admission: its prefix-cache
-        hit, or the prompt KV another instance sent (a P/D decode: vLLM's connector adds its
-        external tokens to the computed ones, `get_num_new_matched_tokens`, and recomputes
-        the last prompt token for its logits, `_update_waiting_for_remote_kv`). Received
-        tokens take fresh blocks like computed ones; only `hit` comes from the cache."""
+        hit, extended by the blocks the host tier holds after it (`engine.kv_offload`), or
+        the prompt KV another instance sent (a P/D decode). Both are what vLLM's scheduler
+        takes from a KV connector (its offloading connector, or a P/D one): external tokens
+        counted as computed (`get_num_new_matched_tokens`), all but the last prompt token,
+        recomputed for its logits (`_update_waiting_for_remote_kv`). They take fresh blocks
+        like computed ones; only `hit` comes from the GPU cache."""
+        present = hit
+        prefix = self.prefix
+        if prefix is not None and prefix.host is not None:  # the host tier's run past the hit
+            present += prefix.host_extend(seq, hit)
         remote = seq.remote_tokens
         if remote >= seq.prompt_len:
             remote = seq.prompt_len - 1
-        return remote if remote > hit else hit
+        return remote if remote > present else present
 
     def _start_prefill(self, plan: StepPlan, seq: Seq, blocks: int, tokens: int,
                        chunk: int, hit: int = 0) -> None:
         """Admit the head for a (re)prefill of `tokens`, `hit` of them found cached (or more
         received: `_kv_present`) and `chunk` computed now; it takes `blocks` fresh blocks
         (beside its hit blocks)."""
+        first = seq.prefix_hit_tokens is None
+        present = self._kv_present(seq, hit)  # (before the admission changes the cache)
+        loaded = present - hit if present > hit and not seq.remote_tokens else 0
+        if loaded:  # read back from the host tier (before its allocation spills more there)
+            assert self.prefix is not None
+            self.prefix.host_load(seq, hit, loaded, first)
+            plan.loaded_blocks += loaded // self._block_size  # the step pays the transfer
         self._take_head(plan, seq, blocks, hit)
-        present = self._kv_present(seq, hit)
         seq.prefill_left = tokens - present
         if seq.first_scheduled_time is None:
             seq.first_scheduled_time = plan.time
@@ -721,9 +733,11 @@ class Scheduler:
         detail = f"{kind} {tokens} tokens"
         if hit:
             detail += f", {hit} cached"
-        if present > hit:
+        if present > hit and seq.remote_tokens:
             detail += f", {present} received"
             seq.remote_tokens = 0  # spent: a recompute after a preemption computes them
+        elif loaded:
+            detail += f", {loaded} from host"
         if chunk < tokens - present:
             detail += f", first chunk {chunk}"
         self.events.append((plan.step, plan.time, seq.request.request_id, "admit", detail))

@@ -93,6 +93,7 @@ class HashedBlockCache:
         self._num_cached = 0
         self._owners: dict[int, _Owner] = {}
         self.evicted = 0  # cached blocks evicted so far
+        self.spill = None  # a host tier (`kvsched.kvcache.offload.HostTier`) evicted blocks go to
 
     @property
     def num_free(self) -> int:
@@ -183,12 +184,16 @@ class HashedBlockCache:
             size = node.end - node.start
             if size > left:
                 if len(node.copies) == 1 and not node.children:  # a lone leaf: shorten it
+                    if self.spill is not None:
+                        self.spill.put(node.chain, node.end - left, node.end)
                     node.end -= left
                     self._lru_blocks -= left
                     break
                 self._split(node, node.end - left)  # the copy keeps the evicted tail
                 size = left
             self._take_copy(copy)
+            if self.spill is not None:
+                self.spill.put(node.chain, node.start, node.end)
             node.copies.remove(copy)
             copy.node = None
             if not node.copies:

@@ -94,6 +94,7 @@ class RadixCache:
         # When a list: each evicted leaf, in order, as (first depth, tokens, its first token's
         # key) (the conformance harness reads it; None in a run)
         self.evicted_log: list[tuple[int, int, tuple[int, int]]] | None = None
+        self.spill = None  # a host tier (`kvsched.kvcache.offload.HostTier`) evicted pages go to
 
     # -- sizes ---------------------------------------------------------------------------
 
@@ -226,6 +227,9 @@ class RadixCache:
             self._evictable -= leaf.num_tokens
             freed += leaf.num_tokens
             self.evicted += leaf.num_tokens
+            if self.spill is not None:  # its whole pages go to the host tier
+                size = self.block_size
+                self.spill.put(leaf.chain, leaf.start // size, leaf.end // size)
             if self.evicted_log is not None:
                 chain = leaf.chain
                 assert chain is not None
