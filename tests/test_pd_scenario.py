@@ -120,3 +120,27 @@ def test_a_pd_cluster_needs_seconds(tmp_path):
         "transfer: {bandwidth_gbps: 10, kv_bytes_per_token: 1}}\n")
     result = invoke("validate", path)
     assert result.exit_code == 2 and "time model in seconds" in result.output
+
+
+def test_capacity_searches_a_grid_of_pd_splits_per_gpu(tmp_path):
+    """`--set cluster.prefill.replicas=...` and `cluster.decode.replicas=...` make a grid of
+    splits; each row counts its GPUs (both pools; the decode pool alone under `never`) and
+    its per-GPU goodput is the rate found over them."""
+    text = PD.replace("{prompt_over: 100}", "always") + """variants:
+  - {name: split}
+  - {name: colocated, cluster: {pd_decider: never}}
+"""
+    path = write(tmp_path, text)
+    result = invoke("capacity", path, "--set", "cluster.prefill.replicas=1..2:+1",
+                    "--set", "cluster.decode.replicas=1,3", "--slo", "ttft_p99=1",
+                    "--tolerance", "0.2", "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    with (tmp_path / "capacity-pd" / "capacity.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 8
+    for row in rows:
+        prefill, decode = int(row["cluster.prefill.replicas"]), int(row["cluster.decode.replicas"])
+        gpus = decode + (prefill if row["variant"] == "split" else 0)
+        assert int(row["num_gpus"]) == gpus
+        assert float(row["goodput_per_gpu"]) == pytest.approx(float(row["rate"]) / gpus)
+    assert "goodput_per_gpu" in result.output
