@@ -25,12 +25,11 @@ from kvsched.backpressure import Action, Backpressure
 from kvsched.cluster import ClusterResult, ReplicaSetup, run_cluster
 from kvsched.csvout import RowCsv, StepCsv, write_rows
 from kvsched.errors import KvschedError
+from kvsched.pd import Disaggregation, PdDecider, Phases
 from kvsched.records import EVENT_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS
 from kvsched.request import Request
-from kvsched.routers import load_router, make_router
+from kvsched.routers import Router, load_router, make_router
 from kvsched.scenario import Variant
-from kvsched.pd import Disaggregation, PdDecider, Phases
-from kvsched.routers import Router
 from kvsched.schema import (
     ClusterSpec,
     PromptOver,
@@ -39,7 +38,6 @@ from kvsched.schema import (
     RunSpec,
     replica_engines,
 )
-from kvsched.transfer import Link
 from kvsched.steplog import (
     COMPACT_COLUMNS,
     RecordMode,
@@ -47,6 +45,7 @@ from kvsched.steplog import (
     compact_row,
     replica_chunk,
 )
+from kvsched.transfer import Link
 
 ROUTER_SEED_TAG = 12  # the router's generator: the scenario seed, tagged apart from the workload's
 PREFILL_ROUTER_SEED_TAG = 13  # a P/D cluster's prefill router (its decode router takes 12)

@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from kvsched.floatsum import fold
-
 from kvsched.quantile import percentiles
 from kvsched.request import Request
 from kvsched.routers import Router

@@ -189,7 +189,7 @@ class EngineSpec(Strict):
 
     def to_config(self) -> EngineConfig:
         offload = self.kv_offload
-        host = {} if offload is None else {
+        host: dict[str, Any] = {} if offload is None else {
             "kv_offload_blocks": offload.host_blocks, "kv_offload_gbps": offload.bandwidth_gbps,
             "kv_offload_block_bytes": offload.block_bytes}
         return EngineConfig(**self.model_dump(exclude={"gpu_memory_utilization", "preset",

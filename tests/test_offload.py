@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_invariants import check_invariants, configs, policies
-from test_prefix_caching import caching, caches, outcome, shared_workloads
+from test_prefix_caching import caches, caching, outcome, shared_workloads
 
 from kvsched import EngineConfig, Request, make_policy, simulate
 from kvsched.engine import mechanism

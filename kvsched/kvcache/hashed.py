@@ -25,8 +25,12 @@ extend its leaf in place as it commits them. Blocks without a hash are counts.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from kvsched.prefix import Prefix, common_prefix
+
+if TYPE_CHECKING:
+    from kvsched.kvcache.offload import HostTier
 
 
 class _Node:
@@ -93,7 +97,8 @@ class HashedBlockCache:
         self._num_cached = 0
         self._owners: dict[int, _Owner] = {}
         self.evicted = 0  # cached blocks evicted so far
-        self.spill = None  # a host tier (`kvsched.kvcache.offload.HostTier`) evicted blocks go to
+        # a host tier (`kvsched.kvcache.offload.HostTier`) evicted blocks go to
+        self.spill: HostTier | None = None
 
     @property
     def num_free(self) -> int:

@@ -30,9 +30,10 @@ class HostTier:
     def __len__(self) -> int:
         return len(self._blocks)
 
-    def put(self, chain: Prefix, first: int, end: int) -> None:
+    def put(self, chain: Prefix | None, first: int, end: int) -> None:
         """The GPU evicted `chain`'s blocks `first` .. `end - 1`: keep them, their tail
         oldest (a run past a missing block is of no use, so the tail goes first)."""
+        assert chain is not None, "a cached block is named by its chain"
         if self.capacity <= 0 or end <= first:
             return
         hashes = chain.block_hashes(self.block_size)

@@ -29,8 +29,12 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from kvsched.prefix import Prefix, common_prefix
+
+if TYPE_CHECKING:
+    from kvsched.kvcache.offload import HostTier
 
 
 class _Node:
@@ -94,7 +98,8 @@ class RadixCache:
         # When a list: each evicted leaf, in order, as (first depth, tokens, its first token's
         # key) (the conformance harness reads it; None in a run)
         self.evicted_log: list[tuple[int, int, tuple[int, int]]] | None = None
-        self.spill = None  # a host tier (`kvsched.kvcache.offload.HostTier`) evicted pages go to
+        # a host tier (`kvsched.kvcache.offload.HostTier`) evicted pages go to
+        self.spill: HostTier | None = None
 
     # -- sizes ---------------------------------------------------------------------------
 
