@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_invariants import configs, workloads
+from test_stretches import preset_configs
 
 from kvsched import EngineConfig
 from kvsched.cluster import ReplicaSetup, run_cluster
@@ -202,3 +203,25 @@ def test_each_pool_routes_with_its_own_router():
     assert {p.decode_replica for p in result.phases} == {2, 3}
     # The prefill instances' hits are the client's records' hits.
     assert [r.prefix_hit_tokens for r in result.requests][4:] == [512] * 4
+
+
+@settings(**SETTINGS)
+@given(workloads(max_requests=12), preset_configs(), seconds, st.integers(1, 2),
+       st.integers(1, 2), st.booleans())
+def test_every_engine_family_admits_received_kv(requests, config, clock, num_prefill,
+                                                num_decode, fast):
+    """Under every preset's rules (vLLM V1's running loop, SGLang's future-token admission,
+    V0's prefill-first...), with or without prefix caching, a split request is never lost,
+    the link delivers every KV it is given once, no instance keeps a block, and stretches
+    give the exact path's records."""
+    config = replace(config, max_steps=100_000, max_queued_requests=None)
+    result, pd = pd_cluster(requests, config, clock, num_prefill, num_decode, stretches=fast)
+    assert [r.request_id for r in result.requests] == [r.request_id for r in requests]
+    assert all(r.status in ("finished", "starved", "rejected") for r in result.requests)
+    assert pd.link.started == pd.link.delivered == result.summary["num_transferred"]
+    for replica in result.replicas:
+        assert replica.summary["final_blocks_used"] == 0
+    if fast:
+        exact, _ = pd_cluster(requests, config, clock, num_prefill, num_decode,
+                              stretches=False)
+        assert exact.requests == result.requests and exact.events == result.events
