@@ -103,10 +103,17 @@ class Capacity:
     scale: float | None
     scale_above: float | None
     probes: tuple[Probe, ...]
+    num_gpus: int = 1  # the variant's GPUs: its replicas' (both pools of a P/D cluster) x tp
 
     @property
     def rate(self) -> float | None:
         return None if self.scale is None else self.base_rate * self.scale
+
+    @property
+    def goodput_per_gpu(self) -> float | None:
+        """DistServe's per-GPU goodput: the highest rate at which the SLOs hold, per GPU."""
+        rate = self.rate
+        return None if rate is None else rate / self.num_gpus
 
     @property
     def rate_above(self) -> float | None:
@@ -121,7 +128,7 @@ def check_targets(targets: Sequence[SloTarget], scenario: Scenario) -> None:
     if not targets:
         raise ScenarioError("--slo", "give at least one --slo METRIC=LIMIT (e.g. ttft_p99=2)")
     from kvsched.diagnosis import INCIDENT_KEYS
-    from kvsched.metrics import CLUSTER_KEYS, SUMMARY_KEYS
+    from kvsched.metrics import CLUSTER_KEYS, OFFLOAD_KEYS, PD_KEYS, SUMMARY_KEYS
 
     classes = known_classes(scenario)
     diagnosis = {*INCIDENT_KEYS, "incident_imbalance"}  # not in a run's summary: no SLO
@@ -131,7 +138,8 @@ def check_targets(targets: Sequence[SloTarget], scenario: Scenario) -> None:
         if problem is not None:
             raise ScenarioError("--slo", problem)
         if target.metric in diagnosis or not is_known_metric(target.metric, classes):
-            keys = [k for k in (*SUMMARY_KEYS, *CLUSTER_KEYS, *VLLM_NAMES) if k not in diagnosis]
+            keys = [k for k in (*SUMMARY_KEYS, *CLUSTER_KEYS, *PD_KEYS, *OFFLOAD_KEYS,
+                                *VLLM_NAMES) if k not in diagnosis]
             raise ScenarioError("--slo", unknown_value("summary key", target.metric, keys))
 
 
@@ -267,7 +275,19 @@ def _search_steps(variant: Variant, rate: float, targets: Sequence[SloTarget],
     ordered = tuple(probes[k] for k in sorted(probes))
     return Capacity(variant.name, dict(point or {}), rate,
                     None if lo is None else probes[lo].scale,
-                    None if hi is None else probes[hi].scale, ordered)
+                    None if hi is None else probes[hi].scale, ordered, num_gpus(variant))
+
+
+def num_gpus(variant: Variant) -> int:
+    """GPUs a variant runs on: each replica's tensor-parallel size (1 without a model), over
+    the replicas of its cluster, both pools of a P/D one (its decode pool's alone under
+    `pd_decider: never`)."""
+    spec = variant.spec
+    if spec.cluster is None:
+        return getattr(spec.time, "tp", 1)
+    from kvsched.cluster_run import replica_specs
+
+    return sum(getattr(s.time, "tp", 1) for s in replica_specs(spec))
 
 
 def margin(probe: Probe, targets: Sequence[SloTarget]) -> float | None:
@@ -409,7 +429,8 @@ def capacity_frame(results: Sequence[Capacity], targets: Sequence[SloTarget]) ->
     """capacity.csv: one row per point and variant: the axes, `variant`, `rate` (requests
     per time unit, the highest that holds), `scale` (its factor on the scenario's rate),
     `rate_above`/`scale_above` (the first that fails), `tolerance`-step SLO figures at both
-    (`<metric>` and `<metric>_above`), and `num_runs`."""
+    (`<metric>` and `<metric>_above`), `num_gpus`, `goodput_per_gpu` (`rate` / `num_gpus`)
+    and `num_runs`."""
     rows = []
     for result in results:
         at, above = result.probe_at(result.scale), result.probe_at(result.scale_above)
@@ -420,6 +441,8 @@ def capacity_frame(results: Sequence[Capacity], targets: Sequence[SloTarget]) ->
         for i, target in enumerate(targets):
             row[target.metric] = at.values[i] if at else None
             row[f"{target.metric}_above"] = above.values[i] if above else None
+        row["num_gpus"] = result.num_gpus
+        row["goodput_per_gpu"] = result.goodput_per_gpu
         row["num_runs"] = len(result.probes)
         rows.append(row)
     return pd.DataFrame.from_records(rows)

@@ -237,7 +237,7 @@ def column_names(text: str | None, scenarios: "list[Scenario]", names: list[str]
 
     from kvsched.diagnosis import INCIDENT_KEYS
     from kvsched.metric_names import VLLM_NAMES, refusal, resolve
-    from kvsched.metrics import CLUSTER_KEYS, SUMMARY_KEYS
+    from kvsched.metrics import CLUSTER_KEYS, OFFLOAD_KEYS, PD_KEYS, SUMMARY_KEYS
     from kvsched.scenario import is_known_metric, known_classes, time_unit_of
 
     picked = [name.strip() for name in text.split(",")]
@@ -252,7 +252,8 @@ def column_names(text: str | None, scenarios: "list[Scenario]", names: list[str]
         key = resolve(name)[0]
         if key == "incidents" or any(is_known_metric(key, known_classes(s)) for s in scenarios):
             continue
-        pool = [*SUMMARY_KEYS, *CLUSTER_KEYS, *INCIDENT_KEYS, *VLLM_NAMES, "incidents"]
+        pool = [*SUMMARY_KEYS, *CLUSTER_KEYS, *PD_KEYS, *OFFLOAD_KEYS, *INCIDENT_KEYS,
+                *VLLM_NAMES, "incidents"]
         close = get_close_matches(name, pool, n=3, cutoff=0.6)
         hint = f" (nearest: {', '.join(close)})" if close else ""
         raise KvschedError(f"--columns: unknown summary key '{excerpt(name)}'{hint}; expected "

@@ -29,6 +29,7 @@ cdef class _Loop:
     cdef public list order, routed, seqs
     cdef public tuple idle_witness
     cdef public list _routed_at
+    cdef public object pd
 
     @cython.locals(heap=list, arrival=cython.double, start=cython.double, index=cython.longlong, replica=_Replica)
     cpdef run(self)

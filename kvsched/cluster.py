@@ -16,6 +16,7 @@ One replica behind any router gives `simulate()`'s records (tested); a run witho
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from bisect import bisect_right
@@ -32,7 +33,8 @@ from kvsched.engine.replica import Engine
 from kvsched.engine.view import RouteLike
 from kvsched.histogram import GapHistogram
 from kvsched.loop import collector_off, put_record
-from kvsched.metrics import summarize
+from kvsched.metrics import host_summary, summarize
+from kvsched.pd import Disaggregation, Phases, pd_summary
 from kvsched.policies.base import Policy
 from kvsched.record_table import RecordTable
 from kvsched.records import RequestRecord, RunResult
@@ -75,6 +77,7 @@ class ClusterResult(RunResult):
     imbalance_ttft_ratio: float = 3.0
     imbalance_queue: int = 8
     idle_witness: tuple[int, int, float, int] | None = None  # queue, replica, time, idle one
+    phases: tuple[Phases | None, ...] | None = None  # P/D: each split request's (input order)
 
 
 class _Replica:
@@ -142,7 +145,8 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
                 keep_steps: bool = True, imbalance_ttft_ratio: float = 3.0,
                 imbalance_queue: int = 8, stretches: bool = True,
                 step_logs: Sequence[StepLog] | None = None,
-                event_sinks: Sequence[EventSink] | None = None) -> ClusterResult:
+                event_sinks: Sequence[EventSink] | None = None,
+                pd: Disaggregation | None = None) -> ClusterResult:
     """Run `requests` through the replicas built from `setups`, routed by `router`, until
     nothing is left to do. A replica that reaches its `max_steps` stops there (what it holds
     or is sent later ends `unfinished`, as in a single run) while the others go on: a stop
@@ -150,7 +154,8 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
     records. `stretches=False` runs every step on its own (the exact path, for checking the
     stretch bound). `step_logs` (one per replica, instead of logs that keep or drop steps
     as `keep_steps` says) and `event_sinks` stream each replica's records as in a single
-    run: the result's events are then those the diagnosis reads."""
+    run: the result's events are then those the diagnosis reads. `pd`: the replicas form a
+    prefill and a decode pool (`kvsched.pd`), whose routers replace `router`."""
     ids = [r.request_id for r in requests]
     if len(set(ids)) != len(ids):
         seen: set[str] = set()
@@ -175,20 +180,34 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
                            replica_chunk(len(setups)))
         if signal_delay > 0:
             replica.history = [replica.snapshot]
-        engine.on_done(_release_next_turns(queue))
+        if pd is not None and index in pd.prefill:
+            engine.on_done(pd.prefilled)
+        else:
+            engine.on_done(_release_next_turns(queue))
         replicas.append(replica)
+    if pd is not None:
+        pd.ended = _release_next_turns(queue)
     # Blocks of a request depend on the block size of the replica it lands on: a Seq is
     # made when the router has chosen.
     routed: list[int | None] = [None] * len(requests)  # all set by the loop
     seqs: list[Seq | None] = [None] * len(requests)
-    loop = _Loop(replicas, router, signal_delay, queue)
+    loop = _Loop(replicas, router, signal_delay, queue, pd)
     with collector_off():
         loop.run()
     for replica in replicas:
         replica.engine.on_done(None)
+    ran_on: list[tuple[int, ...]] = [()] * len(requests)  # replicas a request ran a phase on
+    phases: list[Phases | None] = [None] * len(requests)
     for k, i in enumerate(loop.order):
         routed[i] = loop.routed[k]
         seqs[i] = loop.seqs[k]
+        if routed[i] is not None:
+            ran_on[i] = (routed[i],)  # type: ignore[assignment]
+        if pd is not None and k in pd.phases:
+            split = phases[i] = pd.phases[k]
+            seqs[i] = pd.client_seq(k, requests[i])
+            if split.decode_replica is not None:
+                ran_on[i] = (split.prefill_replica, split.decode_replica)  # type: ignore[assignment]
     never_released = queue.unreleased()
     for i in never_released:  # a turn whose previous turn never ended: it never arrived
         seq = Seq.of(requests[i], len(requests), setups[0].config.block_size)
@@ -207,26 +226,35 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
         if routed[i] is None:
             put_record(records, i, seqs[i], Status.UNFINISHED, replicas[0].engine)  # type: ignore[arg-type]
             continue
-        replica = replicas[routed[i]]  # type: ignore[index]
+        replica = replicas[ran_on[i][-1]]  # where it ended (a split one: its decode instance)
         leftover = Status.UNFINISHED if replica.stopped else Status.STARVED
         put_record(records, i, seqs[i], leftover, replica.engine)  # type: ignore[arg-type]
     listed = list(records)
     for replica in replicas:
         stats = replica.log.close()
-        mine = [listed[i] for i in range(len(requests)) if routed[i] == replica.index]
+        mine = [listed[i] for i in range(len(requests)) if replica.index in ran_on[i]]
         summary = summarize(mine, stats, slo,
                             final_blocks_used=replica.engine.final_blocks_used,
                             itl=replica.engine.itl)
+        host = replica.engine.host_counts()
+        if host is not None:
+            summary = host_summary(summary, mine, [host])
         replica_results.append(RunResult(replica.engine.config, setups[replica.index].clock.unit,
                                          mine, replica.log, replica.events.kept, None,
                                          summary))
     events, event_replicas = _merged_events(replica_results)
     summary = _cluster_summary(records, replicas, replica_results, slo, loop.idle_witness)
+    if pd is not None:
+        summary = pd_summary(summary, pd, phases)
+    hosts = [h for r in replicas if (h := r.engine.host_counts()) is not None]
+    if hosts:
+        summary = host_summary(summary, records, hosts)
     return ClusterResult(setups[0].config, setups[0].clock.unit, records,
                          ClusterSteps(replica_results), events, None, summary,
                          tuple(replica_results), tuple(routed),
                          tuple(event_replicas),
-                         imbalance_ttft_ratio, imbalance_queue, loop.idle_witness)
+                         imbalance_ttft_ratio, imbalance_queue, loop.idle_witness,
+                         tuple(phases) if pd is not None else None)
 
 
 def _release_next_turns(queue: ArrivalQueue) -> Callable[[Seq], None]:
@@ -240,11 +268,12 @@ class _Loop:
     """The cluster's clock: arrivals routed, each replica's next step or stretch."""
 
     __slots__ = ("replicas", "router", "delay", "arrivals", "order", "routed", "seqs",
-                 "idle_witness", "_routed_at")
+                 "idle_witness", "_routed_at", "pd")
 
     # (A plain class typed in cluster.pxd: C calls to the replicas in the compiled build.)
     def __init__(self, replicas: list[_Replica], router: Router, delay: float,
-                 arrivals: ArrivalQueue) -> None:
+                 arrivals: ArrivalQueue, pd: Disaggregation | None = None) -> None:
+        self.pd = pd  # P/D: two pools, a link between them (None: one pool, `router`)
         self.replicas = replicas
         self.router = router
         self.delay = delay
@@ -261,8 +290,16 @@ class _Loop:
         self._routed_at = [[] for _ in replicas]
         heap: list[tuple[float, int, int, int]] = [(0.0, STEP, r.index, 0) for r in replicas]
         heapq.heapify(heap)
+        pd = self.pd
         while True:
             arrival = arrivals.next_time()
+            if pd is not None and pd.link.busy:
+                # Deliveries are events of this clock: after arrivals, before steps, of
+                # the same time (a delivery by a step's start joins it, as an arrival does).
+                due = pd.link.next_time()
+                if due < arrival and (not heap or due <= heap[0][0] + 1e-9 * (1.0 + due)):
+                    self._deliver(due, heap)
+                    continue
             if arrival < math.inf:
                 if not heap:
                     self._route(arrival, heap)
@@ -301,21 +338,58 @@ class _Loop:
         self.order.append(i)
         self.routed.append(None)
         self.seqs.append(None)
-        replicas = self.replicas
+        pd = self.pd
+        if pd is None:
+            replica = self._pick(request, now, self.replicas, self.router, True)
+        elif pd.decider.splits(request.prompt_len):  # to a prefill instance, one token
+            replica = self._pick(request, now, [self.replicas[j] for j in pd.prefill],
+                                 pd.prefill_router, True)
+            request = pd.prefill_request(request)
+            pd.phases[k] = Phases(prefill_replica=replica.index)
+        else:  # kept whole: served by a decode instance as a colocated one would
+            replica = self._pick(request, now, [self.replicas[j] for j in pd.decode],
+                                 pd.decode_router, True)
+        seq = Seq.of(request, k, replica.engine.config.block_size)
+        if pd is not None and k in pd.phases:
+            pd.phases[k].prefill = seq
+        self.routed[k] = replica.index
+        self.seqs[k] = seq
+        self._send(seq, replica, now, heap)
+
+    def _deliver(self, now: float, heap: list[tuple[float, int, int, int]]) -> None:
+        """The link's next event: transfers delivered now go to a decode instance each."""
+        pd = self.pd
+        assert pd is not None
+        pool = [self.replicas[j] for j in pd.decode]
+        for k, _, _ in pd.link.advance(now):
+            original = self.arrivals.requests[self.order[k]]
+            replica = self._pick(original, now, pool, pd.decode_router, False)
+            seq = pd.decode_seq(k, original, now, replica.engine.config.block_size)
+            pd.phases[k].decode_replica = replica.index
+            self._send(seq, replica, now, heap)
+
+    def _pick(self, request: Request, now: float, pool: list[_Replica], router: Router,
+              watch: bool) -> _Replica:
+        """The replica of `pool` that `router` sends `request` to (`watch`: an arrival,
+        for the idle-witness)."""
         seen = RouteRequest(request.request_id, request.arrival_time, request.prompt_len,
                             request.priority, request.class_name, request.session,
                             request.prefix)
-        views = [r.view(now, self.delay, self._routed_at[r.index]) for r in replicas]
-        self._watch_idle(views, now)
-        choice = self.router.route(seen, views)
+        views = [r.view(now, self.delay, self._routed_at[r.index]) for r in pool]
+        if watch:
+            self._watch_idle(views, now)
+        if len(pool) != len(self.replicas):  # a pool of a P/D cluster: its own indices
+            views = [dataclasses.replace(v, index=n) for n, v in enumerate(views)]
+        choice = router.route(seen, views)
         if isinstance(choice, bool) or not isinstance(choice, int | np.integer) \
-                or not 0 <= choice < len(replicas):
+                or not 0 <= choice < len(pool):
             raise ValueError(f"router returned {choice!r} for {request.request_id}; expected "
-                             f"a replica index 0..{len(replicas) - 1}")
-        replica = replicas[int(choice)]
-        seq = Seq.of(request, k, replica.engine.config.block_size)
-        self.routed[k] = replica.index
-        self.seqs[k] = seq
+                             f"a replica index 0..{len(pool) - 1}")
+        return pool[int(choice)]
+
+    def _send(self, seq: Seq, replica: _Replica, now: float,
+              heap: list[tuple[float, int, int, int]]) -> None:
+        """`seq` joins `replica` at its next step (waking it if idle)."""
         replica.pending.append(seq)
         if self.delay > 0:
             self._routed_at[replica.index].append(now)
@@ -356,6 +430,8 @@ class _Loop:
             while (due := arrivals.next_time()) <= horizon:
                 self._route(due, heap)
         upcoming = arrivals.next_time()
+        if self.pd is not None:  # a delivery may come to a decode instance before then
+            upcoming = min(upcoming, self.pd.bound(self.replicas))
         if arrivals.holding and heap:
             # Another replica's step may end a turn and release the next one, which the
             # router may send here: a stretch must not jump past that step's start.

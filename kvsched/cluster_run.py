@@ -25,11 +25,19 @@ from kvsched.backpressure import Action, Backpressure
 from kvsched.cluster import ClusterResult, ReplicaSetup, run_cluster
 from kvsched.csvout import RowCsv, StepCsv, write_rows
 from kvsched.errors import KvschedError
+from kvsched.pd import Disaggregation, PdDecider, Phases
 from kvsched.records import EVENT_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS
 from kvsched.request import Request
-from kvsched.routers import load_router, make_router
+from kvsched.routers import Router, load_router, make_router
 from kvsched.scenario import Variant
-from kvsched.schema import ClusterSpec, RunSpec, replica_engines
+from kvsched.schema import (
+    ClusterSpec,
+    PromptOver,
+    RooflineTime,
+    RouterSpec,
+    RunSpec,
+    replica_engines,
+)
 from kvsched.steplog import (
     COMPACT_COLUMNS,
     RecordMode,
@@ -37,8 +45,17 @@ from kvsched.steplog import (
     compact_row,
     replica_chunk,
 )
+from kvsched.transfer import Link
 
 ROUTER_SEED_TAG = 12  # the router's generator: the scenario seed, tagged apart from the workload's
+PREFILL_ROUTER_SEED_TAG = 13  # a P/D cluster's prefill router (its decode router takes 12)
+
+PD_REQUEST_COLUMNS = ("prefill_replica", "decode_replica", "transfer_start", "transfer_time",
+                      "transfer_bytes")
+"""Appended after `replica` in a P/D run's requests.csv: the replica that computed the
+prompt (a split request's prefill instance, else the replica that served it whole), the one
+that streamed its tokens (empty if none did), when its KV transfer was asked for (the
+prefill's end), how long it took to arrive, and its bytes (empty when not split)."""
 
 
 def replica_specs(spec: RunSpec) -> list[RunSpec]:
@@ -52,14 +69,53 @@ def replica_specs(spec: RunSpec) -> list[RunSpec]:
     return out
 
 
+def pool_routers(cluster: ClusterSpec) -> list[tuple[tuple, RouterSpec]]:
+    """The routers a cluster runs, each with its field: `router`, or each P/D pool's own
+    (the decode pool's alone under `pd_decider: never`)."""
+    if cluster.decode is None:
+        return [(("cluster", "router"), cluster.router)]
+    pools = [("prefill", cluster.prefill)] if cluster.is_pd else []
+    pools.append(("decode", cluster.decode))
+    return [(("cluster", key, "router"), pool.router) if pool.router is not None
+            else (("cluster", "router"), cluster.router) for key, pool in pools if pool]
+
+
 def check_router_loads(variant: Variant) -> None:
-    """Import the variant's router class (a user's module) now, or raise its error."""
+    """Import the variant's router classes (a user's module) now, or raise the error."""
     cluster = variant.spec.cluster
     assert cluster is not None
+    for field, router in pool_routers(cluster):
+        try:
+            load_router(router.name, [variant.scenario.base_dir])
+        except ValueError as exc:
+            raise variant.error(field, str(exc)) from None
+
+
+def _router(variant: Variant, field: tuple, spec: RouterSpec, num_replicas: int,
+            tag: int) -> Router:
     try:
-        load_router(cluster.router.name, [variant.scenario.base_dir])
+        return make_router(spec.name, spec.params(), num_replicas,
+                           np.random.default_rng([variant.spec.seed, tag]),
+                           [variant.scenario.base_dir])
     except ValueError as exc:
-        raise variant.error(("cluster", "router"), str(exc)) from None
+        raise variant.error(field, str(exc)) from None
+
+
+def kv_bytes_per_token(spec: RunSpec) -> float:
+    """Bytes of KV one prompt token moves over a P/D link: given, or K and V of every
+    layer of the prefill pool's roofline model at its engine's KV dtype (all KV heads: every
+    tensor-parallel rank sends its share)."""
+    cluster = spec.cluster
+    assert cluster is not None and cluster.transfer is not None
+    if cluster.transfer.kv_bytes_per_token is not None:
+        return cluster.transfer.kv_bytes_per_token
+    from kvsched.hardware import KV_DTYPE_BYTES
+    from kvsched.kvpool import kv_block_bytes
+
+    first = replica_specs(spec)[0]
+    time = first.time
+    assert isinstance(time, RooflineTime)
+    return kv_block_bytes(time.model, 1, 1, KV_DTYPE_BYTES[first.engine.kv_cache_dtype])
 
 
 class ClusterSpool:
@@ -115,12 +171,21 @@ def run_cluster_variant(variant: Variant, requests: Sequence[Request],
     policies = [policy_of(variant) for _ in specs]
     admission = admission_of(spec)
     pressure = spec.backpressure
-    rng = np.random.default_rng([spec.seed, ROUTER_SEED_TAG])
-    try:
-        router = make_router(cluster.router.name, cluster.router.params(), len(setups), rng,
-                             [variant.scenario.base_dir])
-    except ValueError as exc:
-        raise variant.error(("cluster", "router"), str(exc)) from None
+    routers = pool_routers(cluster)
+    prefill = cluster.num_prefill
+    router = _router(variant, *routers[-1], len(setups) - prefill, ROUTER_SEED_TAG)
+    pd = None
+    if cluster.is_pd:
+        transfer = cluster.transfer
+        assert transfer is not None
+        decider = cluster.pd_decider
+        link = Link(transfer.bandwidth_gbps * 1e9 / 8,
+                    (transfer.latency_ms + transfer.per_request_ms) / 1000)
+        pd = Disaggregation(range(prefill), range(prefill, len(setups)),
+                            _router(variant, *routers[0], prefill, PREFILL_ROUTER_SEED_TAG),
+                            router, link, kv_bytes_per_token(spec),
+                            PdDecider(decider.prompt_over if isinstance(decider, PromptOver)
+                                      else 0))
     try:
         return run_cluster(requests, setups, policies, router,
                            signal_delay=cluster.signal_delay,
@@ -134,7 +199,8 @@ def run_cluster_variant(variant: Variant, requests: Sequence[Request],
                                spool.step_log(k, setup.config.num_blocks)
                                for k, setup in enumerate(setups)],
                            event_sinks=None if spool is None else [
-                               spool.event_sink(k) for k in range(len(setups))])
+                               spool.event_sink(k) for k in range(len(setups))],
+                           pd=pd)
     except ValueError as exc:  # a user router that returned a bad index
         raise KvschedError(f"{variant.scenario.source}: cluster.router: {exc}") from None
 
@@ -143,9 +209,14 @@ def write_cluster_records(folder: Path, result: ClusterResult, records: RecordMo
                           streamed: bool = False) -> None:
     """requests.csv, steps.csv (unless records: summary) and events.csv of a cluster run
     (`streamed`: its steps and events are in `ClusterSpool` part files in `folder`)."""
-    write_rows(folder / "requests.csv", (*REQUEST_COLUMNS, "replica"),
-               ((*r.as_row(), replica) for r, replica in zip(result.requests, result.replica_of,
-                                                             strict=True)))
+    if result.phases is None:
+        write_rows(folder / "requests.csv", (*REQUEST_COLUMNS, "replica"),
+                   ((*r.as_row(), replica) for r, replica in zip(
+                       result.requests, result.replica_of, strict=True)))
+    else:
+        write_rows(folder / "requests.csv", (*REQUEST_COLUMNS, "replica", *PD_REQUEST_COLUMNS),
+                   ((*r.as_row(), replica, *_phase_row(replica, phases)) for r, replica, phases
+                    in zip(result.requests, result.replica_of, result.phases, strict=True)))
     columns = STEP_COLUMNS if records is RecordMode.FULL else COMPACT_COLUMNS
     if streamed:
         replicas = range(len(result.replicas))
@@ -160,6 +231,15 @@ def write_cluster_records(folder: Path, result: ClusterResult, records: RecordMo
     write_rows(folder / "events.csv", (*EVENT_COLUMNS, "replica"),
                ((*e, replica) for e, replica in zip(result.events, result.event_replicas,
                                                     strict=True)))
+
+
+def _phase_row(replica: int | None, phases: Phases | None) -> tuple:
+    """A request's PD_REQUEST_COLUMNS."""
+    if phases is None:  # kept whole (or never arrived): one replica did everything
+        return (replica, replica, None, None, None)
+    return (phases.prefill_replica, phases.decode_replica, phases.transfer_start,
+            phases.transfer_time, phases.transfer_bytes if phases.transfer_time is not None
+            else None)
 
 
 def _join_parts(path: Path, header: tuple[str, ...], parts: list[Path]) -> None:

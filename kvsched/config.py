@@ -220,6 +220,12 @@ class EngineConfig:
     readmit_victims: bool = True
     swap_prefills: bool = False
     async_scheduling: bool = False
+    # A host-memory tier under the prefix cache (`kvsched.kvcache.offload`): evicted cached
+    # blocks kept there (0: none), loaded back at `kv_offload_gbps` (gigabits per second),
+    # a block being `kv_offload_block_bytes` (None: the time model's, a roofline's).
+    kv_offload_blocks: int = 0
+    kv_offload_gbps: float = 0.0
+    kv_offload_block_bytes: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_blocks",
@@ -248,6 +254,12 @@ class EngineConfig:
         if not self.schedule_conservativeness > 0:
             raise ValueError("schedule_conservativeness must be > 0, got "
                              f"{self.schedule_conservativeness}")
+        if self.kv_offload_blocks < 0 or self.kv_offload_gbps < 0:
+            raise ValueError("kv_offload_blocks and kv_offload_gbps must be >= 0")
+        if self.kv_offload_blocks and not (self.enable_prefix_caching
+                                           and self.kv_offload_gbps > 0):
+            raise ValueError("a host tier (kv_offload_blocks) needs enable_prefix_caching and "
+                             "kv_offload_gbps > 0")
         if self.max_num_partial_prefills < 1 or self.max_long_partial_prefills < 1:
             raise ValueError("max_num_partial_prefills and max_long_partial_prefills must be "
                              ">= 1")

@@ -20,7 +20,7 @@ from kvsched.admission import Slo, SloAdmission
 from kvsched.backpressure import Backpressure
 from kvsched.config import EngineConfig
 from kvsched.engine.replica import Engine
-from kvsched.metrics import summarize
+from kvsched.metrics import host_summary, summarize
 from kvsched.policies.base import Policy
 from kvsched.record_table import RecordTable
 from kvsched.records import RunResult
@@ -78,6 +78,9 @@ def simulate_python(requests: Sequence[Request], config: EngineConfig, policy: P
         put_record(records, order[seq.index], seq, status, engine)
     summary = summarize(records, stats, slo, final_blocks_used=engine.final_blocks_used,
                         itl=engine.itl)
+    host = engine.host_counts()
+    if host is not None:
+        summary = host_summary(summary, records, [host])
     return RunResult(config, clock.unit, records, log, events.kept, engine.batches,
                      summary)
 

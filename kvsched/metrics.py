@@ -77,6 +77,46 @@ CLUSTER_KEYS = (
 `max_queue_while_idle` = the longest queue one replica had at an arrival while another
 replica had nothing queued or running; `incident_imbalance` is the diagnosis flag."""
 
+PD_KEYS = ("num_prefill_replicas", "num_decode_replicas", "num_split", "num_transferred",
+           "transfer_bytes", "transfer_time_mean", "transfer_time_p50", "transfer_time_p99",
+           "transfer_time_max")
+"""A P/D run's summary keys (before `replicas`): the pools' sizes, the requests prefilled on
+the prefill pool (`num_split`) and those whose KV reached a decode instance, the bytes moved,
+and the transfer times (from the prefill's end to the delivery, latency and fixed costs
+included; in seconds)."""
+
+OFFLOAD_KEYS = ("host_hit_rate", "total_hit_rate", "host_loaded_tokens", "host_loaded_blocks",
+                "host_stored_blocks", "host_dropped_blocks")
+"""A run with a host tier (`engine.kv_offload`) adds these after the other keys (before a
+cluster's `replicas`): `host_hit_rate` = prompt tokens read back from host at first
+admissions / their prompt tokens (`prefix_hit_rate`'s denominator: the GPU tier's rate),
+`total_hit_rate` = the two tiers' sum; `host_loaded_tokens` over every admission; blocks
+read back, written to host (a block already there is only refreshed) and pushed out of it."""
+
+
+def host_summary(summary: dict[str, Any], requests: Sequence[RequestRecord],
+                 counts: Sequence[tuple[int, int, int, int, int]]) -> dict[str, Any]:
+    """`summary` with OFFLOAD_KEYS from the engines' host counts (`Engine.host_counts`),
+    inserted before a cluster's `replicas`."""
+    first = loaded = stored = dropped = blocks = 0
+    for f, t, s, d, b in counts:
+        first, loaded, stored, dropped, blocks = (first + f, loaded + t, stored + s,
+                                                  dropped + d, blocks + b)
+    prompts = 0
+    for record in requests:
+        if record.prefix_hit_tokens is not None:
+            prompts += record.prompt_len
+    replicas = summary.pop("replicas", None)
+    host_rate = first / prompts if prompts else 0.0
+    summary |= {"host_hit_rate": host_rate,
+                "total_hit_rate": summary["prefix_hit_rate"] + host_rate,
+                "host_loaded_tokens": loaded, "host_loaded_blocks": blocks,
+                "host_stored_blocks": stored, "host_dropped_blocks": dropped}
+    if replicas is not None:
+        summary["replicas"] = replicas
+    return summary
+
+
 _FINISHED = STATUS_CODE["finished"]
 
 

@@ -107,6 +107,7 @@ class RooflineStep:
     _ar_per_token: float = field(init=False, repr=False, compare=False)
     _ar_fixed: float = field(init=False, repr=False, compare=False)
     _swap_per_block: float = field(init=False, repr=False, compare=False)
+    _block_bytes: float = field(init=False, repr=False, compare=False)
     _step_fixed: float = field(init=False, repr=False, compare=False)
     _costs: StepCosts = field(init=False, repr=False, compare=False)
 
@@ -179,8 +180,14 @@ class RooflineStep:
             set_(self, "_ar_fixed", 0.0)
         block_bytes = model.layers * kv_heads * hd * 2 * kvb * self.block_size
         set_(self, "_swap_per_block", block_bytes / gpu.host_bw)
+        set_(self, "_block_bytes", block_bytes)
         set_(self, "_step_fixed", cal.step_overhead)
         set_(self, "_costs", StepCosts(model, gpu, tp, self._kv_coef, wb, kvb, fp8_peak))
+
+    @property
+    def block_bytes(self) -> float:
+        """KV bytes of one block on each GPU (what a swap or a host-tier load moves)."""
+        return self._block_bytes
 
     # -- operators ---------------------------------------------------------------------
 

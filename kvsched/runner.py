@@ -525,6 +525,8 @@ def run_record(variant: Variant, result: RunResult) -> dict[str, Any]:
     scenario = variant.scenario
     resolved = variant.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
     resolved.get("diagnosis", {}).pop("baseline", None)  # names a variant of the original
+    if variant.spec.cluster is not None and variant.spec.cluster.decode is not None:
+        resolved["cluster"].pop("replicas", None)  # a P/D cluster's are its pools
     workload = resolved.get("workload", {})
     base = scenario.base_dir.resolve()
     if isinstance(variant.spec.workload, TraceWorkload):

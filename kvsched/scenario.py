@@ -24,7 +24,7 @@ from kvsched.compat import first_conflict
 from kvsched.diagnosis import INCIDENT_KEYS
 from kvsched.errors import ScenarioError, excerpt
 from kvsched.metric_names import VLLM_NAMES, refusal, resolve
-from kvsched.metrics import CLASS_KEYS, CLUSTER_KEYS, SUMMARY_KEYS
+from kvsched.metrics import CLASS_KEYS, CLUSTER_KEYS, OFFLOAD_KEYS, PD_KEYS, SUMMARY_KEYS
 from kvsched.schema import (
     OVERRIDABLE,
     Expectation,
@@ -344,7 +344,8 @@ def _check_expectations(scenario: Scenario) -> None:
                 continue
             problem = refusal(metric, units)
             if problem is None and not is_known_metric(resolve(metric)[0], classes):
-                expected = [*SUMMARY_KEYS, *INCIDENT_KEYS, *CLUSTER_KEYS,
+                expected = [*SUMMARY_KEYS, *INCIDENT_KEYS, *CLUSTER_KEYS, *PD_KEYS,
+                            *OFFLOAD_KEYS,
                             *(f"{k}_{c}" for c in sorted(classes or ()) for k in CLASS_KEYS),
                             *VLLM_NAMES]
                 problem = unknown_value("metric", metric, expected)
@@ -378,7 +379,8 @@ def known_classes(scenario: Scenario) -> set[str] | None:
 def is_known_metric(metric: str, classes: set[str] | None = None) -> bool:
     """A summary key, or a per-class key such as `ttft_p99_long` (of a class in `classes`,
     when the classes are known)."""
-    if metric in SUMMARY_KEYS or metric in INCIDENT_KEYS or metric in CLUSTER_KEYS:
+    if metric in SUMMARY_KEYS or metric in INCIDENT_KEYS or metric in CLUSTER_KEYS \
+            or metric in PD_KEYS or metric in OFFLOAD_KEYS:
         return True
     return any(metric.startswith(f"{key}_") and len(metric) > len(key) + 1
                and (classes is None or metric[len(key) + 1:] in classes)

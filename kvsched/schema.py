@@ -8,6 +8,7 @@ would evaluate each string when the module is imported, on every run.
 """
 
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
@@ -76,6 +77,17 @@ class Strict(BaseModel):
 # -- engine, policy, time ---------------------------------------------------------------
 
 
+class KvOffloadSpec(Strict):
+    """`engine.kv_offload:` a host-memory tier under the prefix cache: `host_blocks` blocks
+    of host memory that evicted cached blocks go to, loaded back at `bandwidth_gbps`
+    (gigabits per second, the PCIe link); `block_bytes` (default: the roofline model's, per
+    GPU) is one block's KV."""
+
+    host_blocks: PositiveInt
+    bandwidth_gbps: PositiveFloat
+    block_bytes: PositiveFloat | None = None
+
+
 class EngineSpec(Strict):
     """`engine:` — see `kvsched.config.EngineConfig` for what each knob means; `preset`
     (`kvsched.presets`) fills in the rest. vLLM's spellings `enable_chunked_prefill` and
@@ -139,6 +151,14 @@ class EngineSpec(Strict):
     readmit_victims: bool = _ENGINE.readmit_victims
     swap_prefills: bool = _ENGINE.swap_prefills
     async_scheduling: bool = _ENGINE.async_scheduling
+    kv_offload: KvOffloadSpec | None = None
+
+    @model_validator(mode="after")
+    def _offload_needs_a_cache(self) -> Self:
+        if self.kv_offload is not None and not self.enable_prefix_caching:
+            raise ValueError("kv_offload: a host tier holds blocks the prefix cache evicts: "
+                             "it needs enable_prefix_caching: true")
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -168,9 +188,13 @@ class EngineSpec(Strict):
         return expand_preset(data)
 
     def to_config(self) -> EngineConfig:
+        offload = self.kv_offload
+        host: dict[str, Any] = {} if offload is None else {
+            "kv_offload_blocks": offload.host_blocks, "kv_offload_gbps": offload.bandwidth_gbps,
+            "kv_offload_block_bytes": offload.block_bytes}
         return EngineConfig(**self.model_dump(exclude={"gpu_memory_utilization", "preset",
                                                        "usage", "kv_cache_dtype",
-                                                       "enforce_eager"}))
+                                                       "enforce_eager", "kv_offload"}), **host)
 
 
 _ENGINE_ALIASES = {"enable_chunked_prefill": "chunked_prefill",
@@ -837,14 +861,64 @@ class ReplicaSpec(Strict):
     @model_validator(mode="before")
     @classmethod
     def _auto_pool(cls, data: Any) -> Any:
-        """`engine.num_blocks: auto` (given, or marked by `RunSpec`): this replica's pool."""
-        engine = data.get("engine") if isinstance(data, dict) else None
-        if not (isinstance(engine, dict) and engine.get("num_blocks") == "auto"):
-            return data
-        if not _is_roofline(data.get("time")):
-            raise ValueError("engine.num_blocks: auto needs time: {kind: roofline, model: ..., "
-                             "gpu: ..., tp: ...} here or in the variant to size the pool")
-        return {**data, "engine": _sized(engine, data["time"])}
+        return _auto_entry(data)
+
+
+def _auto_entry(data: Any) -> Any:
+    """`engine.num_blocks: auto` (given, or marked by `RunSpec`) of a fleet entry or a P/D
+    pool: its own pool."""
+    engine = data.get("engine") if isinstance(data, dict) else None
+    if not (isinstance(engine, dict) and engine.get("num_blocks") == "auto"):
+        return data
+    if not _is_roofline(data.get("time")):
+        raise ValueError("engine.num_blocks: auto needs time: {kind: roofline, model: ..., "
+                         "gpu: ..., tp: ...} here or in the variant to size the pool")
+    return {**data, "engine": _sized(engine, data["time"])}
+
+
+def _expand_router(value: Any) -> Any:
+    return {"name": value} if isinstance(value, str) else value
+
+
+class PoolSpec(Strict):
+    """`cluster.prefill:` or `cluster.decode:` one pool of a P/D cluster: `replicas`
+    instances whose engine is the variant's with the `engine` keys given here replaced, whose
+    time model is `time` (default: the variant's), routed by `router` (default:
+    `cluster.router`)."""
+
+    replicas: PositiveInt = 1
+    engine: EngineSpec | None = None
+    time: TimeSpec | None = None
+    router: RouterSpec | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _auto_pool(cls, data: Any) -> Any:
+        return _auto_entry(data)
+
+    @field_validator("router", mode="before")
+    @classmethod
+    def expand_router(cls, value: Any) -> Any:
+        return _expand_router(value)
+
+
+class TransferSpec(Strict):
+    """`cluster.transfer:` the link a split request's KV crosses (`kvsched.transfer`):
+    `bandwidth_gbps` gigabits per second, shared fairly by the transfers under way;
+    `latency_ms` and `per_request_ms`, paid by each transfer before its bytes flow;
+    `kv_bytes_per_token` (default: the prefill pool's roofline model, K and V of every layer
+    at the engine's KV dtype)."""
+
+    bandwidth_gbps: PositiveFloat
+    latency_ms: NonNegativeFloat = 0.0
+    per_request_ms: NonNegativeFloat = 0.0
+    kv_bytes_per_token: PositiveFloat | None = None
+
+
+class PromptOver(Strict):
+    """`pd_decider: {prompt_over: N}`: split only prompts longer than N tokens."""
+
+    prompt_over: NonNegativeInt
 
 
 class ClusterSpec(Strict):
@@ -860,11 +934,55 @@ class ClusterSpec(Strict):
     signal_delay: NonNegativeFloat = 0.0
     imbalance_ttft_ratio: Annotated[float, Field(gt=1)] = 3.0
     imbalance_queue: PositiveInt = 8
+    # P/D (`kvsched.pd`): two pools instead of `replicas`, a link, which requests split
+    prefill: PoolSpec | None = None
+    decode: PoolSpec | None = None
+    transfer: TransferSpec | None = None
+    pd_decider: Literal["always", "never"] | PromptOver = "always"
 
     @field_validator("router", mode="before")
     @classmethod
     def expand_router(cls, value: Any) -> Any:
-        return {"name": value} if isinstance(value, str) else value
+        return _expand_router(value)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pools_as_replicas(cls, data: Any) -> Any:
+        """A P/D cluster's fleet is its pools: `replicas` becomes the prefill pool's entry
+        then the decode pool's (the decode pool's alone under `pd_decider: never`, which
+        builds today's cluster of it), so that every fleet rule reads them as entries."""
+        if not isinstance(data, dict):
+            return data
+        pools = [key for key in ("prefill", "decode") if data.get(key) is not None]
+        if not pools:
+            for key in ("transfer", "pd_decider"):
+                if data.get(key) is not None:
+                    raise ValueError(f"{key}: only with cluster.prefill and cluster.decode "
+                                     "(a P/D cluster)")
+            return data
+        if len(pools) == 1:
+            other = "decode" if pools == ["prefill"] else "prefill"
+            raise ValueError(f"a P/D cluster needs both prefill and decode; {other} is missing")
+        if "replicas" in data and data["replicas"] != _pool_entries(data):
+            raise ValueError("replicas: a P/D cluster has prefill.replicas and "
+                             "decode.replicas instead")
+        return {**data, "replicas": _pool_entries(data)}
+
+    @model_validator(mode="after")
+    def _link_needed(self) -> Self:
+        if self.is_pd and self.transfer is None:
+            raise ValueError("transfer: a P/D cluster needs transfer: {bandwidth_gbps: ...}")
+        return self
+
+    @property
+    def is_pd(self) -> bool:
+        """Requests may split: pools given and a decider other than `never`."""
+        return self.prefill is not None and self.pd_decider != "never"
+
+    @property
+    def num_prefill(self) -> int:
+        """Replicas of the prefill pool (the first entries of `replicas`), 0 if none run."""
+        return self.prefill.replicas if self.is_pd and self.prefill is not None else 0
 
     @field_validator("replicas", mode="before")
     @classmethod
@@ -891,6 +1009,40 @@ class ClusterSpec(Strict):
     @property
     def num_replicas(self) -> int:
         return sum(entry.count for entry in self.replicas)
+
+
+def _on_pools(data: dict, rule: Callable[[dict], dict]) -> dict:
+    """`rule` (a rule over raw `cluster.replicas` entries: GPU defaults, pool sizing)
+    applied to a P/D cluster's raw pools as if they were entries."""
+    cluster = data.get("cluster")
+    if not isinstance(cluster, dict):
+        return data
+    keys = [k for k in ("prefill", "decode") if isinstance(cluster.get(k), dict)]
+    if not keys:
+        return data
+    entries = [{k: cluster[key][k] for k in ("engine", "time") if k in cluster[key]}
+               for key in keys]
+    done = rule({**data, "cluster": {"replicas": entries}})["cluster"]["replicas"]
+    out = dict(cluster)
+    for key, entry in zip(keys, done, strict=True):
+        pool = {k: v for k, v in cluster[key].items() if k not in ("engine", "time")}
+        out[key] = {**pool, **entry}
+    return {**data, "cluster": out}
+
+
+def _pool_entries(cluster: dict) -> list[dict]:
+    """A raw P/D cluster's pools as `replicas` entries (the decode pool's alone under
+    `pd_decider: never`)."""
+    keys = ["decode"] if cluster.get("pd_decider") == "never" else ["prefill", "decode"]
+    out = []
+    for key in keys:
+        pool = cluster.get(key)
+        if not isinstance(pool, dict):
+            continue  # (the pool's own validation names what is wrong with it)
+        entry = {"count": pool.get("replicas", 1)}
+        entry.update({k: pool[k] for k in ("engine", "time") if k in pool})
+        out.append(entry)
+    return out
 
 
 def _is_roofline(time: Any) -> bool:
@@ -1016,10 +1168,12 @@ class RunSpec(Strict):
         a fleet's replica with a roofline of its own gets its own model's pool."""
         if not isinstance(data, dict):
             return data
-        data = _gpu_batch_defaults(data)
+        data = _on_pools(_gpu_batch_defaults(data), _gpu_batch_defaults)
         engine, time = data.get("engine"), data.get("time")
         auto = isinstance(engine, dict) and engine.get("num_blocks") == "auto"
-        data = _auto_replica_pools(data, engine if isinstance(engine, dict) else {}, auto)
+        base = engine if isinstance(engine, dict) else {}
+        data = _auto_replica_pools(data, base, auto)
+        data = _on_pools(data, lambda d: _auto_replica_pools(d, base, auto))
         if not auto:
             return data
         assert isinstance(engine, dict)
@@ -1031,6 +1185,44 @@ class RunSpec(Strict):
                              "gpu: ..., tp: ...} to size the pool")
         assert isinstance(time, dict)
         return {**data, "engine": _sized(engine, time)}
+
+    @model_validator(mode="after")
+    def _offload_link(self) -> Self:
+        """A host tier's loads take seconds, and need the bytes of a block."""
+        fleet = [("engine", self.engine, self.time)]
+        if self.cluster is not None:
+            fleet += [(f"cluster.replicas[{i}].engine", engine, entry.time or self.time)
+                      for i, (entry, engine) in enumerate(zip(
+                          self.cluster.replicas, replica_engines(self), strict=True))]
+        for where, engine, time in fleet:
+            offload = engine.kv_offload
+            if offload is None:
+                continue
+            if isinstance(time, StepsTime):
+                raise ValueError(f"{where}.kv_offload: a host tier needs a time model in "
+                                 "seconds (its loads take time), not the step clock")
+            if offload.block_bytes is None and not isinstance(time, RooflineTime):
+                raise ValueError(f"{where}.kv_offload.block_bytes: needed unless the time "
+                                 "model is a roofline (whose model gives it)")
+        return self
+
+    @model_validator(mode="after")
+    def _pd_link(self) -> Self:
+        """A P/D cluster's link counts seconds, and needs the KV bytes of a token."""
+        cluster = self.cluster
+        if cluster is None or not cluster.is_pd:
+            return self
+        assert cluster.prefill is not None and cluster.decode is not None
+        prefill = cluster.prefill.time or self.time
+        for key, pool in (("prefill", cluster.prefill), ("decode", cluster.decode)):
+            if isinstance(pool.time or self.time, StepsTime):
+                raise ValueError(f"cluster.{key}: a P/D cluster needs a time model in seconds "
+                                 "(the link's bandwidth and latency are), not the step clock")
+        assert cluster.transfer is not None
+        if cluster.transfer.kv_bytes_per_token is None and not isinstance(prefill, RooflineTime):
+            raise ValueError("cluster.transfer.kv_bytes_per_token: needed unless the prefill "
+                             "pool's time is a roofline (whose model gives it)")
+        return self
 
     @model_validator(mode="after")
     def _admission_target(self) -> Self:

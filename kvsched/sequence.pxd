@@ -35,3 +35,4 @@ cdef class Seq:
     cdef public object prefix_hit_tokens
     cdef public long long cached_tokens
     cdef public long long v0_cached
+    cdef public long long remote_tokens

@@ -34,7 +34,7 @@ class Seq:
                  "num_preemptions", "num_recomputed_tokens", "num_swapped_blocks",
                  "max_token_gap", "last_token_time", "run_tick", "run_first_end",
                  "run_first_gap", "unschedulable", "end_reason", "identity",
-                 "prefix_hit_tokens", "cached_tokens", "v0_cached")
+                 "prefix_hit_tokens", "cached_tokens", "v0_cached", "remote_tokens")
 
     # (A plain class with its fields typed in sequence.pxd: the compiled build makes it a C
     # struct, which a dataclass cannot be.)
@@ -78,6 +78,9 @@ class Seq:
         # vLLM V0 counts a prompt's cached tokens once, when the scheduler first looks at it,
         # and keeps that count while it is in prefill (ComputedBlocksTracker); -1: not yet
         self.v0_cached = -1
+        # KV of its prompt that another instance computed and sent (a P/D decode instance's
+        # request): present at its first admission, so not computed; spent once admitted.
+        self.remote_tokens = 0
 
     def __repr__(self) -> str:
         return (f"Seq({self.request.request_id!r}, index={self.index}, "

@@ -71,6 +71,8 @@ COMPANIONS = {
                                   "long_prefill_token_threshold": 16},
     "enable_priority_scheduling": {"admission_rule": "future_tokens"},
     "priority_preemption": {"step_order": "prefill_first", "chunked_prefill": False},
+    "kv_offload_blocks": {"enable_prefix_caching": True, "kv_offload_gbps": 8.0,
+                          "kv_offload_block_bytes": 1000.0},
 }
 """What a knob cannot run without (the config refuses it alone)."""
 

@@ -59,7 +59,7 @@ def unschedulable_reason(sched: Scheduler, seq: Seq) -> str | None:
         v0 = v0_rejection(seq.prompt_len, cfg)
         if v0 is not None:
             return v0
-    if not cfg.chunked_prefill and seq.prompt_len > cfg.max_num_batched_tokens:
+    if not cfg.chunked_prefill and seq.prompt_len - seq.remote_tokens > cfg.max_num_batched_tokens:
         return (f"prompt_len {seq.prompt_len} > max_num_batched_tokens "
                 f"{cfg.max_num_batched_tokens}")
     if cfg.step_order is StepOrder.RUNNING_LOOP:

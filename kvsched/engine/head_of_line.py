@@ -55,7 +55,7 @@ def fits(sched: Scheduler, seq: Seq, budget: int) -> bool:
         hit = sched.prefix.match(seq)
         if not sched._v0_prefix:
             need = sched._blocks_with_hit(seq, need, hit)[0]
-    tokens = 1 if swap_or_chunk else cached - hit
+    tokens = 1 if swap_or_chunk else cached - sched._kv_present(seq, hit)
     return tokens <= budget and sched.pool.can_admit(need)
 
 def hol_floor(sched: Scheduler) -> int:

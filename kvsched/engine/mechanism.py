@@ -674,9 +674,11 @@ class Scheduler:
                         counted = self.v0_counted(seq, self.prefix.computed_count(seq, hit))
                     else:
                         gate = need
-                # what the prefill computes: V0 computes a fully cached prompt's last token
-                # again (_get_num_new_uncached_and_cached_tokens)
-                todo = tokens - counted if counted < tokens else 1
+                # what the prefill computes: its KV present is the hit (V0: its count) or
+                # more, received or loaded (`_kv_present`); a prompt all present computes
+                # its last token again (V0: _get_num_new_uncached_and_cached_tokens)
+                present = self._kv_present(seq, counted)
+                todo = tokens - present if present < tokens else 1
                 cap = todo if partial is None else partial.slot
                 if reservation is not None:
                     # SGLang pins the hit while it checks: its idle tokens are not free
@@ -702,7 +704,7 @@ class Scheduler:
                     self._stopped_at = (seq, f"needs {gate} blocks", budget)
                     break
                 fresh = need - cost if self.prefix is not None else need
-                self._start_prefill(plan, seq, fresh, tokens, chunk, hit, tokens - todo)
+                self._start_prefill(plan, seq, fresh, tokens, chunk, hit, counted)
                 budget -= chunk
                 if partial is not None:
                     partial.admitted(seq)
@@ -747,28 +749,61 @@ class Scheduler:
             seq.v0_cached = hit
         return seq.v0_cached
 
+    def _kv_present(self, seq: Seq, hit: int) -> int:
+        """Tokens of `seq`'s next prefill whose KV is there at admission: its prefix-cache
+        hit, extended by the blocks the host tier holds after it (`engine.kv_offload`), or
+        the prompt KV another instance sent (a P/D decode). Both are what vLLM's scheduler
+        takes from a KV connector (its offloading connector, or a P/D one): external tokens
+        counted as computed (`get_num_new_matched_tokens`), all but the last prompt token,
+        recomputed for its logits (`_update_waiting_for_remote_kv`). They take fresh blocks
+        like computed ones; only `hit` comes from the GPU cache."""
+        present = hit
+        prefix = self.prefix
+        if prefix is not None and prefix.host is not None:  # the host tier's run past the hit
+            present += prefix.host_extend(seq, hit)
+        remote = seq.remote_tokens
+        if remote >= seq.prompt_len:
+            remote = seq.prompt_len - 1
+        return remote if remote > present else present
+
     def _start_prefill(self, plan: StepPlan, seq: Seq, blocks: int, tokens: int,
-                       chunk: int, hit: int = 0, skipped: int = -1) -> None:
-        """Admit the head for a (re)prefill of `tokens`, `hit` of them found cached and
-        `chunk` computed now; it takes `blocks` fresh blocks (beside its hit blocks).
-        `skipped`: the cached tokens it does not compute, if not all of `hit` (V0 computes
-        a fully cached prompt's last token)."""
-        if skipped < 0:
-            skipped = hit
+                       chunk: int, hit: int = 0, counted: int = -1) -> None:
+        """Admit the head for a (re)prefill of `tokens`, `hit` of them found cached (or more
+        received: `_kv_present`) and `chunk` computed now; it takes `blocks` fresh blocks
+        (beside its hit blocks). `counted`: the cached tokens it counts, if not `hit` (vLLM
+        V0's count, taken when it first looked at the prompt); a prompt all present
+        computes its last token again."""
+        if counted < 0:
+            counted = hit
+        first = seq.prefix_hit_tokens is None
+        present = self._kv_present(seq, counted)  # (before the admission changes the cache)
+        if present >= tokens:
+            present = tokens - 1
+        loaded = present - counted if present > counted and not seq.remote_tokens else 0
+        if loaded:  # read back from the host tier (before its allocation spills more there)
+            assert self.prefix is not None
+            self.prefix.host_load(seq, hit, loaded, first)
+            plan.loaded_blocks += loaded // self._block_size  # the step pays the transfer
         self._take_head(plan, seq, blocks, hit)
         if self.prefix is not None and self.prefix.v0:
             self.prefix.computed(seq, tokens)  # V0 hashes all its full blocks as it allocates
-        seq.prefill_left = tokens - skipped
+        cached = counted if counted < present else present
+        seq.prefill_left = tokens - present
         if seq.first_scheduled_time is None:
             seq.first_scheduled_time = plan.time
         if seq.prefix_hit_tokens is None:
-            seq.prefix_hit_tokens = skipped
-        seq.cached_tokens += skipped
+            seq.prefix_hit_tokens = cached
+        seq.cached_tokens += cached
         kind = "recompute" if seq.state is PREEMPTED else "prefill"
         detail = f"{kind} {tokens} tokens"
-        if skipped:
-            detail += f", {skipped} cached"
-        if chunk < tokens - skipped:
+        if cached:
+            detail += f", {cached} cached"
+        if present > counted and seq.remote_tokens:
+            detail += f", {present} received"
+            seq.remote_tokens = 0  # spent: a recompute after a preemption computes them
+        elif loaded:
+            detail += f", {loaded} from host"
+        if chunk < tokens - present:
             detail += f", first chunk {chunk}"
         self.events.append((plan.step, plan.time, seq.request.request_id, "admit", detail))
         self._prefill_chunk(plan, seq, chunk)

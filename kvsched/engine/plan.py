@@ -13,7 +13,7 @@ class StepPlan:
     __slots__ = ("step", "time", "tick", "num_decodes", "decoded", "prefills", "prefill_chunks",
                  "swap_ins", "produced", "preempted", "num_admitted", "num_finished",
                  "prefill_tokens", "recomputed_tokens", "kv_read_tokens", "swapped_out_blocks",
-                 "swapped_in_blocks")
+                 "swapped_in_blocks", "loaded_blocks")
 
     # (A plain class with its fields typed in plan.pxd: a C struct in the compiled build.)
     def __init__(self, step: int, time: float) -> None:
@@ -35,6 +35,7 @@ class StepPlan:
         self.kv_read_tokens = 0  # KV tokens the step's decodes attend over
         self.swapped_out_blocks = 0
         self.swapped_in_blocks = 0
+        self.loaded_blocks = 0  # read back from the host tier for this step's admissions
 
     @property
     def is_idle(self) -> bool:

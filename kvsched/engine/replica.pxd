@@ -22,6 +22,7 @@ cdef class Engine:
     cdef public double _step_time
     cdef public long long _block_size
     cdef public object _pricer
+    cdef public double _load_per_block
 
     cpdef arrive(self, Seq seq, long long step, double now)
     @cython.locals(sched=Scheduler, monitor=ThrashMonitor, plan=StepPlan, idle=bint, num_decodes=cython.longlong, computed=cython.longlong, swapped=cython.longlong, duration=cython.double, num_running=cython.longlong, num_waiting=cython.longlong, pool=BlockPool, blocks_free=cython.longlong, end=cython.double, signal=bint, ratio=cython.double, changed=bint, cached=cython.longlong, evicted=cython.longlong)

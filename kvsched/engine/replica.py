@@ -71,6 +71,17 @@ class Engine:
         self._step_time = step_time or 0.0
         self._block_size = config.block_size
         self._pricer = stretch_pricer(clock)  # a decode stretch's step durations
+        # A host tier's loads overlap the forward of the step that admits them, layer by layer
+        # (SGLang's HiCache loads layer N+1 while computing layer N): the step lasts the
+        # longer of the two. Blocks x bytes over the host link; a block's bytes are given, or
+        # the roofline's.
+        self._load_per_block = 0.0
+        if config.kv_offload_blocks:
+            block_bytes = config.kv_offload_block_bytes or getattr(clock, "block_bytes", None)
+            if not block_bytes:
+                raise ValueError("kv_offload: block_bytes is needed unless the time model is "
+                                 "a roofline (whose model gives it)")
+            self._load_per_block = block_bytes * 8 / (config.kv_offload_gbps * 1e9)
 
     # -- what the world outside the engine reads of it ----------------------------------------
 
@@ -94,6 +105,16 @@ class Engine:
     def final_blocks_used(self) -> int:
         pool = self.sched.pool
         return pool.num_blocks - pool.free
+
+    def host_counts(self) -> tuple[int, int, int, int, int] | None:
+        """The host tier's (tokens loaded at first admissions, at all admissions, blocks
+        stored, dropped, loaded); None without one."""
+        prefix = self.sched.prefix
+        if prefix is None or prefix.host is None:
+            return None
+        host = prefix.host
+        return (prefix.host_first_tokens, prefix.host_tokens, host.stored, host.dropped,
+                host.loaded)
 
     @property
     def itl(self) -> GapHistogram | None:
@@ -168,6 +189,10 @@ class Engine:
             duration = self._duration_shape(shape)
             if self._utilisation is not None:
                 mfu, mbu = self._utilisation(shape, duration)
+        if plan.loaded_blocks:  # the host tier's loads, overlapped with the forward
+            load = plan.loaded_blocks * self._load_per_block
+            if load > duration:
+                duration = load
         # Queues and blocks as the batch runs, before postprocess frees the finished.
         num_running = len(sched.running) + len(sched.prefilling)
         num_waiting = sched.waiting.size

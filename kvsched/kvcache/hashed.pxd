@@ -28,6 +28,7 @@ cdef class HashedBlockCache:
     cdef public long long _lru_blocks, _num_cached
     cdef public dict _owners
     cdef public long long evicted
+    cdef public object spill
 
     @cython.locals(node=_Node, child=_Node, position=cython.longlong, size=cython.longlong, end=cython.longlong)
     cpdef list _path(self, object prefix, long long limit)

@@ -25,8 +25,12 @@ extend its leaf in place as it commits them. Blocks without a hash are counts.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from kvsched.prefix import Prefix, common_prefix
+
+if TYPE_CHECKING:
+    from kvsched.kvcache.offload import HostTier
 
 
 class _Node:
@@ -93,6 +97,8 @@ class HashedBlockCache:
         self._num_cached = 0
         self._owners: dict[int, _Owner] = {}
         self.evicted = 0  # cached blocks evicted so far
+        # a host tier (`kvsched.kvcache.offload.HostTier`) evicted blocks go to
+        self.spill: HostTier | None = None
 
     @property
     def num_free(self) -> int:
@@ -183,12 +189,16 @@ class HashedBlockCache:
             size = node.end - node.start
             if size > left:
                 if len(node.copies) == 1 and not node.children:  # a lone leaf: shorten it
+                    if self.spill is not None:
+                        self.spill.put(node.chain, node.end - left, node.end)
                     node.end -= left
                     self._lru_blocks -= left
                     break
                 self._split(node, node.end - left)  # the copy keeps the evicted tail
                 size = left
             self._take_copy(copy)
+            if self.spill is not None:
+                self.spill.put(node.chain, node.start, node.end)
             node.copies.remove(copy)
             copy.node = None
             if not node.copies:

@@ -26,6 +26,7 @@ cdef class RadixCache:
     cdef public list _heap
     cdef public long long _tie
     cdef public object evicted_log
+    cdef public object spill
 
     @cython.locals(node=_Node, child=_Node, depth=cython.longlong, end=cython.longlong,
                    page=cython.longlong)
@@ -40,7 +41,7 @@ cdef class RadixCache:
     @cython.locals(node=_Node, leaf=_Node, matched=cython.longlong)
     cpdef long long _insert(self, object prefix, long long total)
     @cython.locals(freed=cython.longlong, leaf=_Node, parent=_Node, access=cython.longlong,
-                   chain=object)
+                   chain=object, size=cython.longlong)
     cpdef _evict(self, long long tokens)
     @cython.locals(matched=cython.longlong)
     cpdef long long match(self, object prefix, long long num_tokens, bint split=*)

@@ -29,8 +29,12 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from kvsched.prefix import Prefix, common_prefix
+
+if TYPE_CHECKING:
+    from kvsched.kvcache.offload import HostTier
 
 
 class _Node:
@@ -94,6 +98,8 @@ class RadixCache:
         # When a list: each evicted leaf, in order, as (first depth, tokens, its first token's
         # key) (the conformance harness reads it; None in a run)
         self.evicted_log: list[tuple[int, int, tuple[int, int]]] | None = None
+        # a host tier (`kvsched.kvcache.offload.HostTier`) evicted pages go to
+        self.spill: HostTier | None = None
 
     # -- sizes ---------------------------------------------------------------------------
 
@@ -226,6 +232,9 @@ class RadixCache:
             self._evictable -= leaf.num_tokens
             freed += leaf.num_tokens
             self.evicted += leaf.num_tokens
+            if self.spill is not None:  # its whole pages go to the host tier
+                size = self.block_size
+                self.spill.put(leaf.chain, leaf.start // size, leaf.end // size)
             if self.evicted_log is not None:
                 chain = leaf.chain
                 assert chain is not None

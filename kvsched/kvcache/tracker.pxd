@@ -11,6 +11,8 @@ cdef class PrefixTracker:
     cdef public long long block_size, _evicted_seen
     cdef public bint eager, lagged, stepped, v0
     cdef public list _computed, _middle, _fresh
+    cdef public object host
+    cdef public long long host_first_tokens, host_tokens
 
     cpdef long long match(self, Seq seq, bint admission=*, bint whole=*)
     @cython.locals(seq=Seq)

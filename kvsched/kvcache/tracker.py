@@ -27,6 +27,7 @@ from typing import cast
 from kvsched.blocks import BlockPool
 from kvsched.config import EngineConfig
 from kvsched.kvcache.hashed import HashedBlockCache
+from kvsched.kvcache.offload import HostTier
 from kvsched.kvcache.radix import RadixCache
 from kvsched.prefix import Prefix, common_prefix
 from kvsched.reservation import RETRACT_DECODE_STEPS
@@ -63,11 +64,18 @@ class PrefixTracker:
     scheduler's block counts."""
 
     __slots__ = ("cache", "pool", "block_size", "eager", "lagged", "stepped", "v0",
-                 "_evicted_seen", "_computed", "_middle", "_fresh")
+                 "_evicted_seen", "_computed", "_middle", "_fresh", "host",
+                 "host_first_tokens", "host_tokens")
 
-    def __init__(self, cache: HashedBlockCache | RadixCache, pool: BlockPool) -> None:
+    def __init__(self, cache: HashedBlockCache | RadixCache, pool: BlockPool,
+                 host: HostTier | None = None) -> None:
         self.cache = cache
         self.pool = pool
+        # A host tier under the cache (`engine.kv_offload`): what it evicts goes there.
+        self.host = host
+        cache.spill = host
+        self.host_first_tokens = 0  # tokens loaded from host at requests' first admissions
+        self.host_tokens = 0  # at every admission
         self.block_size = cache.block_size
         self._evicted_seen = 0
         # vLLM (the hashed cache) hashes a block of generated tokens in the step that fills it
@@ -121,6 +129,27 @@ class PrefixTracker:
         cache = cast(RadixCache, self.cache)
         for seq in reversed(seqs):
             cache.touch(identity(seq), seq.prompt_len + seq.generated)
+
+    def host_extend(self, seq: Seq, hit: int) -> int:
+        """Tokens past a GPU hit of `hit` tokens that the host tier holds, in a row, whole
+        blocks, so that at most all but the last token is found (0 without a host tier)."""
+        host = self.host
+        if host is None:
+            return 0
+        size = self.block_size
+        limit = (seq.prompt_len + seq.generated - 1) // size
+        return host.run(identity(seq), hit // size, limit) * size
+
+    def host_load(self, seq: Seq, hit: int, tokens: int, first: bool) -> None:
+        """`tokens` past the GPU hit are read back from host (`first`: at the request's first
+        admission): counted, the host's copies refreshed."""
+        host = self.host
+        assert host is not None
+        size = self.block_size
+        host.load(identity(seq), hit // size, tokens // size)
+        self.host_tokens += tokens
+        if first:
+            self.host_first_tokens += tokens
 
     # -- what the scheduler does -----------------------------------------------------------
 
@@ -297,5 +326,7 @@ def make_tracker(config: EngineConfig, pool: BlockPool) -> PrefixTracker | None:
     """The prefix cache `config` asks for, tracked beside `pool`; None without caching."""
     if not config.enable_prefix_caching:
         return None
+    host = (HostTier(config.kv_offload_blocks, config.block_size) if config.kv_offload_blocks
+            else None)
     return PrefixTracker(CACHES[config.prefix_cache](config.usable_blocks, config.block_size),
-                         pool)
+                         pool, host)

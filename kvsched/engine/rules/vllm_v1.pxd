@@ -14,5 +14,5 @@ cdef class VllmV1Scheduler(Scheduler):
     cpdef long long _loop_settled(self, StepPlan plan, long long budget, long long threshold)
     @cython.locals(pool=BlockPool, block_size=cython.longlong, tick=cython.longlong, members=list, decoded=list, chunks=dict, seq=Seq, victim=Seq, n=cython.longlong, need=cython.longlong, done=cython.longlong)
     cpdef long long _loop_exact(self, StepPlan plan, long long budget, long long threshold)
-    @cython.locals(pool=BlockPool, waiting=WaitingQueue, block_size=cython.longlong, chunked=bint, full_isl=bint, prefix=PrefixTracker, seq=Seq, tokens=cython.longlong, hit=cython.longlong, cost=cython.longlong, todo=cython.longlong, n=cython.longlong, floor=cython.longlong, held=cython.longlong, whole=cython.longlong, need=cython.longlong)
+    @cython.locals(pool=BlockPool, waiting=WaitingQueue, block_size=cython.longlong, chunked=bint, full_isl=bint, prefix=PrefixTracker, seq=Seq, tokens=cython.longlong, hit=cython.longlong, cost=cython.longlong, todo=cython.longlong, n=cython.longlong, floor=cython.longlong, held=cython.longlong, whole=cython.longlong, need=cython.longlong, present=cython.longlong)
     cpdef _admit_chunk(self, StepPlan plan, long long budget, long long threshold)

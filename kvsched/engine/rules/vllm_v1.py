@@ -207,7 +207,8 @@ class VllmV1Scheduler(Scheduler):
             if prefix is not None:
                 hit = prefix.match(seq)
                 cost = prefix.hit_cost(seq, hit)
-            todo = tokens - hit
+            present = self._kv_present(seq, hit)
+            todo = tokens - present
             n = threshold if 0 < threshold < todo else todo
             if not chunked and n > budget:
                 self._stopped_at = (seq, f"needs {n} tokens", budget)
@@ -221,7 +222,7 @@ class VllmV1Scheduler(Scheduler):
             if full_isl and whole + floor > pool.free:
                 self._stopped_at = (seq, f"needs {whole} blocks", budget)
                 break
-            need = blocks_for(hit + n, block_size) - held
+            need = blocks_for(present + n, block_size) - held
             if need + cost + floor > pool.free:
                 self._stopped_at = (seq, f"needs {need + cost} blocks", budget)
                 break
