@@ -119,7 +119,15 @@ def test_run_off_a_terminal_says_how_far_it_got(tmp_path):
     """A run of some seconds with stderr to a pipe: plain lines naming the scenario, the
     variant, the requests arrived and the simulated time (a fresh process, as a user's)."""
     (tmp_path / "long.yaml").write_text(LONG_RUN % 300_000)
-    code = ("import kvsched.cli_progress as p; p.FIRST = 0.2; p.EVERY = 0.2\n"
+    # Each progress report then holds the run 0.1 s, so that heartbeats land while it runs
+    # however fast the machine (a quiet one simulates these requests in a fraction of 0.2 s).
+    code = ("import kvsched.cli_progress as p; p.FIRST = 0.05; p.EVERY = 0.02\n"
+            "import time, kvsched.runner as r\n"
+            "def slow(*args, progress=None, **kwargs):\n"
+            "    def held(*a):\n"
+            "        progress(*a); time.sleep(0.1)\n"
+            "    return plain(*args, progress=held if progress else None, **kwargs)\n"
+            "plain = r.simulate; r.simulate = slow\n"
             "import sys; from kvsched.cli import main\n"
             f"sys.argv = ['kvsched', 'run', {str(tmp_path / 'long.yaml')!r}, '--records', "
             f"'summary', '--out', {str(tmp_path / 'o')!r}]\nmain()\n")
@@ -152,7 +160,16 @@ def test_sweep_off_a_terminal_counts_points_checked_and_run(often, tmp_path):
     assert any("drawing" in line and "sweep.png" in line for line in lines)
 
 
-def test_capacity_off_a_terminal_names_its_probes(often, tmp_path):
+def test_capacity_off_a_terminal_names_its_probes(often, monkeypatch, tmp_path):
+    from kvsched import capacity
+
+    plain = capacity.run_probe
+
+    def slow(*args, **kwargs):  # a probe of 0.05 s at least: heartbeats land during probes
+        time.sleep(0.05)  # however fast the machine (a quiet one runs them all in 0.1 s)
+        return plain(*args, **kwargs)
+
+    monkeypatch.setattr(capacity, "run_probe", slow)
     (tmp_path / "s.yaml").write_text(SMALL)
     result = CliRunner().invoke(app, ["capacity", str(tmp_path / "s.yaml"), "--slo",
                                       "ttft_p99=0.5", "--out", str(tmp_path)])
