@@ -167,6 +167,11 @@ class Page:
         self.browser.wait_event("Page.loadEventFired", self.session)
         return time.monotonic() - began
 
+    def goto(self, url: str) -> None:
+        """Load any URL (chrome://..., say), waiting for its load event."""
+        self.browser.call("Page.navigate", {"url": url}, session=self.session)
+        self.browser.wait_event("Page.loadEventFired", self.session)
+
     def evaluate(self, expression: str, timeout: float | None = None) -> Any:
         """The value of a JavaScript expression (a promise is awaited)."""
         result = self.browser.call("Runtime.evaluate", {

@@ -139,7 +139,13 @@
     const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw) || 10 * mag;
     const out = [];
     for (let t = Math.ceil(a / step) * step; t <= b + 1e-9 * span; t += step) out.push(+t.toPrecision(12));
+    out.step = step;
     return out;
+  }
+  function tickText(t, step) {
+    // as many decimals as the tick step needs (1,000.25 beside 1,000.5, not 1,000 twice)
+    const decimals = Math.max(0, Math.min(12, -Math.floor(Math.log10(step) + 1e-9)));
+    return t.toLocaleString("en-US", {minimumFractionDigits: decimals, maximumFractionDigits: decimals});
   }
   function runEnd() { return Math.max(...DATA.variants.map((v) => v.end), 1e-9); }
 
@@ -349,7 +355,7 @@
   function drawTimeline(col, d, tl, width, selected, replica) {
     const x = xScale(width);
     const lv = pickLevel(tl, x.inner);
-    const height = 86, gap = 18, axis = 22;
+    const height = 86, gap = 18, axis = 32;
     const total = PANELS.length * (height + gap) + axis;
     const root = svg("svg", {class: "timeline", width, height: total, "data-level": lv.level,
                              "data-variant": d.meta.name}, col);
@@ -408,11 +414,12 @@
     const axisTop = PANELS.length * (height + gap) + 2;
     const ag = svg("g", {class: "axis"}, root);
     svg("line", {x1: x.left, x2: x.left + x.inner, y1: axisTop, y2: axisTop}, ag);
-    ticks(state.x0, state.x1, Math.max(2, Math.floor(x.inner / 90))).forEach((t) => {
+    const xt = ticks(state.x0, state.x1, Math.max(2, Math.floor(x.inner / 110)));
+    xt.forEach((t) => {
       svg("line", {x1: x.at(t), x2: x.at(t), y1: axisTop, y2: axisTop + 4}, ag);
-      svg("text", {x: x.at(t), y: axisTop + 14, "text-anchor": "middle"}, ag, fmt(t));
+      svg("text", {x: x.at(t), y: axisTop + 14, "text-anchor": "middle"}, ag, tickText(t, xt.step));
     });
-    svg("text", {x: x.left + x.inner, y: axisTop + 14, "text-anchor": "end"}, ag, UNIT === "s" ? "s" : "step");
+    svg("text", {x: x.left + x.inner, y: axisTop + 26, "text-anchor": "end"}, ag, UNIT === "s" ? "time (s)" : "step");
     interact(root, x);
   }
 

@@ -127,10 +127,20 @@ def read_columns(path: Path, needed: tuple[str, ...]) -> Columns:
                 or pa.types.is_null(column.type) or pa.types.is_boolean(column.type):
             columns[name] = column.cast(pa.float64()).to_numpy(zero_copy_only=False)
         else:
-            bad = next((v for v in column.to_pylist() if v not in (None, "")), "")
+            bad = next((v for v in column.to_pylist() if not _number(v)), "")
             raise KvschedError(f"{path}: column {name}: expected numbers, got "
                                f"'{excerpt(bad)}'")
     return columns
+
+
+def _number(value: Any) -> bool:
+    if value is None or value == "":
+        return True
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _field(run: dict[str, Any], path: Path, *keys: str) -> Any:

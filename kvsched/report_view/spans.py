@@ -115,13 +115,14 @@ def _thrashing(view: VariantView, kind: str, message: str,
         breaks = np.flatnonzero(np.diff(above) > merge) + 1
         for group in np.split(above, breaks):
             start, end = float(group[0]), float(group[-1])
+            count = _steps_between(view, replica, start, end, threshold)
             # the preemptions that raised the signal come up to a window before it
             inside = mine[(times >= start - window) & (times <= end)]
             if len(inside) < MIN_PREEMPTIONS:
                 continue
             if len(inside):
                 start = min(start, float(ev["time"][inside[0]]))
-            found.append((replica, start, end, inside, how, len(group)))
+            found.append((replica, start, end, inside, how, count))
     found.sort(key=lambda f: (-len(f[3]), f[1]))
     spans = []
     for replica, start, end, inside, how, count in found[:MAX_SPANS]:
@@ -135,7 +136,7 @@ def _thrashing(view: VariantView, kind: str, message: str,
         if recomputed:
             note += f", {recomputed:,.0f} tokens recomputed"
         if how == "signal":
-            share = count / max(1, _steps_between(view, replica, start, end))
+            share = count[0] / max(1, count[1])
             note += (f"; the thrash ratio was above {threshold:g} in {100 * share:.0f}% of "
                      "the steps")
         spans.append(Span(kind, message, start, end, replica if view.clustered else None,
@@ -168,10 +169,19 @@ def _signal_times(view: VariantView, replica: int, threshold: float) -> np.ndarr
     return steps["time"][rows][steps["thrash_ratio"][rows] > threshold]
 
 
-def _steps_between(view: VariantView, replica: int, start: float, end: float) -> int:
-    assert view.steps is not None
-    times = view.steps["time"][_replica_steps(view, replica)]
-    return int(np.count_nonzero((times >= start) & (times <= end)))
+def _steps_between(view: VariantView, replica: int, start: float, end: float,
+                   threshold: float) -> tuple[int, int]:
+    """(steps above `threshold`, steps) of `replica` that started in start..end; a compact
+    stretch counts its steps."""
+    steps = view.steps
+    if steps is None or "thrash_ratio" not in steps:
+        return 0, 0
+    rows = _replica_steps(view, replica)
+    times = steps["time"][rows]
+    counts = steps["num_steps"][rows] if "num_steps" in steps else np.ones(len(times))
+    inside = (times >= start) & (times <= end)
+    above = inside & (steps["thrash_ratio"][rows] > threshold)
+    return int(counts[above].sum()), int(counts[inside].sum())
 
 
 def _sum_steps(view: VariantView, column: str, start: float, end: float,

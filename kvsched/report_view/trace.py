@@ -163,8 +163,11 @@ class Trace:
     """A run folder's trace, counted (`num_events`) before any of it is made."""
 
     def __init__(self, run: RunView, window: tuple[float, float] | None = None,
-                 max_events: int = MAX_EVENTS) -> None:
-        """Raises KvschedError when the trace would hold more than `max_events` events."""
+                 max_events: int | None = None) -> None:
+        """Raises KvschedError when the trace would hold more than `max_events` events
+        (MAX_EVENTS by default)."""
+        if max_events is None:
+            max_events = MAX_EVENTS
         self.run = run
         whole = (0.0, max(v.end_time for v in run.variants))
         self.window = window or whole
