@@ -142,7 +142,7 @@ class Browser:
         target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.call("Target.attachToTarget", {"targetId": target,
                                                       "flatten": True})["sessionId"]
-        page = Page(self, session)
+        page = Page(self, session, target)
         for domain in ("Page.enable", "Runtime.enable", "Log.enable"):
             self.call(domain, session=session)
         self.call("Emulation.setDeviceMetricsOverride", {
@@ -155,9 +155,13 @@ class Browser:
 class Page:
     """One tab."""
 
-    def __init__(self, browser: Browser, session: str) -> None:
+    def __init__(self, browser: Browser, session: str, target: str) -> None:
         self.browser = browser
         self.session = session
+        self.target = target
+
+    def close(self) -> None:
+        self.browser.call("Target.closeTarget", {"targetId": self.target})
 
     def navigate(self, path: Path) -> float:
         """Load `path`; the seconds until its load event."""

@@ -297,6 +297,7 @@
     const width = Math.max(320, Math.floor((columnsBox.clientWidth - (shown.length - 1) * 16) / shown.length));
     loaded.forEach((d, k) => drawColumn(d, shown[k], k > 0, width));
     drawHistograms(loaded);
+    if (!document.body.dataset.ready) document.body.dataset.readyMs = performance.now().toFixed(1);
     document.body.dataset.ready = "1";
   }
 
