@@ -218,12 +218,19 @@ class Page:
                 found.append(params["entry"].get("text", "error"))
         return found
 
-    def screenshot(self, path: Path, width: int, height: int) -> Path:
-        """A PNG of the page's top `width` x `height` pixels."""
+    def screenshot(self, path: Path, width: int, height: int,
+                   clip: tuple[float, float, float, float] | None = None) -> Path:
+        """A PNG of the page's top `width` x `height` pixels (of `clip`, x, y, width and
+        height in the page, when given)."""
         self.browser.call("Emulation.setDeviceMetricsOverride", {
             "width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
             session=self.session)
-        data = self.browser.call("Page.captureScreenshot", {"format": "png"},
+        params: dict[str, Any] = {"format": "png"}
+        if clip is not None:
+            x, y, w, h = clip
+            params |= {"clip": {"x": x, "y": y, "width": w, "height": h, "scale": 1},
+                       "captureBeyondViewport": True}
+        data = self.browser.call("Page.captureScreenshot", params,
                                  session=self.session)["data"]
         Path(path).write_bytes(base64.b64decode(data))
         return Path(path)
