@@ -11,7 +11,8 @@ measured: `write_s` (`kvsched report FOLDER` as a process, best of --repeat), th
 size, and in a fresh tab of one headless Chromium (tests/headless.py), best of --repeat:
 `open_s` (navigation start to the first variant's timeline, Gantt and histograms drawn, as
 the page's own clock says), `zoom_in_s` (to a thousandth of the run around its middle,
-through the next frame) and `zoom_out_s` (back to the whole run). Also the trace of a
+through the next frame), `zoom_out_s` (back to the whole run) and `switch_s` (to the last
+variant: a variant's columns are inflated when it is first shown). Also the trace of a
 minute (`--trace-out --trace-window`, the middle minute of the run): its events, size and
 seconds. Times are wall clock on a machine that may be shared: compare runs of one sitting.
 """
@@ -38,7 +39,8 @@ KVSCHED = Path(sys.executable).with_name("kvsched")
 SCRATCH = ROOT / "results" / "bench-scratch" / "report"
 CASES = ("pool60", "azure-full", "azure-compact", "hardware")
 FIELDS = ("case", "steps", "variants", "report_bytes", "write_s", "open_s", "zoom_in_s",
-          "zoom_out_s", "trace_window", "trace_events", "trace_bytes", "trace_s", "machine")
+          "zoom_out_s", "switch_s", "trace_window", "trace_events", "trace_bytes", "trace_s",
+          "machine")
 
 
 def scenario_of(case: str) -> tuple[Path, list[str]]:
@@ -76,7 +78,7 @@ def measure(case: str, repeat: int, browser: Browser) -> dict[str, object]:
                 steps += sum(int(line.split(",")[at]) for line in handle)
             else:
                 steps += sum(1 for _ in handle)
-    opens, zoom_ins, zoom_outs = [], [], []
+    opens, zoom_ins, zoom_outs, switches = [], [], [], []
     for _ in range(repeat):
         page = browser.open(page_path)
         page.wait_for("document.body.dataset.ready === '1'", timeout=120)
@@ -86,6 +88,7 @@ def measure(case: str, repeat: int, browser: Browser) -> dict[str, object]:
         zoom_ins.append(timed(page, f"window.kvschedReport.zoom({middle - width / 2}, "
                                     f"{middle + width / 2})"))
         zoom_outs.append(timed(page, f"window.kvschedReport.zoom(0, {end})"))
+        switches.append(timed(page, f"window.kvschedReport.variant({len(variants) - 1})"))
         errors = page.errors
         if errors:
             raise SystemExit(f"{case}: console errors: {errors[:3]}")
@@ -97,7 +100,8 @@ def measure(case: str, repeat: int, browser: Browser) -> dict[str, object]:
     return {"case": case, "steps": steps, "variants": len(variants),
             "report_bytes": page_path.stat().st_size, "write_s": round(write, 3),
             "open_s": round(min(opens), 3), "zoom_in_s": round(min(zoom_ins), 3),
-            "zoom_out_s": round(min(zoom_outs), 3), "trace_window": window,
+            "zoom_out_s": round(min(zoom_outs), 3), "switch_s": round(min(switches), 3),
+            "trace_window": window,
             "trace_events": events, "trace_bytes": trace_path.stat().st_size,
             "trace_s": round(trace_s, 3),
             "machine": f"{platform.machine()} Python {platform.python_version()}"}

@@ -228,6 +228,13 @@ def test_a_damaged_folder_is_one_line_naming_the_file(small, tmp_path, damage, m
     assert not (folder / "report.html").exists()
 
 
+def test_a_sweep_folder_is_not_a_run_folder(tmp_path):
+    done = run_ok("sweep", "--budget", "128,256", "--out", tmp_path, "--name", "s")
+    assert done.exit_code == 0
+    done = invoke("report", tmp_path / "sweep-s")
+    assert done.exit_code == 2 and "a sweep's folder, not a run's" in done.output
+
+
 def test_report_of_a_missing_folder(tmp_path):
     done = invoke("report", tmp_path / "nothing")
     assert done.exit_code == 2 and done.output == f"error: {tmp_path / 'nothing'}: no such folder\n"

@@ -193,6 +193,10 @@ def read_run(folder: Path) -> RunView:
     """A run folder's variants, in the order of its summary.csv."""
     if not folder.is_dir():
         raise KvschedError(f"{folder}: no such folder")
+    for marker, what in (("sweep.json", "a sweep's"), ("capacity.json", "a capacity search's")):
+        if (folder / marker).is_file():
+            raise KvschedError(f"{folder}: {what} folder, not a run's (a run folder is "
+                               "results/<scenario>/; kvsched plot draws this one)")
     summary_path = folder / "summary.csv"
     if not summary_path.is_file():
         raise KvschedError(f"{folder}: not a run folder (no summary.csv; a run folder is "
