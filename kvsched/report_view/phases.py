@@ -11,6 +11,7 @@ unfinished or starved) ends at the run's end.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -132,8 +133,8 @@ def request_phases(requests: Columns, events: Columns, end_time: float,
                   phases.end[order])
 
 
-def _close_running(add, row: int, kind: int, since: float, now: float,
-                   first_token: float) -> None:
+def _close_running(add: Callable[[int, int, float, float], None], row: int, kind: int,
+                   since: float, now: float, first_token: float) -> None:
     """End a prefill or decode interval at `now`; a prefill that produced its first token on
     the way turns into decode there."""
     if kind == PREFILL and first_token == first_token and since <= first_token < now:

@@ -60,7 +60,8 @@ class VariantView:
 
     @property
     def end_time(self) -> float:
-        """The end of the run: its last step's end, or its last event."""
+        """The end of the run: its last step's end (summary `duration`) or its last event
+        (a starved request's), whichever is later."""
         duration = self.summary.get("duration")
         times = self.events["time"]
         last = float(np.nanmax(times)) if len(times) else 0.0
