@@ -13,7 +13,16 @@ from typer.testing import CliRunner
 
 from kvsched.cli import app
 from kvsched.errors import KvschedError
-from kvsched.report_view.envelope import FACTOR, levels, pack, pack_span, pack_time, step_series
+from kvsched.report_view import envelope
+from kvsched.report_view.envelope import (
+    FACTOR,
+    levels,
+    pack,
+    pack_span,
+    pack_time,
+    packed_levels,
+    step_series,
+)
 from kvsched.report_view.phases import KINDS, request_phases
 from kvsched.report_view.run_view import read_run
 from kvsched.report_view.spans import incident_spans
@@ -140,6 +149,52 @@ def test_packed_columns_read_back_as_written(values):
     np.testing.assert_array_equal(unpack(pack(values)), values)
     np.testing.assert_array_equal(unpack(pack_time(values)), values)
     np.testing.assert_allclose(unpack(pack_span(values)), values.astype(np.float32))
+
+
+def test_a_run_over_the_detail_bound_embeds_its_first_level_under_it(pool60, monkeypatch):
+    series = step_series(read_run(pool60).variant("pool60").steps)
+    whole = packed_levels(series)
+    assert whole["rows_per_point"] == 1 and whole["levels"][0]["t0"]["n"] == len(series["t0"])
+    monkeypatch.setattr(envelope, "MAX_DETAIL_ROWS", len(series["t0"]) // FACTOR + 1)
+    bounded = packed_levels(series)
+    assert bounded["rows_per_point"] == FACTOR
+    assert bounded["levels"] == whole["levels"][1:]
+    np.testing.assert_array_equal(unpack(bounded["levels"][0]["running.hi"]),
+                                  levels(series)[1]["running.hi"])
+
+
+CHUNKED = """\
+name: chunked
+engine: {max_num_batched_tokens: 64, num_blocks: 200, block_size: 16, chunked_prefill: true}
+workload: {kind: synthetic, num_requests: 6, arrival: {kind: all_at_once}, prompt_len: 200,
+           output_len: 5}
+"""
+
+
+def test_with_batches_a_chunked_prefill_is_drawn_as_its_chunks(tmp_path):
+    (tmp_path / "chunked.yaml").write_text(CHUNKED)
+    done = CliRunner().invoke(app, ["run", str(tmp_path / "chunked.yaml"), "--out",
+                                    str(tmp_path / "r"), "--record-batches"])
+    assert done.exit_code == 0, done.output
+    view = read_run(tmp_path / "r" / "chunked").variants[0]
+    with_chunks = request_phases(view.requests, view.events, view.end_time, view.steps,
+                                 view.batches)
+    without = request_phases(view.requests, view.events, view.end_time, view.steps)
+    prefill = KINDS.index("prefill")
+    batches = view.batches
+    for row in range(6):
+        rid = view.requests["request_id"][row]
+        steps = [k for k, (r, p) in enumerate(zip(batches["request_id"], batches["phase"],
+                                                  strict=True)) if r == rid and p == "prefill"]
+        assert sum(batches["num_tokens"][k] for k in steps) == 200
+        chunks = (with_chunks.request == row) & (with_chunks.kind == prefill)
+        assert np.count_nonzero(chunks) == len(steps) >= 4  # chunks of at most 64 tokens
+        np.testing.assert_array_equal(with_chunks.start[chunks], batches["time"][steps])
+        whole = (without.request == row) & (without.kind == prefill)
+        assert np.count_nonzero(whole) == 1
+        # the chunks lie within the whole prefill, one step each
+        assert with_chunks.start[chunks].min() == without.start[whole][0]
+        assert with_chunks.end[chunks].max() == pytest.approx(without.end[whole][0])
 
 
 def test_pool60s_thrashing_is_an_interval_holding_its_preemptions(pool60):
