@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from headless import Browser, chromium_path
-from test_report_cli import SMALL
+from test_report_cli import CLUSTER, SMALL
 from typer.testing import CliRunner
 
 from kvsched.cli import app
@@ -126,6 +126,26 @@ def test_pool60_marks_the_thrashing_with_its_preemptions_under_it(browser, pool6
     rows = page.evaluate("[...document.querySelectorAll('.gantt .req')].map(g => g.dataset.id)")
     assert {request for request, _ in marks} <= set(rows)
     assert count(page, ".gantt rect.ph-preempted") >= len(rows)
+    assert page.errors == []
+
+
+def test_a_cluster_shows_one_replica_at_a_time(browser, tmp_path):
+    (tmp_path / "fleet.yaml").write_text(CLUSTER)
+    page = opened(browser, run_report(tmp_path / "r", tmp_path / "fleet.yaml"))
+    assert page.evaluate("[...document.querySelectorAll('#replica option')]"
+                         ".map(o => o.textContent)") == ["0", "1"]
+    view = read_run(tmp_path / "r" / "fleet").variants[0]
+    for replica in (0, 1):
+        page.evaluate(f"(() => {{ const s = document.getElementById('replica'); "
+                      f"s.value = '{replica}'; s.dispatchEvent(new Event('change')); }})()")
+        page.evaluate("window.kvschedReport.render()")
+        rows = set(page.evaluate("[...document.querySelectorAll('.gantt .req')]"
+                                 ".map(g => g.dataset.id)"))
+        mine = {rid for rid, r in zip(view.requests["request_id"], view.requests["replica"],
+                                      strict=True) if r == replica}
+        assert rows == mine
+        assert f"(replica {replica})" in page.evaluate("document.querySelector('.column h3')"
+                                                       ".textContent")
     assert page.errors == []
 
 
