@@ -245,7 +245,7 @@
     if (r === undefined) { state.message = `no request ${id} in ${d.meta.name}`; render(); return; }
     state.search = id;
     state.incident = null;
-    if (d.requests.replica) state.replica = d.requests.replica[r];
+    if (d.requests.replica && d.requests.replica[r] >= 0) state.replica = d.requests.replica[r];  // -1: never routed
     const a = d.requests.arrival[r], e = d.ends[r];
     const pad = Math.max((e - a) * 0.1, runEnd() * 0.001);
     state.x0 = a - pad;
