@@ -400,6 +400,8 @@ def _extra_files(drawn: list[str], plot: bool, report: bool, folder: Path,
 
 def check_trace_options(trace_out: Path | None, window: str | None) -> "tuple[float, float] | None":
     """Refuse, before any work, a --trace-out that cannot be written or a bad --trace-window."""
+    if trace_out is None and window is None:
+        return None  # (a plain run imports nothing of the report)
     from kvsched.report_view.trace import parse_window
 
     parsed = parse_window(window)

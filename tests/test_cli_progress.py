@@ -119,7 +119,7 @@ def test_run_off_a_terminal_says_how_far_it_got(tmp_path):
     """A run of some seconds with stderr to a pipe: plain lines naming the scenario, the
     variant, the requests arrived and the simulated time (a fresh process, as a user's)."""
     (tmp_path / "long.yaml").write_text(LONG_RUN % 300_000)
-    code = ("import kvsched.cli_progress as p; p.FIRST = 0.2; p.EVERY = 0.2\n"
+    code = ("import kvsched.cli_progress as p; p.FIRST = 0.02; p.EVERY = 0.02\n"
             "import sys; from kvsched.cli import main\n"
             f"sys.argv = ['kvsched', 'run', {str(tmp_path / 'long.yaml')!r}, '--records', "
             f"'summary', '--out', {str(tmp_path / 'o')!r}]\nmain()\n")
