@@ -153,7 +153,8 @@ def test_sweep_off_a_terminal_counts_points_checked_and_run(often, tmp_path):
 
 
 def test_capacity_off_a_terminal_names_its_probes(often, tmp_path):
-    (tmp_path / "s.yaml").write_text(SMALL)
+    # ten times test_capacity's requests: its search of 60 ends in a few beats' time now
+    (tmp_path / "s.yaml").write_text(SMALL.replace("num_requests: 60", "num_requests: 600"))
     result = CliRunner().invoke(app, ["capacity", str(tmp_path / "s.yaml"), "--slo",
                                       "ttft_p99=0.5", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
