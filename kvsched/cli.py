@@ -125,6 +125,14 @@ Columns = Annotated[str | None, typer.Option(
     "vLLM benchmark names, e.g. ttft_p99,p99_itl_ms,num_preemptions.")]
 
 
+TraceOut = Annotated[Path | None, typer.Option(
+    "--trace-out", metavar="FILE.json", help="Also write the run as a Chrome trace (open it in "
+    "Perfetto or chrome://tracing).")]
+TraceWindow = Annotated[str | None, typer.Option(
+    "--trace-window", metavar="START..END", help="Only what overlaps this interval of the "
+    "run's clock goes into the trace (a big run's trace is refused over a million events).")]
+
+
 @app.command(epilog="Example: kvsched run scenarios/pool60.yaml --set engine.num_blocks=90")
 @friendly
 def run(
@@ -151,6 +159,11 @@ def run(
         help="steps.csv with a row per step (full), a row per decode stretch (compact), or "
              "none (summary: requests, events and the summary only).")] = RecordMode.FULL,
     columns: Columns = None,
+    report: Annotated[bool, typer.Option(
+        "--report", help="Also write report.html: the run to explore in a browser (see "
+        "kvsched report).")] = False,
+    trace_out: TraceOut = None,
+    trace_window: TraceWindow = None,
 ) -> None:
     """Run every variant of each scenario, write records to OUT/<scenario>/, compare them.
     A long run says how far it got on stderr: a bar on a terminal, else a line now and then."""
@@ -158,12 +171,14 @@ def run(
 
     with run_heartbeat("run", not on_terminal()) as beat:
         _run(scenarios, out, seed, set_, variant, as_json, check, record_batches, plot, wide,
-             records, columns, beat)
+             records, columns, beat, report, trace_out, trace_window)
 
 
 def _run(scenarios: list[Path], out: Path, seed: int | None, set_: list[str],
          variant: list[str], as_json: bool, check: bool, record_batches: bool, plot: bool,
-         wide: bool, records: RecordMode, columns: str | None, beat: Any) -> None:
+         wide: bool, records: RecordMode, columns: str | None, beat: Any,
+         report: bool = False, trace_out: Path | None = None,
+         trace_window: str | None = None) -> None:
     """`run`'s work; `beat.status` says what it is doing (a plain line now and then when
     stderr is not a terminal)."""
     from kvsched.cli_progress import RunTally
@@ -171,6 +186,10 @@ def _run(scenarios: list[Path], out: Path, seed: int | None, set_: list[str],
     from kvsched.scenario import Assignment, load_scenario, time_unit_of
 
     beat.status = "reading the scenario files"
+    window = check_trace_options(trace_out, trace_window)
+    if trace_out is not None and len(scenarios) != 1:
+        raise KvschedError(f"--trace-out: give one scenario (got {len(scenarios)}): a trace "
+                           "shows one run folder")
     sets = [Assignment.parse(text) for text in set_]
     loaded = [load_scenario(path, sets, seed) for path in scenarios]
     picked = column_names(columns, loaded, variant)
@@ -201,8 +220,8 @@ def _run(scenarios: list[Path], out: Path, seed: int | None, set_: list[str],
                            f"{scenario.name}")
             replaced, kept = replaced_by(result, out)
             drawn: list[str] = []
-            folder = write_scenario(result, out, functools.partial(_plot_files, drawn)
-                                    if plot else None, staged)
+            folder = write_scenario(result, out, functools.partial(
+                _extra_files, drawn, plot, report) if plot or report else None, staged)
         if replaced:
             note = f"; kept {', '.join(kept)}" if kept else ""
             typer.echo(one_line(f"replaced the previous results of {', '.join(replaced)} in "
@@ -224,6 +243,14 @@ def _run(scenarios: list[Path], out: Path, seed: int | None, set_: list[str],
             typer.echo()
     if as_json:
         typer.echo(json.dumps(payload, indent=2))
+    if trace_out is not None:
+        folder = out / loaded[0].name
+        try:
+            _write_trace(folder, trace_out, window, err=as_json)
+        except KvschedError as exc:
+            raise KvschedError(f"{exc} (the run's records are in {folder}/: kvsched report "
+                               f"{folder} --trace-out FILE --trace-window START..END)"
+                               ) from None
     if check and failed:
         raise typer.Exit(1)
 
@@ -351,15 +378,56 @@ def check_out(out: Path) -> None:
         raise KvschedError(f"--out {problem}")
 
 
-def _plot_files(drawn: list[str], folder: Path, result: "ScenarioRun") -> None:
-    """Draw into the staged folder, adding the pictures' names to `drawn`; a drawing
-    problem must not cost the run its records."""
-    from kvsched.plots import plot_run_folder
+def _extra_files(drawn: list[str], plot: bool, report: bool, folder: Path,
+                 result: "ScenarioRun") -> None:
+    """Draw the pictures and write report.html into the staged folder, adding their names
+    to `drawn`; a drawing problem must not cost the run its records."""
+    if plot:
+        from kvsched.plots import plot_run_folder
 
-    try:
-        drawn += [path.name for path in plot_run_folder(folder)]
-    except Exception as exc:  # noqa: BLE001 - report and keep the records
-        typer.echo(f"warning: {result.scenario.name}: plots not drawn: {exc}", err=True)
+        try:
+            drawn += [path.name for path in plot_run_folder(folder)]
+        except Exception as exc:  # noqa: BLE001 - report and keep the records
+            typer.echo(f"warning: {result.scenario.name}: plots not drawn: {exc}", err=True)
+    if report:
+        from kvsched.report_view.html import write_report
+
+        try:
+            drawn.append(write_report(folder).name)
+        except Exception as exc:  # noqa: BLE001 - report and keep the records
+            typer.echo(f"warning: {result.scenario.name}: report.html not written: {exc}",
+                       err=True)
+
+
+def check_trace_options(trace_out: Path | None, window: str | None) -> "tuple[float, float] | None":
+    """Refuse, before any work, a --trace-out that cannot be written or a bad --trace-window."""
+    if trace_out is None and window is None:
+        return None  # (a plain run imports nothing of the report)
+    from kvsched.report_view.trace import parse_window
+
+    parsed = parse_window(window)
+    if trace_out is None:
+        if window is not None:
+            raise KvschedError("--trace-window: give --trace-out FILE.json too")
+        return None
+    if trace_out.is_dir():
+        raise KvschedError(f"--trace-out: {trace_out} is a folder; give a file name")
+    parent = trace_out.parent
+    if not parent.is_dir():
+        raise KvschedError(f"--trace-out: {trace_out}: no such folder {parent}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise KvschedError(f"--trace-out: {parent} is not writable")
+    return parsed
+
+
+def _write_trace(folder: Path, trace_out: Path, window: "tuple[float, float] | None",
+                 err: bool = False) -> None:
+    from kvsched.report_view.run_view import read_run
+    from kvsched.report_view.trace import Trace
+
+    trace = Trace(read_run(folder), window)
+    trace.write(trace_out)
+    typer.echo(f"wrote {trace_out} ({trace.num_events:,} events)", err=err)
 
 
 def headline(scenario: "Scenario") -> str:
@@ -650,6 +718,32 @@ def plot(
     work_begins()  # (drawing a long run's pictures takes seconds and makes garbage)
     for path in plot_folder(folder):
         typer.echo(f"wrote {path}")
+
+
+@app.command(epilog="Example: kvsched report results/pool60 --trace-out pool60-trace.json")
+@friendly
+def report(
+    folder: Annotated[Path, typer.Argument(help="A run's folder: results/<scenario>.")],
+    trace_out: TraceOut = None,
+    trace_window: TraceWindow = None,
+) -> None:
+    """Write <folder>/report.html: the run's step timeline (zoom and pan), its requests'
+    phases, latency distributions and incidents, per variant and replica, in one file that
+    opens in a browser from disk."""
+    from kvsched.report_view.html import render, report_data
+    from kvsched.report_view.run_view import read_run
+    from kvsched.report_view.trace import Trace
+
+    window = check_trace_options(trace_out, trace_window)
+    work_begins()
+    run_view = read_run(folder)
+    trace = Trace(run_view, window) if trace_out is not None else None  # refused before writing
+    path = folder / "report.html"
+    write_file(path, render(report_data(run_view)), option=str(folder))
+    typer.echo(f"wrote {path}")
+    if trace is not None and trace_out is not None:
+        trace.write(trace_out)
+        typer.echo(f"wrote {trace_out} ({trace.num_events:,} events)")
 
 
 # -- step-time, fit-linear --------------------------------------------------------------

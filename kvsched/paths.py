@@ -13,7 +13,7 @@ import re
 import shutil
 import signal
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,15 +84,18 @@ def write_error(folder: Path, exc: OSError) -> KvschedError:
     return KvschedError(f"cannot write results to {folder}/: {_reason(exc)}; nothing was written")
 
 
-def write_file(path: Path, text: str, option: str = "--out") -> None:
-    """Write `path` whole or not at all: into a temporary file in its folder, then renamed
-    over it; on an OS error (disk full, no such folder...) nothing is left and the error is
-    one line naming `option`."""
+def write_file(path: Path, text: str | Iterable[str], option: str = "--out") -> None:
+    """Write `path` whole or not at all (`text`, or its pieces one after the other): into a
+    temporary file in its folder, then renamed over it; on an OS error (disk full, no such
+    folder...) nothing is left and the error is one line naming `option`."""
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
+            if isinstance(text, str):
+                handle.write(text)
+            else:
+                handle.writelines(text)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; the result is an ordinary file

@@ -442,7 +442,8 @@ def _keep_others(final: Path, staging_dir: Path, header: list[str], body: list[l
     """Bring into `staging_dir` what `final` holds of variants this run did not produce, and
     return the summary with their rows (as they were, cell for cell), in scenario order."""
     ran = {r.name for r in run.runs}
-    own = {f"timeline-{name}.png" for name in ran} | {"summary.csv"}
+    # report.html shows every variant: never kept, so a stale one cannot outlive a rerun
+    own = {f"timeline-{name}.png" for name in ran} | {"summary.csv", "report.html"}
     for entry in sorted(final.iterdir()):
         if entry.name.startswith(".") or entry.name in own or (
                 entry.is_dir() and entry.name in ran):

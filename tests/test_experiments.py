@@ -1,5 +1,6 @@
-"""`make experiments` (tools/experiments.py): every scenario run with its pictures, two at a
-time, each report printed whole with its PNGs' paths; a failing check fails the whole."""
+"""`make experiments` (tools/experiments.py): every scenario run with its pictures and
+report.html, two at a time, each report printed whole with its files' paths; a failing check
+fails the whole."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def test_reports_are_whole_and_name_every_png(tmp_path):
     done = experiments("--jobs", "2", "--out", tmp_path / "r", REPO / "scenarios" / "lesson.yaml",
                        REPO / "scenarios" / "budget128.yaml")
     assert done.returncode == 0, done.stdout + done.stderr
-    names = {"lesson": 3, "budget128": 6}  # a timeline per variant, ttft.png, latency.png
+    # a timeline per variant, ttft.png, latency.png, report.html
+    names = {"lesson": 4, "budget128": 7}
     block: list[str] = []
     for line in done.stdout.splitlines():
         if not line.startswith("-- "):

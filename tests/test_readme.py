@@ -29,3 +29,11 @@ def test_readme_says_what_the_pictures_and_long_commands_do():
                   "`kvsched plot results/capacity-<name>` draws it again",
                   "a plain line on stderr", "(each PNG's path printed as it is written)"):
         assert claim in README, claim
+
+
+def test_readme_shows_the_pool60_report_in_a_small_picture():
+    """The picture tools/report_screenshot.py draws is in docs/, shown, and stays small."""
+    picture = Path(__file__).resolve().parent.parent / "docs" / "report-pool60.png"
+    assert "](docs/report-pool60.png)" in README
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert picture.stat().st_size < 150_000

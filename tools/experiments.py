@@ -1,12 +1,14 @@
-"""`make experiments`: every shipped scenario run with its pictures, JOBS at a time.
+"""`make experiments`: every shipped scenario run with its pictures and report.html, JOBS at
+a time.
 
     .venv/bin/python tools/experiments.py [--jobs N] [--out DIR] SCENARIO.yaml ...
 
-Each scenario is one `kvsched run SCENARIO --out DIR --plot` process; two of them keep two
-cores busy (two thirds of the work is drawing the pictures, one core per process). A
-scenario's report (its table, diagnosis, checks and the path of each PNG) is printed whole
-as soon as it is done, so reports never interleave; the heartbeat lines a long run writes
-off a terminal are left out of it (they said what a run was doing while it ran). The exit
+Each scenario is one `kvsched run SCENARIO --out DIR --plot --report` process; two of them
+keep two cores busy (most of the work is drawing the pictures, one core per process). A
+scenario's report (its table, diagnosis, checks and the path of each PNG and of its
+report.html) is printed whole as soon as it is done, so reports never interleave; the
+heartbeat lines a long run writes off a terminal are left out of it (they said what a run
+was doing while it ran). The exit
 status is the first failing scenario's (1: a check failed, 2: bad input), else 0.
 """
 
@@ -27,7 +29,7 @@ HEARTBEAT = re.compile(r"^kvsched run: .*\(\d+ (s|min \d+ s|h \d+ min)\)$")
 def run(scenario: str, out: str) -> tuple[str, int, str, float]:
     """One scenario: its name, exit status, report (stdout then stderr) and seconds."""
     began = time.monotonic()
-    done = subprocess.run([str(KVSCHED), "run", scenario, "--out", out, "--plot"],
+    done = subprocess.run([str(KVSCHED), "run", scenario, "--out", out, "--plot", "--report"],
                           capture_output=True, text=True, stdin=subprocess.DEVNULL)
     notes = [line for line in done.stderr.splitlines() if not HEARTBEAT.match(line)]
     report = done.stdout + "".join(f"{line}\n" for line in notes)
