@@ -20,19 +20,19 @@ from kvsched.admission import Slo, SloAdmission
 from kvsched.backpressure import Backpressure
 from kvsched.config import EngineConfig
 from kvsched.engine.replica import Engine
+from kvsched.events import EventStream
 from kvsched.metrics import summarize
 from kvsched.policies.base import Policy
 from kvsched.record_table import RecordTable
 from kvsched.records import RunResult
 from kvsched.request import Request, Status
 from kvsched.sequence import Seq, SeqState
-from kvsched.simulator import EventStream
 from kvsched.steplog import StepLog, Timeline
 from kvsched.timing import TimeModel
 from kvsched.turns import ArrivalQueue
 
 if TYPE_CHECKING:
-    from kvsched.simulator import Abort, EventSink, Progress
+    from kvsched.events import Abort, EventSink, Progress
 
 ABORT_EVERY = 1024
 """How many loop turns apart `abort` is asked (a power of two)."""
