@@ -22,6 +22,7 @@ from typing import IO, Any, cast
 
 import numpy as np
 
+from kvsched import fastcsv
 from kvsched.arrow import int64s
 from kvsched.floatfmt import format_floats
 from kvsched.floatsum import fold
@@ -145,6 +146,7 @@ class StepCsv:
 
     def _arrow(self) -> Any:
         if self._writer is None:
+            # pyarrow (tens of ms to import): only the runs that use it pay
             import pyarrow as pa
             import pyarrow.csv as pacsv
 
@@ -200,9 +202,7 @@ class StepCsv:
 
     def _text(self, columns: list[Any]) -> bytes | None:
         """The columns as CSV lines in C, or None when the compiled formatter is off."""
-        from kvsched import fastcore
-
-        if not fastcore.available():
+        if not fastcsv.available():
             return None
         n = len(columns[0])
         specs: list[tuple] = []
@@ -215,19 +215,17 @@ class StepCsv:
                 specs.append(("i", np.ascontiguousarray(values, dtype=np.int64)))
         if self.replica is not None:
             specs.append(("i", np.full(n, self.replica, dtype=np.int64)))
-        return fastcore.format_csv(specs, n)
+        return fastcsv.format_csv(specs, n)
 
     def _runs_text(self, runs: list[Run], counts: np.ndarray) -> bytes | None:
         """Runs as CSV lines in C, or None when the compiled formatter is off."""
-        from kvsched import fastcore
-
-        if not fastcore.available():
+        if not fastcsv.available():
             return None
         specs = [(how, kind, cell_text(values).encode() if how == "K"
                   else np.ascontiguousarray(values)) for how, kind, values in runs]
         if self.replica is not None:
             specs.append(("K", "i", str(self.replica).encode()))
-        return fastcore.format_runs(specs, counts)
+        return fastcsv.format_runs(specs, counts)
 
     def _block_runs(self, block: SegmentBlock) -> tuple[list[Run], np.ndarray]:
         """STEP_COLUMNS of `block`, a row per step, as runs over its segments (see `Run`):

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from kvsched import fastcsv
+
 NS_PER_S = 10 ** 9
 
 
@@ -63,16 +65,14 @@ def _compiled_read(path: Path, needed: dict[str, str]) -> Read | None:
     """The C reader's (kvsched/_fastcore.c `read_csv`), for files in its strict subset of
     what pyarrow reads, to the same integers; it saves importing pyarrow (about 40 ms of a
     run that takes half a second). None when it is not built or the file is outside it."""
-    from kvsched import fastcore
-
-    if not fastcore.available():
+    if not fastcsv.available():
         return None
     try:
         data = path.read_bytes()
     except OSError:
         return None  # pandas' reading names the problem
     wanted = tuple(needed)
-    columns = fastcore.read_csv(data, wanted, "".join(
+    columns = fastcsv.read_csv(data, wanted, "".join(
         "t" if kind == "datetime" else "n" for kind in needed.values()))
     if columns is None:
         return None
@@ -84,6 +84,7 @@ def _compiled_read(path: Path, needed: dict[str, str]) -> Read | None:
 def _arrow_read(path: Path, needed: dict[str, str]) -> Read | None:
     """pyarrow's reading, when every needed column came out null-free and of its kind:
     int64 numbers, zone-less time stamps."""
+    # pyarrow (tens of ms to import): only the runs that use it pay
     try:
         import pyarrow as pa
         import pyarrow.csv as pacsv
