@@ -7,8 +7,11 @@ them (see the table in README.md, section "The engine").
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
 
 from kvsched.compat import Kind, first_conflict
 
@@ -279,3 +282,9 @@ class EngineConfig:
         """Blocks an admission must leave free: floor(watermark * num_blocks), as vLLM V0."""
         # round() first so that 0.29 * 100 gives 29, not 28.999999999999996 -> 28.
         return math.floor(round(self.watermark * self.num_blocks, 9))
+
+
+ENGINE_DEFAULTS: Mapping[str, Any] = MappingProxyType(
+    {name: field.default for name, field in EngineConfig.__dataclass_fields__.items()})
+"""Each engine key's default, for `kvsched.compat.first_conflict`'s rows that compare a key
+with its own (`DEFAULT`)."""
