@@ -16,10 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from kvsched.config import EngineConfig
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,15 +174,6 @@ def expand(engine: Mapping[str, Any]) -> dict[str, Any]:
     if chunked is True:
         settings.update(preset.when_chunked)
     return {**settings, **engine}
-
-
-def engine_config(preset: str = "lesson", **keys: Any) -> EngineConfig:
-    """The `EngineConfig` of `preset` with `keys` (scenario `engine:` keys) on top."""
-    from kvsched.schema import EngineSpec  # pydantic only when asked
-
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset '{preset}'; known: {', '.join(PRESETS)}")
-    return EngineSpec.model_validate({"preset": preset, **keys}).to_config()
 
 
 def describe() -> str:

@@ -21,10 +21,20 @@ from pydantic import (
 )
 
 from kvsched.config import EngineConfig, effective_step_order
+from kvsched.engine_keys import ENGINE_ALIASES, written_engine_keys  # noqa: F401  (re-exported)
+from kvsched.hardware import (
+    KV_DTYPE_BYTES,
+    WEIGHT_DTYPE_BYTES,
+    UnknownHardware,
+    load_gpu,
+    load_model,
+)
+from kvsched.kvpool import DEFAULT_UTILIZATION, PoolDoesNotFit, kv_pool_blocks, pool_breakdown
 from kvsched.paths import name_problem, scenario_name_problem
 from kvsched.policies import check_policy_name, is_user_policy, make_policy
 from kvsched.presets import PRESETS
 from kvsched.presets import expand as expand_preset
+from kvsched.serve_defaults import with_defaults
 
 _ENGINE = EngineConfig()
 MAX_SYNTHETIC_REQUESTS = 10_000_000
@@ -146,7 +156,7 @@ class EngineSpec(Strict):
         if not isinstance(data, dict):
             return data
         data = dict(data)
-        for alias, name in _ENGINE_ALIASES.items():
+        for alias, name in ENGINE_ALIASES.items():
             if alias in data:
                 value = data.pop(alias)
                 if name in data and data[name] != value:
@@ -171,27 +181,6 @@ class EngineSpec(Strict):
         return EngineConfig(**self.model_dump(exclude={"gpu_memory_utilization", "preset",
                                                        "usage", "kv_cache_dtype",
                                                        "enforce_eager"}))
-
-
-_ENGINE_ALIASES = {"enable_chunked_prefill": "chunked_prefill",
-                   "preemption_mode": "preemption",
-                   "max_running_requests": "max_num_seqs"}  # SGLang's name
-
-
-def written_engine_keys(raw: Any) -> dict[str, str]:
-    """The `EngineSpec` keys an `engine:` mapping as written sets, each with the spelling
-    used there (`enable_chunked_prefill` for `chunked_prefill`...); not the preset's."""
-    if not isinstance(raw, dict):
-        return {}
-    out: dict[str, str] = {}
-    for key in map(str, raw):
-        if key == "chunked_prefill_size":
-            out.setdefault("chunked_prefill", key)
-            if raw[key] != -1:
-                out.setdefault("max_num_batched_tokens", key)
-        else:
-            out.setdefault(_ENGINE_ALIASES.get(key, key), key)
-    return out
 
 
 def replica_engines(spec: "RunSpec") -> list[EngineSpec]:
@@ -255,15 +244,11 @@ class LinearTime(Strict):
 
 
 def _known_model(cls: type, name: str) -> str:
-    from kvsched.hardware import load_model
-
     load_model(name)  # ValueError: one line listing the known names
     return name
 
 
 def _known_gpu(cls: type, name: str) -> str:
-    from kvsched.hardware import load_gpu
-
     load_gpu(name)
     return name
 
@@ -274,8 +259,6 @@ def _maybe_known_gpu(cls: type, name: str | None) -> str | None:
 
 def _model_splits(cls: type, tp: int, info: ValidationInfo) -> int:
     """`tp` must shard the model (checked once `model` has been; its own error otherwise)."""
-    from kvsched.hardware import load_model
-
     try:
         model = load_model(info.data["model"])
     except (KeyError, ValueError):
@@ -389,8 +372,6 @@ def unit_warnings(spec: "RunSpec") -> list[str]:
 
 def _breakdown(time: RooflineTime, engine: "EngineSpec") -> str:
     """vLLM's memory budget behind a derived pool, term by term."""
-    from kvsched.kvpool import DEFAULT_UTILIZATION, pool_breakdown
-
     return pool_breakdown(time.model, time.gpu, time.tp, engine.block_size,
                           engine.gpu_memory_utilization or DEFAULT_UTILIZATION,
                           engine.max_num_batched_tokens, engine.max_num_seqs,
@@ -404,8 +385,6 @@ def _seconds_text(seconds: float) -> str:
 
 def _does_not_fit(time: RooflineTime, engine: "EngineSpec") -> str | None:
     """Why the model's weights leave its GPUs no room for KV cache, or None."""
-    from kvsched.kvpool import DEFAULT_UTILIZATION, PoolDoesNotFit, kv_pool_blocks
-
     try:
         kv_pool_blocks(time.model, time.gpu, time.tp, engine.block_size,
                        engine.gpu_memory_utilization or DEFAULT_UTILIZATION,
@@ -819,6 +798,7 @@ class RouterSpec(BaseModel):
 
     @model_validator(mode="after")
     def _known_router(self) -> Self:
+        # the routers (six modules and numpy): only a cluster names one
         from kvsched.routers import check_router
 
         check_router(self.name, self.params())  # never imports a user's module
@@ -901,9 +881,6 @@ def _sized(engine: dict, time: dict) -> dict:
     """`engine` with `num_blocks` the pool of `time`'s model on its GPUs (at the engine's
     block size and memory share); without it where the model or GPU is unknown or a field
     missing or mistyped: the fields' own validation names that."""
-    from kvsched.hardware import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, UnknownHardware
-    from kvsched.kvpool import DEFAULT_UTILIZATION, kv_pool_blocks
-
     full = expand_preset(engine)  # the budget and seats the profile run is sized for
     try:
         blocks = kv_pool_blocks(time["model"], time["gpu"], time.get("tp", 1),
@@ -970,8 +947,6 @@ def _auto_replica_pools(data: dict, engine: dict, auto: bool) -> dict:
 def _gpu_batch_defaults(data: dict) -> dict:
     """The variant's engine and each fleet entry with a time model of its own take their
     preset's defaults for their GPU (`kvsched.serve_defaults`) under the keys written."""
-    from kvsched.serve_defaults import with_defaults
-
     engine, time = data.get("engine"), data.get("time")
     if isinstance(engine, dict):
         data = {**data, "engine": with_defaults(engine, time)}

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kvsched.engine_keys import written_engine_keys
 from kvsched.presets import PRESETS, GpuTier
 
 GIB = 2**30
@@ -48,6 +49,7 @@ def tier_for(tiers: tuple[GpuTier, ...], name: str, memory: float) -> GpuTier | 
 def gpu_defaults(preset: str, gpu_name: str, usage: str = "serve") -> GpuDefaults | None:
     """`preset`'s batch defaults on `gpu_name` for `usage` (None when the preset has no such
     table or the GPU is unknown)."""
+    # the hardware catalogues: only for a GPU's defaults
     from kvsched.hardware import UnknownHardware, load_gpu
 
     entry = PRESETS.get(preset)
@@ -79,8 +81,6 @@ def defaults_for(engine: Any, time: Any, base: Mapping[str, Any] | None = None
     """The GPU defaults a raw `engine:` mapping under `time:` takes: its preset's table for
     the time model's GPU, for the keys neither it nor `base` (a fleet replica's variant
     engine) writes. None when nothing applies."""
-    from kvsched.schema import written_engine_keys
-
     if not isinstance(engine, dict):
         return None
     merged = {**(base or {}), **engine}

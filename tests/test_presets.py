@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from kvsched import EngineConfig, Request, simulate
 from kvsched.cli import app
 from kvsched.config import StepOrder
-from kvsched.presets import PRESETS, engine_config, expand
+from kvsched.preset_engine import engine_config
+from kvsched.presets import PRESETS, expand
 from kvsched.schema import EngineSpec
 
 SCENARIO = """\

@@ -15,7 +15,8 @@ from test_invariants import check_invariants, clocks, configs, policies
 from kvsched import ConstantStep, EngineConfig, Request, StepLog, make_policy, simulate
 from kvsched.admission import SloAdmission
 from kvsched.backpressure import Backpressure
-from kvsched.presets import PRESETS, engine_config
+from kvsched.preset_engine import engine_config
+from kvsched.presets import PRESETS
 from kvsched.scheduler import GapTracker, Stretch
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
