@@ -37,6 +37,7 @@ from kvsched.steplog import (
     compact_row,
     replica_chunk,
 )
+from kvsched.variant_parts import admission_of, policy_of, slo_of, time_model_of
 
 ROUTER_SEED_TAG = 12  # the router's generator: the scenario seed, tagged apart from the workload's
 
@@ -102,8 +103,6 @@ def run_cluster_variant(variant: Variant, requests: Sequence[Request],
                         keep_steps: bool = True,
                         spool: ClusterSpool | None = None) -> ClusterResult:
     """Simulate a variant that has `cluster:` (`spool`: stream its records there)."""
-    from kvsched.runner import admission_of, policy_of, slo_of, time_model_of
-
     spec = variant.spec
     cluster: ClusterSpec = spec.cluster  # type: ignore[assignment]
     specs = replica_specs(spec)
