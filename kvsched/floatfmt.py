@@ -31,6 +31,7 @@ _ZERO, _POINT, _MINUS, _SPACE = ord("0"), ord("."), ord("-"), ord(" ")
 
 def format_floats(values: Any) -> Any:
     """`FORMAT % v` for every float of `values`, as a pyarrow string array."""
+    # pyarrow (tens of ms to import): only the runs that use it pay
     import pyarrow as pa
     import pyarrow.compute as pc
 

@@ -28,24 +28,28 @@ FLOAT_FORMAT = "%.10g"  # enough digits for microseconds over a day; identical r
 
 
 def requests_frame(result: RunResult) -> pd.DataFrame:
+    # pandas (a quarter second to import): only when a table is read
     import pandas as pd
 
     return pd.DataFrame(list(rows_of(result.requests)), columns=list(REQUEST_COLUMNS))
 
 
 def steps_frame(result: RunResult) -> pd.DataFrame:
+    # pandas (a quarter second to import): only when a table is read
     import pandas as pd
 
     return pd.DataFrame(result.steps, columns=list(STEP_COLUMNS))
 
 
 def events_frame(result: RunResult) -> pd.DataFrame:
+    # pandas (a quarter second to import): only when a table is read
     import pandas as pd
 
     return pd.DataFrame(result.events, columns=list(EVENT_COLUMNS))
 
 
 def batches_frame(result: RunResult) -> pd.DataFrame:
+    # pandas (a quarter second to import): only when a table is read
     import pandas as pd
 
     return pd.DataFrame(result.batches or [], columns=list(BATCH_COLUMNS))
@@ -256,6 +260,7 @@ def _flat_replicas(summary: dict[str, Any]) -> dict[str, Any]:
 
 def summary_frame(rows: Sequence[tuple[str, dict[str, Any]]]) -> pd.DataFrame:
     """summary.csv's table as a DataFrame."""
+    # pandas (a quarter second to import): only when a table is read
     import pandas as pd
 
     rows = [(name, _flat_replicas(summary)) for name, summary in rows]

@@ -204,6 +204,7 @@ def _lookup(table: dict[str, dict[str, Any]], name: str, what: str) -> tuple[str
 
 def _suggest(wanted: str, lowered: dict[str, str]) -> str:
     """' (did you mean ...?)' for names that start with, contain or nearly spell `wanted`."""
+    # only for a name that is not found
     import difflib
 
     close = [key for low, key in lowered.items() if wanted and (low.startswith(wanted)
