@@ -31,6 +31,7 @@ from kvsched.config import EngineConfig
 from kvsched.engine.replica import Engine
 from kvsched.engine.view import RouteLike
 from kvsched.histogram import GapHistogram
+from kvsched.kinds import unended_turn
 from kvsched.loop import collector_off, put_record
 from kvsched.metrics import summarize
 from kvsched.policies.base import Policy
@@ -192,7 +193,7 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
     never_released = queue.unreleased()
     for i in never_released:  # a turn whose previous turn never ended: it never arrived
         seq = Seq.of(requests[i], len(requests), setups[0].config.block_size)
-        seq.end_reason = f"its previous turn {requests[i].after} did not end"
+        seq.end_reason = unended_turn(requests[i].after)
         seqs[i] = seq
 
     replica_results = []

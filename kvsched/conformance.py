@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvsched.config import EngineConfig
+from kvsched.kinds import EventKind
 from kvsched.kvcache.radix import RadixCache
 from kvsched.policies import make_policy
 from kvsched.prefix import Prefix
@@ -160,15 +161,15 @@ def _decisions(engine: EngineConfig, policy: str, workload: dict[str, Any], cach
         at(step)["scheduled"].append([rid, int(tokens)])
     finish_step: dict[str, int] = {}
     for step, _time, rid, event, _detail in result.events:
-        if event == "preempt":
+        if event == EventKind.PREEMPT:
             at(step)["preempted"].append(rid)
-        elif event == "finish":
+        elif event == EventKind.FINISH:
             at(step)["finished"].append(rid)
             finish_step[rid] = step - 1
-        elif swaps and event in ("swap_out", "swap_in"):
-            at(step).setdefault("swapped_out" if event == "swap_out" else "swapped_in",
+        elif swaps and event in (EventKind.SWAP_OUT, EventKind.SWAP_IN):
+            at(step).setdefault("swapped_out" if event == EventKind.SWAP_OUT else "swapped_in",
                                 []).append(rid)
-        elif event == "reject":
+        elif event == EventKind.REJECT:
             at(step)["rejected"].append(rid)
             finish_step[rid] = step - 1
     stalled = any(r.status == Status.STARVED for r in result.requests)
@@ -194,7 +195,7 @@ def _decisions(engine: EngineConfig, policy: str, workload: dict[str, Any], cach
     if caching:  # the cache's step fields: hits per admission, cached and evicted blocks
         hits: dict[int, list[list[Any]]] = {}
         for step, _time, rid, event, detail in result.events:
-            if event == "admit":
+            if event == EventKind.ADMIT:
                 cached = detail.split(", ")[1] if ", " in detail else ""
                 hit = int(cached.split()[0]) if cached.endswith(" cached") else 0
                 hits.setdefault(step - 1, []).append([rid, hit])

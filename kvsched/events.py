@@ -8,6 +8,8 @@ import math
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from kvsched.kinds import EventKind
+
 if TYPE_CHECKING:
     from kvsched.sequence import Seq
 
@@ -15,7 +17,8 @@ EventSink = Callable[[list[tuple]], None]
 Progress = Callable[[int, float], None]
 Abort = Callable[[float, Iterable["Seq"]], bool]
 
-DIAGNOSIS_EVENTS = frozenset({"hol_block", "hol_release", "backpressure", "reject", "starve"})
+DIAGNOSIS_EVENTS = frozenset({EventKind.HOL_BLOCK, EventKind.HOL_RELEASE, EventKind.BACKPRESSURE,
+                              EventKind.REJECT, EventKind.STARVE})
 """The events a run keeps in memory when they are streamed to a file."""
 
 

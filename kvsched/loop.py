@@ -21,6 +21,7 @@ from kvsched.backpressure import Backpressure
 from kvsched.config import EngineConfig
 from kvsched.engine.replica import Engine
 from kvsched.events import EventStream
+from kvsched.kinds import unended_turn
 from kvsched.metrics import summarize
 from kvsched.policies.base import Policy
 from kvsched.record_table import RecordTable
@@ -141,7 +142,7 @@ class Arrivals:
         requests = self.queue.requests
         for i in self.queue.unreleased():
             seq = self._make(i, requests[i])
-            seq.end_reason = f"its previous turn {requests[i].after} did not end"
+            seq.end_reason = unended_turn(requests[i].after)
             self.never_released.add(seq.index)
         return [self.live[k] for k in sorted(self.live)]
 
