@@ -24,12 +24,10 @@ import numpy as np
 
 from kvsched import fastcsv
 from kvsched.arrow import int64s
-from kvsched.floatfmt import format_floats
+from kvsched.floatfmt import cell_text, format_floats, formatted
 from kvsched.floatsum import fold
 from kvsched.records import STEP_COLUMNS
 from kvsched.steplog import COMPACT_COLUMNS, RecordMode, Segment, SegmentBlock, Stretch
-
-FLOAT_FORMAT = "%.10g"
 
 _STEP_FLOATS = frozenset({"time", "duration", "thrash_ratio", "mfu", "mbu"})
 _CONSTANT = (3, 4, 5, 6, 7, 8, 9, 12, 13, 15, 16, 17, 18)
@@ -44,31 +42,20 @@ def _empty_texts(pa: Any, n: int) -> Any:
                                        pa.py_buffer(b""))
 
 
-def cell_text(value: Any) -> str:
-    """One value as the text of the CSV cell the writers produce."""
-    if value is None:
-        return ""
-    if type(value) is float:
-        return FLOAT_FORMAT % value
-    return str(value)
-
-
 def write_rows(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     """A CSV file of `rows` under `header`."""
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(header)
-        fmt = FLOAT_FORMAT
         chunks = getattr(rows, "csv_text", None)  # a table's rows (kvsched.record_table)
         if chunks is None:
-            writer.writerows([fmt % v if type(v) is float else v for v in row] for row in rows)
+            writer.writerows(formatted(rows))
             return
         for part in chunks():
             if isinstance(part, bytes):  # the same bytes as the csv module's, in C
                 handle.write(part.decode("utf-8"))
             else:
-                writer.writerows([fmt % v if type(v) is float else v for v in row]
-                                 for row in part)
+                writer.writerows(formatted(part))
 
 
 class RowCsv:
@@ -80,9 +67,7 @@ class RowCsv:
         self._writer.writerow(header)
 
     def __call__(self, rows: Iterable[Sequence[Any]]) -> None:
-        fmt = FLOAT_FORMAT
-        self._writer.writerows([fmt % v if type(v) is float else v for v in row]
-                               for row in rows)
+        self._writer.writerows(formatted(rows))
 
     def text(self, lines: bytes) -> None:
         """Rows already made CSV lines (the compiled loop's events)."""

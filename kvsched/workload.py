@@ -471,7 +471,7 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
     clean = _clean_trace(path, layout, seed, spec)
     if clean is not None:
         return _replay(spec, *clean)
-    # pandas (a quarter second to import): only when a table is read
+    # pandas (a quarter second to import): only when a trace file is read
     import pandas as pd
 
     table = _read_table(path, where, locate)
@@ -690,7 +690,7 @@ def _group_prefixes(table: pd.DataFrame, layout: TraceLayout, prompts: np.ndarra
     """Rows of a `prefix_group` share their first `prefix_len` tokens; a `prefix_len` of 0
     without a group is no shared prefix (what a dataframe writes). A row with block ids
     (`blocks`, from `hash_ids`) may not have a group too."""
-    # pandas (a quarter second to import): only when a table is read
+    # pandas (a quarter second to import): only when a trace file is read
     import pandas as pd
 
     group_column, len_column = layout.prefix_group, layout.prefix_len
@@ -736,7 +736,7 @@ def _group_prefixes(table: pd.DataFrame, layout: TraceLayout, prompts: np.ndarra
 
 def _arrival_seconds(column: pd.Series, unit: str, path: Path, where: tuple,
                      locate: Locate) -> np.ndarray:
-    # pandas (a quarter second to import): only when a table is read
+    # pandas (a quarter second to import): only when a trace file is read
     import pandas as pd
 
     if unit == "datetime":
@@ -755,7 +755,7 @@ def _arrival_seconds(column: pd.Series, unit: str, path: Path, where: tuple,
 def _numbers(column: pd.Series, path: Path, name: str, where: tuple, locate: Locate, *,
              minimum: float | None, whole: bool, maximum: float | None = None) -> np.ndarray:
     """The column as numbers, or an error naming the first bad row."""
-    # pandas (a quarter second to import): only when a table is read
+    # pandas (a quarter second to import): only when a trace file is read
     import pandas as pd
 
     values = pd.to_numeric(column, errors="coerce").to_numpy(dtype=float)
@@ -795,7 +795,7 @@ def _read_table(path: Path, where: tuple, locate: Locate) -> pd.DataFrame:
     # only when the reading fails
     import zlib
 
-    # pandas (a quarter second to import): only when a table is read
+    # pandas (a quarter second to import): only when a trace file is read
     import pandas as pd
 
     _check_regular(path, where, locate)
@@ -822,7 +822,7 @@ def _first_bad_json_line(path: Path) -> str | None:
     # only when the reading fails
     import json
 
-    # pandas (a quarter second to import): only when a table is read
+    # pandas (a quarter second to import): only when a trace file is read
     from pandas.io.common import get_handle
 
     try:
