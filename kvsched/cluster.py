@@ -43,7 +43,7 @@ from kvsched.sequence import Seq
 from kvsched.simulator import EventSink, EventStream
 from kvsched.steplog import StepLog, StepStats, replica_chunk
 from kvsched.timing import TimeModel
-from kvsched.turns import ArrivalQueue, check_turns
+from kvsched.turns import ARRIVAL_SLACK, ArrivalQueue, check_turns
 
 ARRIVAL, STEP = 0, 1  # heap kinds: an arrival before a step starting at the same time
 _PRUNE = 4096  # delayed views: drop snapshots and routing times older than this many
@@ -270,7 +270,7 @@ class _Loop:
                     continue
                 start = heap[0][0]
                 # A hair of slack, as in run_loop: an arrival by a step's start joins it.
-                if arrival <= start + 1e-9 * (1.0 + start):
+                if arrival <= start + ARRIVAL_SLACK * (1.0 + start):
                     self._route(arrival, heap)
                     continue
             elif not heap:
@@ -353,7 +353,7 @@ class _Loop:
                 engine.arrive(seq, replica.step, replica.now)
             # A rejection may have released a next turn due by now: route it before the
             # step (it joins this step if it lands here, as in a single run).
-            horizon = replica.now + 1e-9 * (1.0 + replica.now)
+            horizon = replica.now + ARRIVAL_SLACK * (1.0 + replica.now)
             while (due := arrivals.next_time()) <= horizon:
                 self._route(due, heap)
         upcoming = arrivals.next_time()

@@ -30,7 +30,7 @@ from kvsched.request import Request, Status
 from kvsched.sequence import Seq, SeqState
 from kvsched.steplog import StepLog, Timeline
 from kvsched.timing import TimeModel
-from kvsched.turns import ArrivalQueue
+from kvsched.turns import ARRIVAL_SLACK, ArrivalQueue
 
 if TYPE_CHECKING:
     from kvsched.events import Abort, EventSink, Progress
@@ -179,6 +179,7 @@ def run_loop(engine: Engine, seqs: Arrivals, log: StepLog, max_steps: int,
     drain_at = stream._chunk if stream is not None else 0
     turns = 0
     abort_mask = ABORT_EVERY - 1
+    slack = ARRIVAL_SLACK  # (a C double in the compiled build)
     while True:
         if stream is not None and len(backlog) >= drain_at:
             stream.drain()
@@ -187,8 +188,7 @@ def run_loop(engine: Engine, seqs: Arrivals, log: StepLog, max_steps: int,
             progress(len(seqs.order), now)
         if abort is not None and not turns & abort_mask and abort(now, seqs.live.values()):
             return step, now, True
-        # A hair of slack: times summed step by step drift (0.1 * 8 = 0.7999999999999999).
-        horizon = now + 1e-9 * (1.0 + now)
+        horizon = now + slack * (1.0 + now)
         upcoming = queue.next_time()
         while upcoming <= horizon:
             # Everything due, then what a rejection among them released (as a cluster
