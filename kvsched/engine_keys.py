@@ -1,6 +1,6 @@
 """How an `engine:` mapping may spell its keys (vLLM's and SGLang's names for kvsched's), and
 which keys a mapping as written sets. Free of kvsched imports: the schema
-(`kvsched.schema`) and the GPU defaults (`kvsched.serve_defaults`) both read it."""
+(`kvsched.schema`) and the GPU defaults (`kvsched.timing.serve_defaults`) both read it."""
 
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ class Preset:
     # scheduler then: _schedule_chunked_prefill); keys written beside the preset still win
     when_chunked: Mapping[str, Any] = field(default_factory=dict)
     checked: str = ""  # how far it is proven, where `exact` alone would say too little
-    # settings by the GPU the time model names, first matching tier (kvsched.serve_defaults),
+    # settings by the GPU the time model names, first matching tier (kvsched.timing.serve_defaults),
     # for the keys not written; `settings` holds the engine class's own defaults
     gpu_defaults: tuple[GpuTier, ...] = ()
     gpu_defaults_source: str = ""
@@ -211,7 +211,7 @@ def _show(value: Any) -> str:
 
 
 def _describe_tiers(entry: Preset) -> list[str]:
-    """`kvsched presets`' line for a preset's GPU table (`kvsched.serve_defaults`)."""
+    """`kvsched presets`' line for a preset's GPU table (`kvsched.timing.serve_defaults`)."""
     if not entry.gpu_defaults:
         return []
     parts = []

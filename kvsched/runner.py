@@ -32,9 +32,9 @@ from kvsched.schema import (
     RunSpec,
     TraceWorkload,
 )
-from kvsched.serve_defaults import derived_defaults
 from kvsched.simulator import Abort, simulate
 from kvsched.steplog import RecordMode, StepLog
+from kvsched.timing.serve_defaults import derived_defaults
 from kvsched.variant_parts import admission_of, policy_of, slo_of, time_model_of
 from kvsched.workload import build_requests, count_requests
 
@@ -105,7 +105,7 @@ def check_profiles(variant: Variant) -> None:
                   for i, entry in enumerate(spec.cluster.replicas)]
     for field, time in times:
         if isinstance(time, ProfiledTime):
-            from kvsched.profiled import ProfiledStep, ProfileError  # pandas: only if needed
+            from kvsched.timing.profiled import ProfiledStep, ProfileError  # pandas: only if needed
 
             try:
                 ProfiledStep(Path(time.profiles), time.model, time.tp)

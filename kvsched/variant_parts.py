@@ -23,7 +23,7 @@ def time_model_of(spec: RunSpec) -> TimeModel:
                           time.per_swapped_block)
     if isinstance(time, RooflineTime):
         # hardware time models only (profiled reads its tables with pandas)
-        from kvsched.roofline import RooflineStep
+        from kvsched.timing.roofline import RooflineStep
 
         try:
             return RooflineStep(time.model, time.gpu, time.tp,
@@ -34,7 +34,7 @@ def time_model_of(spec: RunSpec) -> TimeModel:
             raise KvschedError(f"time.tp: {exc}") from None
     if isinstance(time, ProfiledTime):
         # hardware time models only (profiled reads its tables with pandas)
-        from kvsched.profiled import ProfiledStep
+        from kvsched.timing.profiled import ProfiledStep
 
         return ProfiledStep(Path(time.profiles), time.model, time.tp)
     return StepClock()

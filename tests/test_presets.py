@@ -137,7 +137,7 @@ def test_shipped_engines_scenario_holds_its_claims():
     assert configs["vllm_serve"].async_scheduling and configs["vllm_v1"].async_scheduling
     assert not configs["vllm_v1_sync"].async_scheduling
     # the variant's batch settings are what vllm serve 0.33 takes on an H100
-    from kvsched.serve_defaults import gpu_defaults
+    from kvsched.timing.serve_defaults import gpu_defaults
 
     h100 = gpu_defaults("vllm_v1", "h100-sxm")
     assert h100 is not None

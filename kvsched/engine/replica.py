@@ -45,7 +45,7 @@ class Engine:
         self._duration_shape = getattr(clock, "duration_shape", None)
         self._shape: type | None = None
         if self._duration_shape is not None:  # (hardware models only: their module)
-            from kvsched.roofline import BatchShape
+            from kvsched.timing.roofline import BatchShape
 
             self._shape = BatchShape
         # Hardware models also give each step's MFU and memory-bandwidth utilisation.
