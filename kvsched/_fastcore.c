@@ -1502,7 +1502,7 @@ out:
  * which pyarrow infers as int64; a wanted time column holds "YYYY-MM-DD HH:MM:SS[.fraction]"
  * (or a T), a valid date from 1900 to 2199 and at most 9 fraction digits, which it infers
  * as a zone-less timestamp: here its nanoseconds since 1970. Anything else is None, and
- * kvsched.trace_csv asks pyarrow. */
+ * kvsched.workload.trace_csv asks pyarrow. */
 
 /* pyarrow reads in blocks of 1 MiB and refuses a row longer than one: lines past this
  * are left to it (and then to pandas). */

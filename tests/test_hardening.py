@@ -525,12 +525,12 @@ def test_a_newline_in_a_value_never_splits_the_error_line(tmp_path):
 
 def test_validate_does_not_build_a_synthetic_workload(tmp_path, monkeypatch):
     """10M synthetic requests validate without generating one of them."""
-    import kvsched.workload
+    import kvsched.workload.build
 
     def never(*args, **kwargs):
         raise AssertionError("validate generated the workload")
 
-    monkeypatch.setattr(kvsched.workload, "_synthetic", never)
+    monkeypatch.setattr(kvsched.workload.build, "_synthetic", never)
     path = write(tmp_path, "s.yaml", "name: x\nworkload: {kind: synthetic, num_requests: "
                                      "10000000, arrival: {kind: poisson, rate: 1}, "
                                      "prompt_len: 5, output_len: 5}\n")

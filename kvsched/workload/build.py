@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,7 +44,8 @@ from kvsched.schema import (
     UniformLen,
     WorkloadSpec,
 )
-from kvsched.trace_csv import read_clean_columns
+from kvsched.workload.formats import UNIT_SECONDS, TraceLayout, trace_layout
+from kvsched.workload.trace_csv import read_clean_columns
 
 if TYPE_CHECKING:  # pandas is imported only where a file needs it (a quarter second)
     import pandas as pd
@@ -406,60 +407,6 @@ def _empirical_column(spec: EmpiricalLen, base_dir: Path, where: tuple,
 # -- traces -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TraceLayout:
-    """Where a trace format keeps each field, and the unit of its arrival column."""
-
-    arrival_time: str | None  # None: lengths only, times from the workload's arrival process
-    prompt_len: str
-    output_len: str
-    priority: str | None = None
-    class_name: str | None = None
-    request_id: str | None = None
-    arrival_unit: str = "s"  # s, ms, us or datetime (seconds since the first row)
-    optional_extras: bool = False  # extra columns used only when present
-    session: str | None = None  # a conversation id (optional in every format)
-    # Prefix identity, each optional in every format: a shared prefix named by a group and
-    # its length, or one block id per `hash_block_tokens` tokens of the prompt.
-    prefix_group: str | None = None
-    prefix_len: str | None = None
-    hash_ids: str | None = None
-    # A conversation's next turn: the id of its previous turn, and the pause after it.
-    after: str | None = None
-    think_time: str | None = None
-
-
-FORMATS = {
-    "kvsched": TraceLayout("arrival_time", "prompt_len", "output_len", "priority", "class",
-                           "request_id", optional_extras=True, session="session",
-                           prefix_group="prefix_group", prefix_len="prefix_len",
-                           hash_ids="hash_ids", after="after", think_time="think_time"),
-    "azure": TraceLayout("TIMESTAMP", "ContextTokens", "GeneratedTokens",
-                         arrival_unit="datetime"),
-    "mooncake": TraceLayout("timestamp", "input_length", "output_length", arrival_unit="ms",
-                            hash_ids="hash_ids"),
-    "vidur": TraceLayout("arrived_at", "num_prefill_tokens", "num_decode_tokens"),
-    # Length-only files as Sarathi-Serve and Vidur ship them (ShareGPT, arXiv summaries...).
-    "lengths": TraceLayout(None, "num_prefill_tokens", "num_decode_tokens"),
-}
-
-_UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
-
-
-def trace_layout(spec: TraceWorkload) -> TraceLayout:
-    """Where the trace's format (or its `columns`) keeps each field."""
-    if spec.format is not None:
-        return FORMATS[spec.format]
-    columns = spec.columns
-    assert columns is not None
-    return TraceLayout(columns.arrival_time, columns.prompt_len, columns.output_len,
-                       columns.priority, columns.class_, columns.request_id,
-                       columns.arrival_unit, session=columns.session,
-                       prefix_group=columns.prefix_group, prefix_len=columns.prefix_len,
-                       hash_ids=columns.hash_ids, after=columns.after,
-                       think_time=columns.think_time)
-
-
 def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
            seed: int) -> Sequence[Request]:
     """(`seed` makes a generator only for a trace whose arrivals come from a process:
@@ -526,7 +473,7 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
     if layout.after is not None and layout.after in table.columns:
         afters = [None if pd.isna(v) else str(v) for v in table[layout.after]]
     thinks = np.zeros(n)  # in the unit of the arrival column (seconds for timestamps)
-    think_unit = _UNIT_SECONDS.get(layout.arrival_unit, 1.0)
+    think_unit = UNIT_SECONDS.get(layout.arrival_unit, 1.0)
     if layout.think_time is not None and layout.think_time in table.columns:
         thinks = _numbers(table[layout.think_time].fillna(0), path, layout.think_time, where,
                           locate, minimum=0, whole=False, maximum=MAX_TIME)
@@ -566,7 +513,7 @@ def _replayed_rows(spec: TraceWorkload, arrivals: np.ndarray) -> np.ndarray:
 def _clean_trace(path: Path, layout: TraceLayout, seed: int,
                  spec: TraceWorkload) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Arrival seconds, prompt and output lengths of a clean CSV trace read without pandas
-    (`kvsched.trace_csv`), or None: then pandas reads it and names what is wrong."""
+    (`kvsched.workload.trace_csv`), or None: then pandas reads it and names what is wrong."""
     needed = {layout.prompt_len: "number", layout.output_len: "number"}
     limits = {layout.prompt_len: (1.0, float(MAX_TOKENS)),
               layout.output_len: (1.0, float(MAX_TOKENS))}
@@ -575,7 +522,7 @@ def _clean_trace(path: Path, layout: TraceLayout, seed: int,
             needed[layout.arrival_time] = "datetime"
         else:
             needed[layout.arrival_time] = "number"
-            limits[layout.arrival_time] = (0.0, MAX_TIME / _UNIT_SECONDS[layout.arrival_unit])
+            limits[layout.arrival_time] = (0.0, MAX_TIME / UNIT_SECONDS[layout.arrival_unit])
     if len(needed) < 2 + (layout.arrival_time is not None):
         return None  # one column named twice: pandas' reading decides
     absent = [name for name in (layout.priority, layout.class_name, layout.request_id,
@@ -594,7 +541,7 @@ def _clean_trace(path: Path, layout: TraceLayout, seed: int,
     elif layout.arrival_unit == "datetime":
         arrivals = columns[layout.arrival_time]
     else:
-        arrivals = columns[layout.arrival_time] * _UNIT_SECONDS[layout.arrival_unit]
+        arrivals = columns[layout.arrival_time] * UNIT_SECONDS[layout.arrival_unit]
     return arrivals, prompts, outputs
 
 
@@ -748,8 +695,8 @@ def _arrival_seconds(column: pd.Series, unit: str, path: Path, where: tuple,
         seconds = (stamps - stamps.min()).dt.total_seconds().to_numpy()
         return np.asarray(seconds, dtype=float)
     values = _numbers(column, path, str(column.name), where, locate, minimum=0, whole=False,
-                      maximum=MAX_TIME / _UNIT_SECONDS[unit])
-    return values * _UNIT_SECONDS[unit]
+                      maximum=MAX_TIME / UNIT_SECONDS[unit])
+    return values * UNIT_SECONDS[unit]
 
 
 def _numbers(column: pd.Series, path: Path, name: str, where: tuple, locate: Locate, *,
