@@ -20,7 +20,22 @@ from pydantic import (
     model_validator,
 )
 
-from kvsched.config import EngineConfig, effective_step_order
+from kvsched.admission import Estimator
+from kvsched.backpressure import Action
+from kvsched.config import (
+    PREFIX_CACHES,
+    AdmissionRule,
+    EngineConfig,
+    PreemptionMode,
+    PrefixAccounting,
+    RejectionTexts,
+    Requeue,
+    StepOrder,
+    Unschedulable,
+    Victim,
+    effective_step_order,
+    one_of,
+)
 from kvsched.engine_keys import ENGINE_ALIASES, written_engine_keys  # noqa: F401  (re-exported)
 from kvsched.hardware import (
     KV_DTYPE_BYTES,
@@ -34,7 +49,7 @@ from kvsched.paths import name_problem, scenario_name_problem
 from kvsched.policies import check_policy_name, is_user_policy, make_policy
 from kvsched.presets import PRESETS
 from kvsched.presets import expand as expand_preset
-from kvsched.serve_defaults import with_defaults
+from kvsched.serve_defaults import USAGES, with_defaults
 
 _ENGINE = EngineConfig()
 MAX_SYNTHETIC_REQUESTS = 10_000_000
@@ -102,25 +117,23 @@ class EngineSpec(Strict):
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = None  # auto: 0.92
     # the KV cache's element type (fp8: half the bytes per token): the blocks `num_blocks: auto`
     # makes and the KV bytes a roofline step reads
-    kv_cache_dtype: Literal["auto", "fp8"] = "auto"
+    kv_cache_dtype: one_of(KV_DTYPE_BYTES) = "auto"  # type: ignore[valid-type]
     enforce_eager: bool = False  # vLLM's flag: no CUDA graphs, so none in the pool's budget
     # whose defaults a preset with a GPU table takes (kvsched.serve_defaults): vLLM's API
     # server (`vllm serve`) or its offline LLM class
-    usage: Literal["serve", "offline"] = "serve"
+    usage: one_of(USAGES) = "serve"  # type: ignore[valid-type]
     watermark: Annotated[float, Field(ge=0, lt=1)] = _ENGINE.watermark
-    preemption: Literal["recompute", "swap"] = _ENGINE.preemption.value
+    preemption: one_of(PreemptionMode) = _ENGINE.preemption.value  # type: ignore[valid-type]
     max_steps: PositiveInt = _ENGINE.max_steps
-    victim: Literal["last_admitted", "lowest_priority", "fewest_generated", "by_policy",
-                    "queue_tail"] = (
-        _ENGINE.victim.value)
-    requeue: Literal["front", "back", "by_policy"] = _ENGINE.requeue.value
+    victim: one_of(Victim) = _ENGINE.victim.value  # type: ignore[valid-type]
+    requeue: one_of(Requeue) = _ENGINE.requeue.value  # type: ignore[valid-type]
     mix_prefill_decode: bool = _ENGINE.mix_prefill_decode
     admit_after_preempt: bool = _ENGINE.admit_after_preempt
     chunked_prefill: bool = _ENGINE.chunked_prefill
     long_prefill_token_threshold: NonNegativeInt = _ENGINE.long_prefill_token_threshold
-    on_unschedulable: Literal["starve", "reject"] = _ENGINE.on_unschedulable.value
-    step_order: Literal["decode_first", "prefill_first", "running_loop"] = (
-        _ENGINE.step_order.value)
+    on_unschedulable: one_of(Unschedulable) = (  # type: ignore[valid-type]
+        _ENGINE.on_unschedulable.value)
+    step_order: one_of(StepOrder) = _ENGINE.step_order.value  # type: ignore[valid-type]
     max_model_len: Annotated[int, Field(ge=2)] | None = None
     null_block: bool = _ENGINE.null_block
     scheduler_reserve_full_isl: bool = _ENGINE.scheduler_reserve_full_isl
@@ -129,12 +142,15 @@ class EngineSpec(Strict):
     delay_factor: NonNegativeFloat = _ENGINE.delay_factor
     max_queued_requests: PositiveInt | None = None
     enable_prefix_caching: bool = _ENGINE.enable_prefix_caching
-    prefix_accounting: Literal["v1", "v0"] = _ENGINE.prefix_accounting.value
-    prefix_cache: Literal["hashed", "radix"] = "hashed"
-    admission_rule: Literal["blocks", "future_tokens"] = _ENGINE.admission_rule.value
+    prefix_accounting: one_of(PrefixAccounting) = (  # type: ignore[valid-type]
+        _ENGINE.prefix_accounting.value)
+    prefix_cache: one_of(PREFIX_CACHES) = _ENGINE.prefix_cache  # type: ignore[valid-type]
+    admission_rule: one_of(AdmissionRule) = (  # type: ignore[valid-type]
+        _ENGINE.admission_rule.value)
     max_prefill_tokens: PositiveInt = _ENGINE.max_prefill_tokens
     schedule_conservativeness: PositiveFloat = _ENGINE.schedule_conservativeness
-    rejection_texts: Literal["kvsched", "vllm_v0"] = _ENGINE.rejection_texts.value
+    rejection_texts: one_of(RejectionTexts) = (  # type: ignore[valid-type]
+        _ENGINE.rejection_texts.value)
     max_num_partial_prefills: PositiveInt = _ENGINE.max_num_partial_prefills
     max_long_partial_prefills: PositiveInt = _ENGINE.max_long_partial_prefills
     enable_priority_scheduling: bool = _ENGINE.enable_priority_scheduling
@@ -279,7 +295,7 @@ class RooflineTime(Strict):
     # the decoder layers' linear weights: bf16, or fp8 (an fp8 checkpoint or vLLM's
     # `--quantization fp8`): half the bytes read per step and held, fp8 GEMMs where the GPU
     # has fp8 Tensor Cores; the embedding and LM head stay bf16, as in vLLM
-    weight_dtype: Literal["bf16", "fp8"] = "bf16"
+    weight_dtype: one_of(WEIGHT_DTYPE_BYTES) = "bf16"  # type: ignore[valid-type]
 
     _model = field_validator("model")(_known_model)
     _gpu = field_validator("gpu")(_known_gpu)
@@ -749,7 +765,7 @@ class AdmissionSpec(Strict):
     """`admission:` reject at arrival when the estimated TTFT exceeds `ttft_slo`."""
 
     ttft_slo: PositiveFloat | None = None  # default: slo.ttft
-    estimator: Literal["tokens", "throughput"] = "tokens"
+    estimator: one_of(Estimator) = Estimator.TOKENS.value  # type: ignore[valid-type]
     window: PositiveInt = 200
 
 
@@ -761,7 +777,7 @@ class BackpressureSpec(Strict):
     window: PositiveInt = 100
     threshold: NonNegativeFloat = 0.2
     release: NonNegativeFloat = 0.1
-    act: Literal["none", "pause", "reserve"] = "none"
+    act: one_of(Action) = Action.NONE.value  # type: ignore[valid-type]
 
     @model_validator(mode="after")
     def _ordered(self) -> Self:
