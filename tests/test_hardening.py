@@ -545,8 +545,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_shipped_files_stand_alone():
-    """README and every shipped file point to nothing outside the repository (../shared)."""
-    shipped = [REPO / "README.md", REPO / "pyproject.toml", REPO / "Makefile",
+    """README, docs/ and every shipped file point to nothing outside the repository
+    (../shared)."""
+    shipped = [REPO / "README.md", *(REPO / "docs").glob("*.md"),
+               REPO / "pyproject.toml", REPO / "Makefile",
                *(REPO / "kvsched").rglob("*.py"), *(REPO / "scenarios").rglob("*.yaml"),
                *(REPO / "scenarios").rglob("*.md"), *(REPO / "bench").rglob("*.py")]
     for path in shipped:
