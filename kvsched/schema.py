@@ -50,6 +50,7 @@ from kvsched.policies import check_policy_name, is_user_policy, make_policy
 from kvsched.presets import PRESETS
 from kvsched.presets import expand as expand_preset
 from kvsched.serve_defaults import USAGES, with_defaults
+from kvsched.workload.formats import FORMATS
 
 _ENGINE = EngineConfig()
 MAX_SYNTHETIC_REQUESTS = 10_000_000
@@ -704,7 +705,7 @@ class TraceWorkload(Strict):
 
     kind: Literal["trace"]
     path: str
-    format: Literal["kvsched", "azure", "mooncake", "vidur", "lengths"] | None = None
+    format: one_of(FORMATS) | None = None  # type: ignore[valid-type]
     columns: TraceColumns | None = None
     arrival: ArrivalSpec | None = None
     limit: PositiveInt | None = None
@@ -716,8 +717,7 @@ class TraceWorkload(Strict):
     @model_validator(mode="after")
     def _one_layout(self) -> Self:
         if (self.format is None) == (self.columns is None):
-            raise ValueError("give exactly one of format (kvsched, azure, mooncake, vidur, "
-                             "lengths) or columns")
+            raise ValueError(f"give exactly one of format ({', '.join(FORMATS)}) or columns")
         lengths_only = self.format == "lengths" or (
             self.columns is not None and self.columns.arrival_time is None)
         if lengths_only and self.arrival is None:

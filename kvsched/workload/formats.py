@@ -1,12 +1,14 @@
 """The trace formats a `workload: {kind: trace}` reads: where each keeps a request's fields,
-one `FORMATS` entry per format (a new format whose columns carry what kvsched reads is one
-entry here, and its name in `TraceWorkload.format`)."""
+one `FORMATS` entry per format. A new format whose columns carry what kvsched reads is one
+entry here: `TraceWorkload.format` takes its choices from `FORMATS`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from kvsched.schema import TraceWorkload
+if TYPE_CHECKING:  # (the schema reads FORMATS: this module imports nothing of kvsched)
+    from kvsched.schema import TraceWorkload
 
 
 @dataclass(frozen=True)
