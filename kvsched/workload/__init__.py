@@ -14,10 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
     **dict.fromkeys(("MAX_LOCAL_ID", "PREFIX_GROUP", "TAG_SHIFT", "TRACE_BLOCK", "TURN",
-                     "Locate", "build_requests", "count_requests", "segment_id"),
-                    "kvsched.workload.build"),
-    **dict.fromkeys(("FORMATS", "UNIT_SECONDS", "TraceLayout", "trace_layout"),
-                    "kvsched.workload.formats"),
+                     "Locate", "build_requests", "count_requests", "segment_id",
+                     "trace_layout"), "kvsched.workload.build"),
+    **dict.fromkeys(("FORMATS", "UNIT_SECONDS", "TraceLayout"), "kvsched.workload.formats"),
 }
 
 __all__ = ["FORMATS", "MAX_LOCAL_ID", "PREFIX_GROUP", "TAG_SHIFT", "TRACE_BLOCK", "TURN",
@@ -46,5 +45,6 @@ if TYPE_CHECKING:
         build_requests,
         count_requests,
         segment_id,
+        trace_layout,
     )
-    from kvsched.workload.formats import FORMATS, UNIT_SECONDS, TraceLayout, trace_layout
+    from kvsched.workload.formats import FORMATS, UNIT_SECONDS, TraceLayout

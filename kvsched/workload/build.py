@@ -44,7 +44,7 @@ from kvsched.schema import (
     UniformLen,
     WorkloadSpec,
 )
-from kvsched.workload.formats import UNIT_SECONDS, TraceLayout, trace_layout
+from kvsched.workload.formats import FORMATS, UNIT_SECONDS, TraceLayout
 from kvsched.workload.trace_csv import read_clean_columns
 
 if TYPE_CHECKING:  # pandas is imported only where a file needs it (a quarter second)
@@ -405,6 +405,20 @@ def _empirical_column(spec: EmpiricalLen, base_dir: Path, where: tuple,
 
 
 # -- traces -----------------------------------------------------------------------------
+
+
+def trace_layout(spec: TraceWorkload) -> TraceLayout:
+    """Where the trace's format (or its `columns`) keeps each field."""
+    if spec.format is not None:
+        return FORMATS[spec.format]
+    columns = spec.columns
+    assert columns is not None
+    return TraceLayout(columns.arrival_time, columns.prompt_len, columns.output_len,
+                       columns.priority, columns.class_, columns.request_id,
+                       columns.arrival_unit, session=columns.session,
+                       prefix_group=columns.prefix_group, prefix_len=columns.prefix_len,
+                       hash_ids=columns.hash_ids, after=columns.after,
+                       think_time=columns.think_time)
 
 
 def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,

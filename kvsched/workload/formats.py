@@ -1,14 +1,11 @@
 """The trace formats a `workload: {kind: trace}` reads: where each keeps a request's fields,
 one `FORMATS` entry per format. A new format whose columns carry what kvsched reads is one
-entry here: `TraceWorkload.format` takes its choices from `FORMATS`."""
+entry here: `TraceWorkload.format` takes its choices from `FORMATS`. Data only, importing
+nothing of kvsched: the schema reads it while it is itself being imported."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # (the schema reads FORMATS: this module imports nothing of kvsched)
-    from kvsched.schema import TraceWorkload
 
 
 @dataclass(frozen=True)
@@ -50,17 +47,3 @@ FORMATS = {
 
 UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 """Seconds per unit of a numeric arrival column (`arrival_unit`; `datetime` is read apart)."""
-
-
-def trace_layout(spec: TraceWorkload) -> TraceLayout:
-    """Where the trace's format (or its `columns`) keeps each field."""
-    if spec.format is not None:
-        return FORMATS[spec.format]
-    columns = spec.columns
-    assert columns is not None
-    return TraceLayout(columns.arrival_time, columns.prompt_len, columns.output_len,
-                       columns.priority, columns.class_, columns.request_id,
-                       columns.arrival_unit, session=columns.session,
-                       prefix_group=columns.prefix_group, prefix_len=columns.prefix_len,
-                       hash_ids=columns.hash_ids, after=columns.after,
-                       think_time=columns.think_time)

@@ -13,8 +13,7 @@ import numpy as np
 from kvsched.request import Request
 from kvsched.scenario import Scenario
 from kvsched.schema import TraceWorkload
-from kvsched.workload.build import build_requests
-from kvsched.workload.formats import trace_layout
+from kvsched.workload.build import build_requests, trace_layout
 
 MS_GAP = 1000.0
 """A median gap of this many 'seconds' between whole-number timestamps reads as milliseconds."""
