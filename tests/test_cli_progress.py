@@ -119,7 +119,8 @@ def test_run_off_a_terminal_says_how_far_it_got(tmp_path):
     """A run of some seconds with stderr to a pipe: plain lines naming the scenario, the
     variant, the requests arrived and the simulated time (a fresh process, as a user's)."""
     (tmp_path / "long.yaml").write_text(LONG_RUN % 300_000)
-    code = ("import kvsched.cli_progress as p; p.FIRST = 0.2; p.EVERY = 0.2\n"
+    # Beats every 20 ms: the simulation itself takes about 0.15 s here.
+    code = ("import kvsched.cli_progress as p; p.FIRST = 0.02; p.EVERY = 0.02\n"
             "import sys; from kvsched.cli import main\n"
             f"sys.argv = ['kvsched', 'run', {str(tmp_path / 'long.yaml')!r}, '--records', "
             f"'summary', '--out', {str(tmp_path / 'o')!r}]\nmain()\n")
@@ -153,7 +154,9 @@ def test_sweep_off_a_terminal_counts_points_checked_and_run(often, tmp_path):
 
 
 def test_capacity_off_a_terminal_names_its_probes(often, tmp_path):
-    (tmp_path / "s.yaml").write_text(SMALL)
+    # 1,000 requests, not SMALL's 60: a warm process (after other capacity tests) otherwise
+    # ends the search between two 20 ms beats.
+    (tmp_path / "s.yaml").write_text(SMALL.replace("num_requests: 60", "num_requests: 1000"))
     result = CliRunner().invoke(app, ["capacity", str(tmp_path / "s.yaml"), "--slo",
                                       "ttft_p99=0.5", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
