@@ -28,6 +28,22 @@ def compiled_modules() -> tuple[str, ...]:
     raise RuntimeError("kvsched/compiled.py has no COMPILED tuple")
 
 
+def remove_stale_builds() -> None:
+    """Delete the builds of modules that are no longer compiled (moved into a package, or
+    dropped): an extension file beside a module's old path would be imported in place of
+    the source that now stands there (a compatibility re-export)."""
+    wanted = {name.replace(".", "/") for name in compiled_modules()} | {"kvsched/_fastcore"}
+    for path in Path(__file__).with_name("kvsched").rglob("*"):
+        if path.suffix not in (".so", ".pyd"):
+            continue
+        stem = path.relative_to(Path(__file__).parent).as_posix().split(".")[0]
+        if stem not in wanted:
+            path.unlink()
+            generated = path.parent / (path.name.split(".")[0] + ".c")
+            if generated.exists():
+                generated.unlink()
+
+
 def extensions() -> list[Extension]:
     out = [Extension("kvsched._fastcore", ["kvsched/_fastcore.c"], optional=True,
                      extra_compile_args=FLAGS)]
@@ -45,4 +61,5 @@ def extensions() -> list[Extension]:
 JOBS = os.cpu_count() or 1
 """Modules translated and compiled at once (a pip install builds them one by one else)."""
 
+remove_stale_builds()
 setup(ext_modules=extensions(), options={"build_ext": {"parallel": JOBS}})

@@ -323,7 +323,7 @@ def run_case(case: str, baseline: Path | None = None) -> dict:
                             case.removesuffix("-plain"))
     time_model = ConstantStep(0.0086 if case == "azure-8.6ms" else 0.025)
     if case.endswith("-roofline"):  # the per-step cost of the hardware time model
-        from kvsched.roofline import RooflineStep
+        from kvsched.timing.roofline import RooflineStep
 
         time_model = RooflineStep("meta-llama/Llama-3.1-8B", "h100-sxm")
     start, cpu_start = time.perf_counter(), time.process_time()

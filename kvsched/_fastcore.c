@@ -20,6 +20,8 @@
 #include <string.h>
 
 #define MAX_STRETCH (1 << 14)
+/* kvsched.turns.ARRIVAL_SLACK: an arrival this close after a time is due at it */
+#define ARRIVAL_SLACK 1e-9
 #define MAX_EXACT 4096
 
 enum { WAITING = 1, PREFILLING = 2, RUNNING = 3, FINISHED = 4 };
@@ -940,7 +942,7 @@ static int64_t stretch_once(Core *c, int64_t step, double now, double next_arriv
         while (lo < hi) {
             int64_t mid = (lo + hi) / 2;
             double t = ends[mid];
-            if (next_arrival <= t + 1e-9 * (1.0 + t)) hi = mid; else lo = mid + 1;
+            if (next_arrival <= t + ARRIVAL_SLACK * (1.0 + t)) hi = mid; else lo = mid + 1;
         }
         limit = lo;
     }
@@ -1042,7 +1044,7 @@ static int run_loop(Core *c) {
             if (!out) goto done;
             Py_DECREF(out);
         }
-        double horizon = now + 1e-9 * (1.0 + now);
+        double horizon = now + ARRIVAL_SLACK * (1.0 + now);
         double upcoming = c->next < c->n ? c->arrival[c->next] : INFINITY;
         while (upcoming <= horizon) {
             while (c->next < c->n && c->arrival[c->next] <= horizon) {
@@ -1500,7 +1502,7 @@ out:
  * which pyarrow infers as int64; a wanted time column holds "YYYY-MM-DD HH:MM:SS[.fraction]"
  * (or a T), a valid date from 1900 to 2199 and at most 9 fraction digits, which it infers
  * as a zone-less timestamp: here its nanoseconds since 1970. Anything else is None, and
- * kvsched.trace_csv asks pyarrow. */
+ * kvsched.workload.trace_csv asks pyarrow. */
 
 /* pyarrow reads in blocks of 1 MiB and refuses a row longer than one: lines past this
  * are left to it (and then to pandas). */

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from kvsched.kinds import Reason, Why
 from kvsched.records import RequestRecord
 from kvsched.timing import TimeModel
 
@@ -126,10 +127,10 @@ class AdmissionController:
         duration = self.clock.duration(min(work, per_step), running, engine.kv_tokens, 0)
         return wait + steps * duration
 
-    def rejects(self, seq: Seq, engine: EngineView, now: float) -> str | None:
+    def rejects(self, seq: Seq, engine: EngineView, now: float) -> Reason | None:
         """Why `seq` is turned away, or None to admit it to the queue."""
         estimate = self.estimate(seq, engine, now)
         if estimate <= self.policy.ttft_slo:
             return None
-        return (f"estimated TTFT {estimate:.4g} > ttft_slo {self.policy.ttft_slo:g} "
-                f"({self.policy.estimator.value} estimator)")
+        return Reason(f"estimated TTFT {estimate:.4g} > ttft_slo {self.policy.ttft_slo:g} "
+                      f"({self.policy.estimator.value} estimator)", Why.TTFT_OVER_TARGET)

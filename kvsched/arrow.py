@@ -14,6 +14,7 @@ import numpy as np
 
 def int64s(values: Any) -> Any:
     """`values` (numbers or a numpy array) as a null-free pyarrow int64 array."""
+    # pyarrow (tens of ms to import): only the runs that use it pay
     import pyarrow as pa
 
     data = np.ascontiguousarray(values, dtype=np.int64)
@@ -22,6 +23,7 @@ def int64s(values: Any) -> Any:
 
 def texts(values: list[str]) -> Any:
     """Python strings as a null-free pyarrow string array."""
+    # pyarrow (tens of ms to import): only the runs that use it pay
     import pyarrow as pa
 
     encoded = [value.encode() for value in values]
@@ -34,6 +36,7 @@ def texts(values: list[str]) -> Any:
 
 def mask(values: np.ndarray) -> Any:
     """A numpy bool array as a null-free pyarrow boolean array."""
+    # pyarrow (tens of ms to import): only the runs that use it pay
     import pyarrow as pa
 
     bits = np.packbits(np.asarray(values, dtype=bool), bitorder="little")

@@ -185,6 +185,7 @@ def ray_available() -> bool:
 
 def _run_ray(function: Callable[[J], R], jobs: Sequence[J], address: str | None,
              on_done: Callable[[], None] | None) -> list[R]:
+    # ray is optional: only the Ray backend imports it
     try:
         import ray
     except ImportError:

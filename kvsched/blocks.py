@@ -21,10 +21,6 @@ class BlockPool:
         self.watermark_blocks = watermark_blocks
         self.free = num_blocks
 
-    @property
-    def used(self) -> int:
-        return self.num_blocks - self.free
-
     def can_admit(self, num_blocks: int) -> bool:
         """Whether an admission of `num_blocks` leaves the watermark free."""
         return self.free - num_blocks >= self.watermark_blocks

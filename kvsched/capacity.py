@@ -29,8 +29,10 @@ import pandas as pd
 
 from kvsched.backends import Backend, process_pool, run_jobs, stop_pool
 from kvsched.capacity_grid import search_steps
+from kvsched.diagnosis import INCIDENT_KEYS
 from kvsched.errors import KvschedError, ScenarioError
 from kvsched.metric_names import VLLM_NAMES, refusal, resolve
+from kvsched.metrics import CLUSTER_KEYS, OFFLOAD_KEYS, PD_KEYS, SUMMARY_KEYS
 from kvsched.paths import CAPACITY, replace_dir
 from kvsched.report import write_csv, write_json
 from kvsched.runner import requests_of, run_variant, select, staging
@@ -127,9 +129,6 @@ def check_targets(targets: Sequence[SloTarget], scenario: Scenario) -> None:
     """Refuse an SLO on a key no summary has (before anything runs)."""
     if not targets:
         raise ScenarioError("--slo", "give at least one --slo METRIC=LIMIT (e.g. ttft_p99=2)")
-    from kvsched.diagnosis import INCIDENT_KEYS
-    from kvsched.metrics import CLUSTER_KEYS, OFFLOAD_KEYS, PD_KEYS, SUMMARY_KEYS
-
     classes = known_classes(scenario)
     diagnosis = {*INCIDENT_KEYS, "incident_imbalance"}  # not in a run's summary: no SLO
     units = {time_unit_of(variant.spec) for variant in scenario.variants}
@@ -285,6 +284,7 @@ def num_gpus(variant: Variant) -> int:
     spec = variant.spec
     if spec.cluster is None:
         return getattr(spec.time, "tp", 1)
+    # the cluster's modules: only for a cluster's variants
     from kvsched.cluster_run import replica_specs
 
     return sum(getattr(s.time, "tp", 1) for s in replica_specs(spec))
@@ -479,6 +479,7 @@ def write_capacity(folder: Path, results: Sequence[Capacity], targets: Sequence[
         write_csv(probes, staged / "capacity_probes.csv")
         write_json(spec, staged / "capacity.json")
         if plot:
+            # matplotlib: only when pictures are drawn
             from kvsched.plots import save_png
             from kvsched.plots_capacity import draw_capacity
 

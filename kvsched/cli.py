@@ -15,15 +15,25 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
-from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from kvsched import __version__
+from kvsched import cli_app
+from kvsched.cli_app import (
+    Out,
+    Range,
+    Seed,
+    Variants,
+    app,
+    check_out,
+    friendly,
+    lesson_scenario_path,
+    work_begins,
+)
 from kvsched.errors import KvschedError, excerpt, one_line
-from kvsched.paths import RUN, SWEEP, check_name, check_replaceable, out_problem, write_file
+from kvsched.paths import RUN, SWEEP, check_name, check_replaceable, write_file
 from kvsched.record_mode import RecordMode
 
 # kvsched does no linear algebra: numpy's BLAS thread pool (made when numpy is imported, by
@@ -39,69 +49,6 @@ if TYPE_CHECKING:  # the commands import what they use: `kvsched --help` stays f
     from kvsched.scenario import Scenario
     from kvsched.sweep import Axis
 
-app = typer.Typer(
-    help="A laboratory for the scheduler of an LLM serving engine: run YAML scenarios, "
-         "sweep budgets and pools, compare TTFT, throughput and preemptions.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _print_version(value: bool) -> None:
-    if value:
-        typer.echo(f"kvsched {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _options(
-    version: Annotated[bool, typer.Option(
-        "--version", callback=_print_version, is_eager=True,
-        help="Print the version and exit.")] = False,
-) -> None:
-    """A laboratory for the scheduler of an LLM serving engine: run YAML scenarios, sweep
-    budgets and pools, compare TTFT, throughput and preemptions."""
-
-
-def friendly(command: F) -> F:
-    """Turn the library's input errors into one line on stderr and exit code 2."""
-
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return command(*args, **kwargs)
-        except KvschedError as exc:
-            typer.echo(f"error: {one_line(str(exc))}", err=True)
-            raise typer.Exit(2) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
-_quiet_start = False
-"""Whether `main` turned the collector off for start-up (see `work_begins`)."""
-
-
-def work_begins() -> None:
-    """Start-up is over: the collector `main` turned off goes back on, with what start-up
-    made (modules, classes, the schema's validators, the loaded workloads) frozen out of
-    its passes. The commands that run engines call it once their input is loaded, and
-    `plot` before it draws; the others are short and end with it off."""
-    global _quiet_start
-    if _quiet_start:
-        _quiet_start = False
-        gc.freeze()
-        gc.enable()
-
-
-def lesson_scenario_path() -> Path:
-    """The embedded default scenario: the lesson's 20-request demo."""
-    return Path(str(resources.files("kvsched") / "data" / "lesson.yaml"))
-
-
 def shipped_scenarios_dir() -> Path:
     local = Path("scenarios")
     if local.is_dir():
@@ -114,12 +61,6 @@ def shipped_scenarios_dir() -> Path:
 
 Files = Annotated[list[Path], typer.Argument(metavar="SCENARIO", show_default=False,
                                               help="Scenario YAML files (one or more).")]
-Out = Annotated[Path, typer.Option("--out", "-o", metavar="DIR",
-                                    help="Folder for the records.")]
-Seed = Annotated[int | None, typer.Option("--seed", metavar="N",
-                                           help="Override every variant's seed.")]
-Variants = Annotated[list[str], typer.Option("--variant", metavar="NAME",
-                                              help="Only this variant (repeatable).")]
 Columns = Annotated[str | None, typer.Option(
     "--columns", metavar="KEY,...", help="The table's columns, in this order: summary keys or "
     "vLLM benchmark names, e.g. ttft_p99,p99_itl_ms,num_preemptions.")]
@@ -167,6 +108,7 @@ def run(
 ) -> None:
     """Run every variant of each scenario, write records to OUT/<scenario>/, compare them.
     A long run says how far it got on stderr: a bar on a terminal, else a line now and then."""
+    # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.cli_progress import on_terminal, run_heartbeat
 
     with run_heartbeat("run", not on_terminal()) as beat:
@@ -181,6 +123,7 @@ def _run(scenarios: list[Path], out: Path, seed: int | None, set_: list[str],
          trace_window: str | None = None) -> None:
     """`run`'s work; `beat.status` says what it is doing (a plain line now and then when
     stderr is not a terminal)."""
+    # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.cli_progress import RunTally
     from kvsched.runner import prepare, replaced_by, run_scenario, staging, write_scenario
     from kvsched.scenario import Assignment, load_scenario, time_unit_of
@@ -260,8 +203,10 @@ def column_names(text: str | None, scenarios: "list[Scenario]", names: list[str]
     vLLM name they can read), or one error line with the nearest names, before any run."""
     if text is None:
         return []
+    # (loaded when the command runs: `kvsched --help` stays fast)
     from difflib import get_close_matches
 
+    # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.diagnosis import INCIDENT_KEYS
     from kvsched.metric_names import VLLM_NAMES, refusal, resolve
     from kvsched.metrics import CLUSTER_KEYS, OFFLOAD_KEYS, PD_KEYS, SUMMARY_KEYS
@@ -291,6 +236,7 @@ def column_names(text: str | None, scenarios: "list[Scenario]", names: list[str]
 def check_failures(result: "ScenarioRun") -> list[str]:
     """A line per failed expectation (scenario/variant, the claim, the measured figure): what
     stderr says when stdout carries JSON rather than the checks' table."""
+    # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.report import fmt
     from kvsched.runner import describe
 
@@ -304,6 +250,7 @@ def _unit_warnings(scenario: "Scenario", names: list[str],
                    workloads: "dict[str, Sequence[Request]]") -> None:
     """Valid values that look like a unit slip, one stderr line each (as `validate`), and the
     KV pool each `num_blocks: auto` variant derived from its GPU."""
+    # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.schema import derived_pool, unit_warnings
     from kvsched.serve_defaults import defaults_line
     from kvsched.trace_notes import timestamp_slip, traces_of
@@ -324,6 +271,7 @@ def _unit_warnings(scenario: "Scenario", names: list[str],
 
 def _idle_warnings(result: "ScenarioRun", workloads: "dict[str, Sequence[Request]]") -> list[str]:
     """After a run: replays of hours that kept the engine almost idle (a trace in ms?)."""
+    # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.schema import TraceWorkload
     from kvsched.trace_notes import idle_slip
 
@@ -342,14 +290,17 @@ def run_progress(name: str, tally: "RunTally") -> Iterator[Callable[[str, int, i
     """A long run is not silent: on a terminal a bar per variant on stderr (requests
     arrived, simulated time, time spent); off a terminal the figures go to `tally`, which
     the command's heartbeat prints now and then."""
+    # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.cli_progress import on_terminal
 
     if not on_terminal():
         yield tally.update
         return
+    # rich: only when progress is drawn
     from rich.console import Console
 
     console = Console(stderr=True)
+    # rich: only when progress is drawn
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -371,18 +322,12 @@ def run_progress(name: str, tally: "RunTally") -> Iterator[Callable[[str, int, i
         yield update
 
 
-def check_out(out: Path) -> None:
-    """Refuse an --out that cannot hold results before anything runs."""
-    problem = out_problem(out)
-    if problem:
-        raise KvschedError(f"--out {problem}")
-
-
 def _extra_files(drawn: list[str], plot: bool, report: bool, folder: Path,
                  result: "ScenarioRun") -> None:
     """Draw the pictures and write report.html into the staged folder, adding their names
     to `drawn`; a drawing problem must not cost the run its records."""
     if plot:
+        # matplotlib: only when pictures are drawn
         from kvsched.plots import plot_run_folder
 
         try:
@@ -390,6 +335,7 @@ def _extra_files(drawn: list[str], plot: bool, report: bool, folder: Path,
         except Exception as exc:  # noqa: BLE001 - report and keep the records
             typer.echo(f"warning: {result.scenario.name}: plots not drawn: {exc}", err=True)
     if report:
+        # the report's modules: only when a report is written
         from kvsched.report_view.html import write_report
 
         try:
@@ -422,6 +368,7 @@ def check_trace_options(trace_out: Path | None, window: str | None) -> "tuple[fl
 
 def _write_trace(folder: Path, trace_out: Path, window: "tuple[float, float] | None",
                  err: bool = False) -> None:
+    # the report's modules: only when a trace is written
     from kvsched.report_view.run_view import read_run
     from kvsched.report_view.trace import Trace
 
@@ -445,8 +392,10 @@ def table_width(wide: bool) -> int | None:
 
 def render_run(result: "ScenarioRun", folder: Path, width: int | None = None,
                picked: list[str] | None = None) -> str:
+    # (loaded when the command runs: `kvsched --help` stays fast)
     from tabulate import tabulate
 
+    # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.report import comparison_table, fmt, incident_kinds
     from kvsched.runner import describe, missing_baselines
 
@@ -485,9 +434,6 @@ def render_run(result: "ScenarioRun", folder: Path, width: int | None = None,
 
 
 # -- sweep ----------------------------------------------------------------------------
-
-
-Range = "A..B|A..B:+S|A..B:xF|a,b"
 
 
 @app.command(epilog="Example: kvsched sweep --budget 128..8192 --policy fcfs,spf -j 2")
@@ -529,6 +475,7 @@ def sweep(
 ) -> None:
     """Run the grid of all values given; A..B doubles, A..B:+S steps, A..B:xF multiplies.
     Progress on stderr: a bar on a terminal, else a line now and then."""
+    # rich: only when progress is drawn
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -538,6 +485,7 @@ def sweep(
         TimeElapsedColumn,
     )
 
+    # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.cli_capacity import backend_of
     from kvsched.cli_progress import CountTally, run_heartbeat
     from kvsched.report import sweep_table
@@ -598,6 +546,7 @@ def sweep(
         existed = folder.exists()
         write_sweep(folder, frame, axes, source)
         if plot:
+            # matplotlib: only when pictures are drawn
             from kvsched.plots_sweep import plot_sweep_folder
 
             beat.status = f"drawing {folder}/sweep.png"
@@ -617,6 +566,7 @@ def sweep(
 def check_file(path: Path) -> "tuple[Scenario, str]":
     """Validate a scenario file without running it or generating its workload (a user's
     policy module is not imported either): the scenario and its largest request count."""
+    # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.runner import count_of
     from kvsched.scenario import load_scenario
 
@@ -630,6 +580,7 @@ def check_file(path: Path) -> "tuple[Scenario, str]":
 def validate(scenarios: Files) -> None:
     """Check scenario files (schema, variants, trace files) without running them; say what
     each trace holds (requests, span, mean rate)."""
+    # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.schema import derived_pool, unit_warnings
     from kvsched.serve_defaults import defaults_line
     from kvsched.trace_notes import span_line, timestamp_slip, traces_of
@@ -662,8 +613,10 @@ def validate(scenarios: Files) -> None:
 @app.command(epilog="Example: kvsched policies")
 def policies() -> None:
     """The built-in waiting-queue policies and their parameters."""
+    # (loaded when the command runs: `kvsched --help` stays fast)
     from tabulate import tabulate
 
+    # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.policies import builtin_policies
 
     rows = [[info.name, ", ".join(f"{k}={v}" for k, v in info.params.items()) or "none",
@@ -677,6 +630,7 @@ def policies() -> None:
 @app.command(epilog="Example: kvsched presets")
 def presets() -> None:
     """The engine presets (engine.preset): the engine each reproduces and what it sets."""
+    # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.presets import describe
 
     typer.echo(describe())
@@ -688,6 +642,7 @@ def scenarios(
     folder: Annotated[Path | None, typer.Option("--dir", help="Where to look.")] = None,
 ) -> None:
     """The scenarios that ship in scenarios/: name, variants and what each shows."""
+    # (loaded when the command runs: `kvsched --help` stays fast)
     from tabulate import tabulate
 
     where = folder or shipped_scenarios_dir()
@@ -713,7 +668,8 @@ def plot(
         help="results/<scenario>, results/sweep-<name> or results/capacity-<name>.")],
 ) -> None:
     """Draw the pictures of a past run, sweep or capacity search from its CSV files."""
-    from kvsched.plots import plot_folder
+    # matplotlib: only when pictures are drawn
+    from kvsched.plot_folders import plot_folder
 
     work_begins()  # (drawing a long run's pictures takes seconds and makes garbage)
     for path in plot_folder(folder):
@@ -730,6 +686,7 @@ def report(
     """Write <folder>/report.html: the run's step timeline (zoom and pan), its requests'
     phases, latency distributions and incidents, per variant and replica, in one file that
     opens in a browser from disk."""
+    # the report's modules: only for this command (`kvsched --help` stays fast)
     from kvsched.report_view.html import render, report_data
     from kvsched.report_view.run_view import read_run
     from kvsched.report_view.trace import Trace
@@ -790,6 +747,7 @@ def batch_problem(num_prefills: int, tokens: int, cached: int, num_decodes: int,
     """Why a step-time batch is empty or absurd, or None: it must hold a prefill chunk of
     at least one token or a decode; at most MAX_BATCH_SEQS chunks and decodes; token counts
     at most 2**40, as a request's lengths (beyond them the roofline's floats overflow)."""
+    # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.request import MAX_LEN
 
     for name, value, limit in (("prefill chunks", num_prefills, MAX_BATCH_SEQS),
@@ -839,6 +797,7 @@ def step_time(
     kv_cache_dtype: KvDtypeOpt = KvCacheDtype.AUTO,
 ) -> None:
     """How long one step takes on this model and GPU (the roofline time model)."""
+    # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.roofline import BatchShape
 
     roofline = _roofline(model, gpu, tp, weight_dtype, kv_cache_dtype)
@@ -889,6 +848,7 @@ def _same_file(one: Path, other: Path) -> bool:
 def _read_batches(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
     """A --batches file's header and its rows (with their line), each row with as many
     fields as the header and the batch columns present, or one error line."""
+    # (loaded when the command runs: `kvsched --help` stays fast)
     import csv
     import stat
 
@@ -931,6 +891,7 @@ def _whole(path: Path, line: int, column: str, text: str) -> int:
 
 
 def _csv_text(rows: list[list[str]]) -> str:
+    # (loaded when the command runs: `kvsched --help` stays fast)
     import csv
     import io
 
@@ -942,6 +903,7 @@ def _csv_text(rows: list[list[str]]) -> str:
 def _roofline(model: str, gpu: str, tp: int, weight_dtype: str = "bf16",
               kv_cache_dtype: str = "auto") -> Any:
     """The roofline, its ValueErrors (tp that does not divide the heads) as input errors."""
+    # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.roofline import RooflineStep
 
     try:
@@ -958,6 +920,7 @@ def fit_linear_command(model: ModelOpt, gpu: GpuOpt, tp: TpOpt = 1,
                        weight_dtype: WeightDtypeOpt = WeightDtype.BF16,
                        kv_cache_dtype: KvDtypeOpt = KvCacheDtype.AUTO) -> None:
     """Fit `time: {kind: linear}` coefficients to the roofline over a grid of batches."""
+    # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.stepfit import fit_linear
 
     fit = fit_linear(_roofline(model, gpu, tp, weight_dtype, kv_cache_dtype))
@@ -983,10 +946,7 @@ def main() -> None:
     # Start-up (imports, the schema, the scenario and its workload) makes tens of thousands
     # of objects that live to the end and no garbage worth a pass: the collector's passes
     # over them were about 30 ms of the half-second Azure run.
-    global _quiet_start
-    if gc.isenabled():
-        gc.disable()
-        _quiet_start = True
+    cli_app.quiet_start()
     try:  # typer 0.26 and later vendor click (and ignore an installed click)
         from typer._click import exceptions as click_errors
     except ImportError:  # pragma: no cover - earlier typer depends on click

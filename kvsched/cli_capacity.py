@@ -1,4 +1,5 @@
-"""`kvsched capacity`: the highest request rate within SLOs (registered on `kvsched.cli.app`).
+"""`kvsched capacity`: the highest request rate within SLOs (registered on
+`kvsched.cli_app.app`; `kvsched.cli` imports this module so that the command exists).
 
 Annotations are objects, not strings, as in kvsched.cli (typer reads them at each start)."""
 
@@ -7,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvsched.cli import (
+from kvsched.cli_app import (
     Out,
     Range,
     Seed,
@@ -38,6 +39,7 @@ AddressOpt = Annotated[str | None, typer.Option(
 def backend_of(name: str, address: str | None = None) -> "Backend":
     """The --backend value, or one clear error line (Ray not installed included, and an
     --address where nothing answers, within seconds)."""
+    # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.backends import RAY_MISSING, Backend, check_address, ray_available
 
     try:
@@ -94,8 +96,10 @@ def capacity(
     holds (and no request starves), searched on a geometric grid of step --tolerance.
     Progress on stderr: a bar that moves with each probe on a terminal, else a line now and
     then."""
+    # (loaded when the command runs: `kvsched --help` stays fast)
     from tabulate import tabulate
 
+    # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.capacity import SloTarget, capacity_frame, run_capacity, write_capacity
     from kvsched.scenario import load_scenario
     from kvsched.sweep import OPTION_PATHS, SweepSource, parse_axis, parse_set_axis
@@ -116,9 +120,11 @@ def capacity(
                          path.parent, (), seed)
     folder = out / f"capacity-{name or loaded.name}"
     check_replaceable(folder, CAPACITY)
+    # rich: only when progress is drawn
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.capacity import Probe, search_labels
     from kvsched.cli_progress import ProbeTally, run_heartbeat
     from kvsched.runner import select

@@ -38,6 +38,7 @@ def on_terminal() -> bool:
         return False
     if not sys.stderr.isatty() and not any(os.environ.get(name) for name in RICH_TERMINAL):
         return False
+    # rich: only when progress is drawn
     from rich.console import Console
 
     return Console(stderr=True).is_terminal

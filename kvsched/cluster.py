@@ -32,6 +32,7 @@ from kvsched.config import EngineConfig
 from kvsched.engine.replica import Engine
 from kvsched.engine.view import RouteLike
 from kvsched.histogram import GapHistogram
+from kvsched.kinds import unended_turn
 from kvsched.loop import collector_off, put_record
 from kvsched.metrics import host_summary, summarize
 from kvsched.pd import Disaggregation, Phases, pd_summary
@@ -44,7 +45,7 @@ from kvsched.sequence import Seq
 from kvsched.simulator import EventSink, EventStream
 from kvsched.steplog import StepLog, StepStats, replica_chunk
 from kvsched.timing import TimeModel
-from kvsched.turns import ArrivalQueue, check_turns
+from kvsched.turns import ARRIVAL_SLACK, ArrivalQueue, check_turns
 
 ARRIVAL, STEP = 0, 1  # heap kinds: an arrival before a step starting at the same time
 _PRUNE = 4096  # delayed views: drop snapshots and routing times older than this many
@@ -211,7 +212,7 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
     never_released = queue.unreleased()
     for i in never_released:  # a turn whose previous turn never ended: it never arrived
         seq = Seq.of(requests[i], len(requests), setups[0].config.block_size)
-        seq.end_reason = f"its previous turn {requests[i].after} did not end"
+        seq.end_reason = unended_turn(requests[i].after)
         seqs[i] = seq
 
     replica_results = []
@@ -306,7 +307,7 @@ class _Loop:
                     continue
                 start = heap[0][0]
                 # A hair of slack, as in run_loop: an arrival by a step's start joins it.
-                if arrival <= start + 1e-9 * (1.0 + start):
+                if arrival <= start + ARRIVAL_SLACK * (1.0 + start):
                     self._route(arrival, heap)
                     continue
             elif not heap:
@@ -426,7 +427,7 @@ class _Loop:
                 engine.arrive(seq, replica.step, replica.now)
             # A rejection may have released a next turn due by now: route it before the
             # step (it joins this step if it lands here, as in a single run).
-            horizon = replica.now + 1e-9 * (1.0 + replica.now)
+            horizon = replica.now + ARRIVAL_SLACK * (1.0 + replica.now)
             while (due := arrivals.next_time()) <= horizon:
                 self._route(due, heap)
         upcoming = arrivals.next_time()

@@ -46,6 +46,7 @@ from kvsched.steplog import (
     replica_chunk,
 )
 from kvsched.transfer import Link
+from kvsched.variant_parts import admission_of, policy_of, slo_of, time_model_of
 
 ROUTER_SEED_TAG = 12  # the router's generator: the scenario seed, tagged apart from the workload's
 PREFILL_ROUTER_SEED_TAG = 13  # a P/D cluster's prefill router (its decode router takes 12)
@@ -109,8 +110,9 @@ def kv_bytes_per_token(spec: RunSpec) -> float:
     assert cluster is not None and cluster.transfer is not None
     if cluster.transfer.kv_bytes_per_token is not None:
         return cluster.transfer.kv_bytes_per_token
-    from kvsched.hardware import KV_DTYPE_BYTES
-    from kvsched.kvpool import kv_block_bytes
+    # the model catalogue: only when the link's bytes per token come from the model
+    from kvsched.timing.hardware import KV_DTYPE_BYTES
+    from kvsched.timing.kvpool import kv_block_bytes
 
     first = replica_specs(spec)[0]
     time = first.time
@@ -158,8 +160,6 @@ def run_cluster_variant(variant: Variant, requests: Sequence[Request],
                         keep_steps: bool = True,
                         spool: ClusterSpool | None = None) -> ClusterResult:
     """Simulate a variant that has `cluster:` (`spool`: stream its records there)."""
-    from kvsched.runner import admission_of, policy_of, slo_of, time_model_of
-
     spec = variant.spec
     cluster: ClusterSpec = spec.cluster  # type: ignore[assignment]
     specs = replica_specs(spec)

@@ -68,6 +68,11 @@ class Rule:
         out += [value.key for _, _, value in (*self.when, *self.needs) if isinstance(value, Ref)]
         return tuple(dict.fromkeys(out))
 
+    @property
+    def reads_defaults(self) -> bool:
+        """Whether a condition compares a key with its own default (`DEFAULT`)."""
+        return any(isinstance(value, Default) for _, _, value in (*self.when, *self.needs))
+
 
 NOT_V1 = ("step_order", "in", ("prefill_first", "decode_first"))
 SGLANG = ("admission_rule", "==", "future_tokens")
@@ -159,7 +164,8 @@ class Conflict:
 
 def first_conflict(values: Mapping[str, Any], written: Collection[str] | None = None,
                    kinds: Collection[Kind] = tuple(Kind), origin: str = "",
-                   prefer: Collection[str] = ()) -> Conflict | None:
+                   prefer: Collection[str] = (),
+                   defaults: Mapping[str, Any] | None = None) -> Conflict | None:
     """The first row of `RULES` (of `kinds`) that `values` break, or None.
 
     `values` holds every engine key, `step_order` as it runs (see
@@ -167,14 +173,18 @@ def first_conflict(values: Mapping[str, Any], written: Collection[str] | None = 
     when every key counts as written (a library caller's `EngineConfig`); `IGNORED` rows
     apply only to a written key. The key blamed is the first of the row's keys in
     `prefer` (a replica override's keys), else in `written`. `origin` names where the keys
-    not written come from (`preset vllm_v1`)."""
+    not written come from (`preset vllm_v1`). `defaults`: each key's own default
+    (`kvsched.config.ENGINE_DEFAULTS`), for the rows that compare a key with it (`DEFAULT`);
+    they are skipped without it (`EngineConfig`'s own check reads none of them)."""
     for rule in RULES:
-        if rule.kind not in kinds or not all(_holds(c, values) for c in rule.when):
+        if rule.kind not in kinds or (defaults is None and rule.reads_defaults):
+            continue
+        if not all(_holds(c, values, defaults) for c in rule.when):
             continue
         about = rule.when[0][0]
         if rule.kind is Kind.IGNORED and written is not None and about not in written:
             continue
-        if all(_holds(c, values) for c in rule.needs):
+        if all(_holds(c, values, defaults) for c in rule.needs):
             continue
         key = about if written is None else next(
             (k for k in rule.keys if k in prefer),
@@ -183,15 +193,14 @@ def first_conflict(values: Mapping[str, Any], written: Collection[str] | None = 
     return None
 
 
-def _holds(cond: Cond, values: Mapping[str, Any]) -> bool:
+def _holds(cond: Cond, values: Mapping[str, Any], defaults: Mapping[str, Any] | None) -> bool:
     key, op, value = cond
     have = values[key]
     if isinstance(value, Ref):
         value = values[value.key]
     elif isinstance(value, Default):
-        from kvsched.config import EngineConfig  # (imported by then: it imports this module)
-
-        value = EngineConfig.__dataclass_fields__[key].default
+        assert defaults is not None  # (first_conflict skips the row without them)
+        value = defaults[key]
     if op == "==":
         return have == value
     if op == "!=":

@@ -7,8 +7,11 @@ them (see the table in README.md, section "The engine").
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
+from typing import Any, Literal
 
 from kvsched.compat import Kind, first_conflict
 
@@ -18,6 +21,17 @@ the compiled modules count in 64-bit integers, with room for their sums."""
 
 MAX_STEPS = 2 ** 62
 """The largest `max_steps` (step numbers are 64-bit integers in the compiled build)."""
+
+
+def one_of(choices: Iterable[str]) -> Any:
+    """The `Literal` of a scenario field that takes one of `choices` (an enum's values, a
+    registry's names), so that the schema repeats no enum or registry."""
+    return Literal[tuple(str(choice) for choice in choices)]
+
+
+PREFIX_CACHES = ("hashed", "radix")
+"""The prefix caches an engine can run (`engine.prefix_cache`; `kvsched.kvcache.tracker.CACHES`
+builds each, and tests/test_layout.py holds the two equal)."""
 
 
 class PreemptionMode(StrEnum):
@@ -202,7 +216,7 @@ class EngineConfig:
     max_queued_requests: int | None = None
     enable_prefix_caching: bool = False
     prefix_accounting: PrefixAccounting = PrefixAccounting.V1
-    prefix_cache: str = "hashed"
+    prefix_cache: str = PREFIX_CACHES[0]
     admission_rule: AdmissionRule = AdmissionRule.BLOCKS
     max_prefill_tokens: int = 16384
     schedule_conservativeness: float = 1.0
@@ -269,8 +283,9 @@ class EngineConfig:
         object.__setattr__(self, "requeue", Requeue(self.requeue))
         object.__setattr__(self, "on_unschedulable", Unschedulable(self.on_unschedulable))
         object.__setattr__(self, "prefix_accounting", PrefixAccounting(self.prefix_accounting))
-        if self.prefix_cache not in ("hashed", "radix"):
-            raise ValueError(f"prefix_cache must be hashed or radix, got {self.prefix_cache!r}")
+        if self.prefix_cache not in PREFIX_CACHES:
+            raise ValueError(f"prefix_cache must be {' or '.join(PREFIX_CACHES)}, got "
+                             f"{self.prefix_cache!r}")
         object.__setattr__(self, "admission_rule", AdmissionRule(self.admission_rule))
         object.__setattr__(self, "rejection_texts", RejectionTexts(self.rejection_texts))
         order = effective_step_order(self.step_order, self.mix_prefill_decode)
@@ -291,3 +306,9 @@ class EngineConfig:
         """Blocks an admission must leave free: floor(watermark * num_blocks), as vLLM V0."""
         # round() first so that 0.29 * 100 gives 29, not 28.999999999999996 -> 28.
         return math.floor(round(self.watermark * self.num_blocks, 9))
+
+
+ENGINE_DEFAULTS: Mapping[str, Any] = MappingProxyType(
+    {name: field.default for name, field in EngineConfig.__dataclass_fields__.items()})
+"""Each engine key's default, for `kvsched.compat.first_conflict`'s rows that compare a key
+with its own (`DEFAULT`)."""

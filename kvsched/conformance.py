@@ -22,10 +22,15 @@ from __future__ import annotations
 from typing import Any
 
 from kvsched.config import EngineConfig
+from kvsched.kinds import EventKind
+from kvsched.kvcache.radix import RadixCache
 from kvsched.policies import make_policy
 from kvsched.prefix import Prefix
+from kvsched.preset_engine import engine_config
 from kvsched.request import Request, Status
+from kvsched.reservation import NewTokenRatio, make_reservation
 from kvsched.schema import EngineSpec
+from kvsched.sequence import Seq
 from kvsched.simulator import simulate
 from kvsched.timing import StepClock
 
@@ -159,15 +164,15 @@ def _decisions(engine: EngineConfig, policy: str, workload: dict[str, Any], cach
         at(step)["scheduled"].append([rid, int(tokens)])
     finish_step: dict[str, int] = {}
     for step, _time, rid, event, _detail in result.events:
-        if event == "preempt":
+        if event == EventKind.PREEMPT:
             at(step)["preempted"].append(rid)
-        elif event == "finish":
+        elif event == EventKind.FINISH:
             at(step)["finished"].append(rid)
             finish_step[rid] = step - 1
-        elif swaps and event in ("swap_out", "swap_in"):
-            at(step).setdefault("swapped_out" if event == "swap_out" else "swapped_in",
+        elif swaps and event in (EventKind.SWAP_OUT, EventKind.SWAP_IN):
+            at(step).setdefault("swapped_out" if event == EventKind.SWAP_OUT else "swapped_in",
                                 []).append(rid)
-        elif event == "reject":
+        elif event == EventKind.REJECT:
             at(step)["rejected"].append(rid)
             finish_step[rid] = step - 1
     stalled = any(r.status == Status.STARVED for r in result.requests)
@@ -193,7 +198,7 @@ def _decisions(engine: EngineConfig, policy: str, workload: dict[str, Any], cach
     if caching:  # the cache's step fields: hits per admission, cached and evicted blocks
         hits: dict[int, list[list[Any]]] = {}
         for step, _time, rid, event, detail in result.events:
-            if event == "admit":
+            if event == EventKind.ADMIT:
                 cached = detail.split(", ")[1] if ", " in detail else ""
                 hit = int(cached.split()[0]) if cached.endswith(" cached") else 0
                 hits.setdefault(step - 1, []).append([rid, hit])
@@ -218,8 +223,6 @@ _SGLANG_NO_CHUNK_BUDGET = 10**9  # chunking off: SGLang has no per-step token bu
 def sglang_engine(config: dict[str, Any]) -> Any:
     """The `sglang` preset's `EngineConfig` for a round record's `config`
     (`page_size`, `chunked_prefill_size` or None, `max_prefill_tokens`)."""
-    from kvsched.presets import engine_config
-
     chunk = config.get("chunked_prefill_size")
     return engine_config("sglang", block_size=int(config["page_size"]),
                          max_prefill_tokens=int(config["max_prefill_tokens"]),
@@ -237,9 +240,6 @@ def sglang_round_decisions(config: dict[str, Any], state: dict[str, Any]) -> dic
     (`_continue_prefills`), then `_admit` walks the waiting queue, `check` before and
     `admitted` after each admission, free tokens falling by each chunk's pages as kvsched
     allocates them."""
-    from kvsched.reservation import make_reservation
-    from kvsched.sequence import Seq
-
     engine = sglang_engine(config)
     reservation = make_reservation(engine)
     assert reservation is not None
@@ -336,8 +336,6 @@ def sglang_decisions(config: dict[str, Any], workload: dict[str, Any],
 
 def sglang_ratio_values(conservativeness: float, events: list[str]) -> list[float]:
     """kvsched's `new_token_ratio` after each event of a driver ratio trace."""
-    from kvsched.reservation import NewTokenRatio
-
     ratio = NewTokenRatio(conservativeness)
     out = [ratio.current]
     for event in events:
@@ -360,10 +358,6 @@ def sglang_priority_round_decisions(config: dict[str, Any],
     preemption in this round) asks `priority_victims`; the victims leave the running batch,
     their KV back in the pool (prompt + generated - 1 tokens, as kvsched counts a decoding
     request's cache)."""
-    from kvsched.presets import engine_config
-    from kvsched.reservation import make_reservation
-    from kvsched.sequence import Seq
-
     engine = engine_config("sglang", block_size=1, chunked_prefill=True,
                            max_num_batched_tokens=int(config["chunked_prefill_size"]),
                            max_prefill_tokens=int(config["max_prefill_tokens"]),
@@ -424,8 +418,6 @@ def sglang_radix_outcomes(case: dict[str, Any]) -> list[dict[str, Any]]:
     insert (`_insert`, the tokens already in the tree), a match (`_walk`, splitting where it
     ends), the lock of that match's node and its release (`_lock`), an eviction (`_evict`:
     the tokens and the nodes, in order). After each: evictable and locked tokens."""
-    from kvsched.kvcache.radix import RadixCache
-
     page = int(case["config"]["page_size"])
     cache = RadixCache(1 << 30, page)
     log: list[tuple[int, int, tuple[int, int]]] = []

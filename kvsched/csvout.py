@@ -22,13 +22,12 @@ from typing import IO, Any, cast
 
 import numpy as np
 
+from kvsched import fastcsv
 from kvsched.arrow import int64s
-from kvsched.floatfmt import format_floats
+from kvsched.floatfmt import cell_text, format_floats, formatted
 from kvsched.floatsum import fold
 from kvsched.records import STEP_COLUMNS
 from kvsched.steplog import COMPACT_COLUMNS, RecordMode, Segment, SegmentBlock, Stretch
-
-FLOAT_FORMAT = "%.10g"
 
 _STEP_FLOATS = frozenset({"time", "duration", "thrash_ratio", "mfu", "mbu"})
 _CONSTANT = (3, 4, 5, 6, 7, 8, 9, 12, 13, 15, 16, 17, 18)
@@ -43,31 +42,20 @@ def _empty_texts(pa: Any, n: int) -> Any:
                                        pa.py_buffer(b""))
 
 
-def cell_text(value: Any) -> str:
-    """One value as the text of the CSV cell the writers produce."""
-    if value is None:
-        return ""
-    if type(value) is float:
-        return FLOAT_FORMAT % value
-    return str(value)
-
-
 def write_rows(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     """A CSV file of `rows` under `header`."""
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(header)
-        fmt = FLOAT_FORMAT
         chunks = getattr(rows, "csv_text", None)  # a table's rows (kvsched.record_table)
         if chunks is None:
-            writer.writerows([fmt % v if type(v) is float else v for v in row] for row in rows)
+            writer.writerows(formatted(rows))
             return
         for part in chunks():
             if isinstance(part, bytes):  # the same bytes as the csv module's, in C
                 handle.write(part.decode("utf-8"))
             else:
-                writer.writerows([fmt % v if type(v) is float else v for v in row]
-                                 for row in part)
+                writer.writerows(formatted(part))
 
 
 class RowCsv:
@@ -79,9 +67,7 @@ class RowCsv:
         self._writer.writerow(header)
 
     def __call__(self, rows: Iterable[Sequence[Any]]) -> None:
-        fmt = FLOAT_FORMAT
-        self._writer.writerows([fmt % v if type(v) is float else v for v in row]
-                               for row in rows)
+        self._writer.writerows(formatted(rows))
 
     def text(self, lines: bytes) -> None:
         """Rows already made CSV lines (the compiled loop's events)."""
@@ -145,6 +131,7 @@ class StepCsv:
 
     def _arrow(self) -> Any:
         if self._writer is None:
+            # pyarrow (tens of ms to import): only the runs that use it pay
             import pyarrow as pa
             import pyarrow.csv as pacsv
 
@@ -200,9 +187,7 @@ class StepCsv:
 
     def _text(self, columns: list[Any]) -> bytes | None:
         """The columns as CSV lines in C, or None when the compiled formatter is off."""
-        from kvsched import fastcore
-
-        if not fastcore.available():
+        if not fastcsv.available():
             return None
         n = len(columns[0])
         specs: list[tuple] = []
@@ -215,19 +200,17 @@ class StepCsv:
                 specs.append(("i", np.ascontiguousarray(values, dtype=np.int64)))
         if self.replica is not None:
             specs.append(("i", np.full(n, self.replica, dtype=np.int64)))
-        return fastcore.format_csv(specs, n)
+        return fastcsv.format_csv(specs, n)
 
     def _runs_text(self, runs: list[Run], counts: np.ndarray) -> bytes | None:
         """Runs as CSV lines in C, or None when the compiled formatter is off."""
-        from kvsched import fastcore
-
-        if not fastcore.available():
+        if not fastcsv.available():
             return None
         specs = [(how, kind, cell_text(values).encode() if how == "K"
                   else np.ascontiguousarray(values)) for how, kind, values in runs]
         if self.replica is not None:
             specs.append(("K", "i", str(self.replica).encode()))
-        return fastcore.format_runs(specs, counts)
+        return fastcsv.format_runs(specs, counts)
 
     def _block_runs(self, block: SegmentBlock) -> tuple[list[Run], np.ndarray]:
         """STEP_COLUMNS of `block`, a row per step, as runs over its segments (see `Run`):

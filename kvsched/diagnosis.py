@@ -45,6 +45,7 @@ import numpy as np
 
 from kvsched.admission import Slo
 from kvsched.floatsum import fold
+from kvsched.kinds import EventKind, IncidentKind, why_of
 from kvsched.metrics import slo_met
 from kvsched.quantile import median, percentiles
 from kvsched.record_table import (
@@ -58,11 +59,10 @@ from kvsched.record_table import (
 )
 from kvsched.records import RequestRecord, RunResult
 
-KINDS = ("starvation", "head_of_line", "thrashing", "tail_blowup", "slo_violation",
-         "overload", "all_rejected", "none_finished")
+CLUSTER_KINDS = (IncidentKind.IMBALANCE,)  # only a cluster run has them (and their flags)
+KINDS = tuple(kind for kind in IncidentKind if kind not in CLUSTER_KINDS)
 INCIDENT_KEYS = ("num_incidents", *(f"incident_{kind}" for kind in KINDS))
 """Summary keys the diagnosis adds: a count, and a 0/1 flag per kind (for `expect`)."""
-CLUSTER_KINDS = ("imbalance",)  # kinds only a cluster run can have (and flags only it carries)
 
 _MOST_OVERTAKEN_CHECKED = 200  # longest waits examined for overtaking (bounds the cost)
 _OVERLOAD_BUSY_SHARE = 0.5  # an engine idle most of the arrival span is stuck, not overloaded
@@ -87,7 +87,7 @@ class Thresholds:
 
 @dataclass(frozen=True, slots=True)
 class Incident:
-    kind: str
+    kind: IncidentKind
     message: str  # one line, for people
     evidence: dict[str, Any] = field(default_factory=dict)  # the figures behind it
 
@@ -130,19 +130,6 @@ def _unit(result: RunResult) -> str:
     return "steps" if result.time_unit == "steps" else "s"
 
 
-def _reason_group(reason: str | None) -> str:
-    text = reason or ""
-    if text.startswith("prompt_len"):
-        return "prompt over the budget"
-    if text.startswith("needs"):
-        return "never fits the pool"
-    if text.startswith("recompute of"):
-        return "recompute over the budget"
-    if text.startswith("queued behind"):
-        return "behind a head that never runs"
-    return "never admitted"
-
-
 def _columns(result: RunResult) -> Columns:
     return columns_of(result.requests)
 
@@ -165,7 +152,7 @@ def starvation(result: RunResult, thresholds: Thresholds) -> Incident | None:
     parts = []
     evidence: dict[str, Any] = {}
     if starved.size:
-        groups = Counter(_reason_group(r) for r in reasons_of(result.requests, starved.tolist()))
+        groups = Counter(why_of(r) for r in reasons_of(result.requests, starved.tolist()))
         longest = max(end - t for t in starved_arrivals.tolist())
         why = ", ".join(f"{n}: {group}" for group, n in groups.most_common())
         waited = f", waiting up to {longest:.4g} {unit}" if longest > 0 else ""
@@ -179,7 +166,7 @@ def starvation(result: RunResult, thresholds: Thresholds) -> Incident | None:
                      f"{worst[0].request_id}: {worst[1]:.4g} {unit}, overtaken by {worst[2]})")
         evidence |= {"num_overtaken": len(overtaken), "worst_overtaken": worst[0].request_id,
                      "worst_overtaken_wait": worst[1], "overtaken_by": worst[2]}
-    return Incident("starvation", "starvation: " + "; ".join(parts), evidence)
+    return Incident(IncidentKind.STARVATION, "starvation: " + "; ".join(parts), evidence)
 
 
 def _overtaken(result: RunResult,
@@ -235,7 +222,7 @@ def head_of_line(result: RunResult, thresholds: Thresholds) -> Incident | None:
     message = f"head_of_line: {head} ({detail}) held {waiting} requests back {span}"
     if len(forever) > 1:
         message += f"; {len(forever)} heads never ran"
-    return Incident("head_of_line", message, {
+    return Incident(IncidentKind.HEAD_OF_LINE, message, {
         "head": head, "detail": detail, "held_back": waiting, "longest_block": stop - start,
         "median_e2e": typical, "heads_never_ran": len(forever), "num_blocks": len(intervals)})
 
@@ -246,9 +233,9 @@ def _hol_intervals(result: RunResult) -> list[tuple[str, str, float, float | Non
     open_: dict[str, tuple[str, float]] = {}
     intervals = []
     for _, time, request_id, event, detail in result.events:
-        if event == "hol_block":
+        if event == EventKind.HOL_BLOCK:
             open_[request_id] = (detail, time)
-        elif event == "hol_release" and request_id in open_:
+        elif event == EventKind.HOL_RELEASE and request_id in open_:
             detail_, start = open_.pop(request_id)
             intervals.append((request_id, detail_, start, time, time))
     for request_id, (detail, start) in open_.items():
@@ -273,7 +260,7 @@ def thrashing(result: RunResult, thresholds: Thresholds) -> Incident | None:
     else:
         what = (f"{swap_ratio:.3g} tokens of KV swapped per generated token "
                 f"({s['swapped_blocks']:,} blocks over PCIe)")
-    return Incident("thrashing", (
+    return Incident(IncidentKind.THRASHING, (
         f"thrashing: {what}; {per_request:.2g} preemptions per finished request"), {
         "recompute_ratio": ratio, "swap_ratio": swap_ratio, "preemptions_per_request": per_request,
         "recompute_share": share, "backpressure_steps": s["backpressure_steps"]})
@@ -310,7 +297,7 @@ def tail_blowup(result: RunResult, thresholds: Thresholds,
         evidence[f"ttft_p99_{name}"] = p99
     if not parts:
         return None
-    return Incident("tail_blowup", "tail_blowup: " + "; ".join(parts), evidence)
+    return Incident(IncidentKind.TAIL_BLOWUP, "tail_blowup: " + "; ".join(parts), evidence)
 
 
 def _spread(summary: dict[str, Any]) -> float | None:
@@ -336,7 +323,7 @@ def slo_violation(result: RunResult, thresholds: Thresholds, slo: Slo | None) ->
     rejected = len(result.requests) - num_admitted
     targets = ", ".join(f"{k} <= {v:g}" for k, v in (("ttft", slo.ttft), ("e2e", slo.e2e))
                         if v is not None)
-    return Incident("slo_violation", (
+    return Incident(IncidentKind.SLO_VIOLATION, (
         f"slo_violation: {num_missed} of {num_admitted} admitted requests "
         f"({100 * share:.0f}%) missed {targets}{worst}; {rejected} rejected at arrival"), {
         "num_missed": num_missed, "miss_share": share, "num_rejected": rejected})
@@ -383,7 +370,7 @@ def overload(result: RunResult, thresholds: Thresholds) -> Incident | None:
     p50 = f"; TTFT p50 {median(ttfts):.4g} {unit}" if ttfts.size else ""
     factor = arrival_rate / served_rate if served_rate else None
     times = f"{factor:.3g}x" if factor else "while none finished,"
-    return Incident("overload", (
+    return Incident(IncidentKind.OVERLOAD, (
         f"overload: requests arrived at {arrival_rate:.4g}/{_per(unit)}, {times} the "
         f"{served_rate:.4g}/{_per(unit)} the engine finished while busy {100 * min(busy, 1):.0f}% "
         f"of the time; the waiting queue grew from {early:.4g} to {late:.4g} on average "
@@ -433,7 +420,7 @@ def overload_at_peaks(result: RunResult, thresholds: Thresholds) -> Incident | N
     unit = _unit(result)
     ttft_p99 = result.summary.get("ttft_p99")
     tail = f"TTFT p99 {ttft_p99:.4g} {unit}; " if ttft_p99 is not None else ""
-    return Incident("overload", (
+    return Incident(IncidentKind.OVERLOAD, (
         f"overload at peaks: {tail}the unluckiest requests queued {wait_p99:.4g} {unit} (p99), "
         f"longer than the median request took from arrival to finish ({e2e_p50:.4g} {unit}); "
         f"the waiting queue peaked at {means[top]:.4g} on average between t={begin:.6g} and "
@@ -452,17 +439,11 @@ def all_rejected(result: RunResult) -> Incident | None:
     status = _columns(result).status
     if not len(requests) or (status != STATUS_CODE["rejected"]).any():
         return None
-    groups = Counter(_rejection_group(r) for r in reasons_of(requests, range(len(requests))))
+    groups = Counter(why_of(r) for r in reasons_of(requests, range(len(requests))))
     why = ", ".join(f"{n:,}: {group}" for group, n in groups.most_common())
-    return Incident("all_rejected", (
+    return Incident(IncidentKind.ALL_REJECTED, (
         f"all_rejected: all {len(requests):,} requests were rejected at arrival ({why}); "
         "nothing was served"), {"num_rejected": len(requests), "reasons": dict(groups)})
-
-
-def _rejection_group(reason: str | None) -> str:
-    if (reason or "").startswith("estimated TTFT"):
-        return "estimated TTFT over the target"
-    return _reason_group(reason)
 
 
 def none_finished(result: RunResult) -> Incident | None:
@@ -473,7 +454,7 @@ def none_finished(result: RunResult) -> Incident | None:
         return None
     statuses = Counter(STATUSES[k] for k in status.tolist())
     parts = ", ".join(f"{n:,} {status}" for status, n in statuses.most_common())
-    return Incident("none_finished", (
+    return Incident(IncidentKind.NONE_FINISHED, (
         f"none_finished: none of the {len(requests):,} requests finished ({parts})"),
         {"statuses": dict(statuses)})
 
@@ -508,4 +489,4 @@ def imbalance(result: Any) -> Incident | None:
         evidence |= {"queued": queue, "queued_replica": busy, "at": time, "idle_replica": idle}
     if not parts:
         return None
-    return Incident("imbalance", "imbalance: " + "; ".join(parts), evidence)
+    return Incident(IncidentKind.IMBALANCE, "imbalance: " + "; ".join(parts), evidence)

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import gc
 import math
-import os
 from typing import Any
 
 import numpy as np
 
 from kvsched.admission import SloAdmission
 from kvsched.config import EngineConfig, RejectionTexts, StepOrder, Victim
+from kvsched.fastcsv import _fastcore, available, format_csv, format_runs, read_csv  # noqa: F401  (kept here for callers)
 from kvsched.histogram import GapHistogram
 from kvsched.partial_prefills import make_partial_prefills
 from kvsched.policies.base import Policy
@@ -32,41 +32,6 @@ from kvsched.request_columns import RequestColumns
 from kvsched.reservation import make_reservation
 from kvsched.steplog import SEGMENT_FIELDS, SegmentBlock, StepLog
 from kvsched.timing import LinearStep, TimeModel, constant_duration
-
-try:
-    from kvsched import _fastcore
-except ImportError:  # not built (no compiler when installed): the Python loop runs everything
-    _fastcore = None
-
-
-def available() -> bool:
-    """Whether the compiled loop is built and not turned off."""
-    return _fastcore is not None and os.environ.get("KVSCHED_CORE", "") != "python"
-
-
-def format_csv(columns: list[tuple], n: int) -> bytes | None:
-    """`n` CSV lines of typed columns (see `_fastcore.format_csv`), None if a text needs the
-    csv module."""
-    assert _fastcore is not None
-    out: bytes | None = _fastcore.format_csv(columns, n)
-    return out
-
-
-def format_runs(columns: list[tuple], counts: np.ndarray) -> bytes:
-    """CSV lines of rows made by segments (see `kvsched.csvout.Run`)."""
-    assert _fastcore is not None
-    out: bytes = _fastcore.format_runs(columns, counts)
-    return out
-
-
-def read_csv(data: bytes, wanted: tuple[str, ...], kinds: str) -> tuple[bytes, ...] | None:
-    """The `wanted` columns of CSV text as int64 buffers (kind 'n': integers, 't': time
-    stamps in nanoseconds), None unless the text is plainly clean (see `_fastcore.read_csv`
-    for the subset of CSV it takes)."""
-    assert _fastcore is not None
-    out: tuple[bytes, ...] | None = _fastcore.read_csv(data, wanted, kinds)
-    return out
-
 
 _LARGE = 2 ** 62
 """Settings and lengths from here on stay with the Python loop (its integers do not

@@ -17,6 +17,7 @@ per million.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,13 +25,31 @@ import numpy as np
 from kvsched.arrow import int64s, mask, texts
 
 FORMAT = "%.10g"
+"""How every CSV writer formats a float (enough digits for microseconds over a day; the C
+loop's writer, kvsched/_fastcore.c, writes the same bytes)."""
 _TIE = 1e-5  # distance from one half below which the float product may round wrongly
 _SCALE = 10.0 ** np.arange(0, 14)  # exact in binary (up to 1e22)
 _ZERO, _POINT, _MINUS, _SPACE = ord("0"), ord("."), ord("-"), ord(" ")
 
 
+def cell_text(value: Any) -> str:
+    """One value as the text of the CSV cell the writers produce (None: empty)."""
+    if value is None:
+        return ""
+    if type(value) is float:
+        return FORMAT % value
+    return str(value)
+
+
+def formatted(rows: Iterable[Sequence[Any]]) -> Iterator[list[Any]]:
+    """Rows with their floats as `FORMAT` (the csv module writes the rest)."""
+    fmt = FORMAT
+    return ([fmt % v if type(v) is float else v for v in row] for row in rows)
+
+
 def format_floats(values: Any) -> Any:
     """`FORMAT % v` for every float of `values`, as a pyarrow string array."""
+    # pyarrow (tens of ms to import): only the runs that use it pay
     import pyarrow as pa
     import pyarrow.compute as pc
 

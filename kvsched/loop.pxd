@@ -16,5 +16,5 @@ cdef class Arrivals:
     @cython.locals(k=cython.longlong, seq=Seq)
     cpdef Seq _make(self, long long i, object request)
 
-@cython.locals(queue=ArrivalQueue, backlog=list, drain_at=cython.longlong, step=cython.longlong, executed=cython.longlong, now=cython.double, turns=cython.longlong, abort_mask=cython.longlong, horizon=cython.double, upcoming=cython.double, seq=Seq, stretch=Stretch, batch=list)
+@cython.locals(queue=ArrivalQueue, backlog=list, drain_at=cython.longlong, step=cython.longlong, executed=cython.longlong, now=cython.double, turns=cython.longlong, abort_mask=cython.longlong, slack=cython.double, horizon=cython.double, upcoming=cython.double, seq=Seq, stretch=Stretch, batch=list)
 cpdef tuple run_loop(Engine engine, Arrivals seqs, StepLog log, long long max_steps, bint whole_steps, object events=*, object progress=*, object abort=*)

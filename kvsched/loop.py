@@ -20,19 +20,20 @@ from kvsched.admission import Slo, SloAdmission
 from kvsched.backpressure import Backpressure
 from kvsched.config import EngineConfig
 from kvsched.engine.replica import Engine
+from kvsched.events import EventStream
+from kvsched.kinds import unended_turn
 from kvsched.metrics import host_summary, summarize
 from kvsched.policies.base import Policy
 from kvsched.record_table import RecordTable
 from kvsched.records import RunResult
 from kvsched.request import Request, Status
 from kvsched.sequence import Seq, SeqState
-from kvsched.simulator import EventStream
 from kvsched.steplog import StepLog, Timeline
 from kvsched.timing import TimeModel
-from kvsched.turns import ArrivalQueue
+from kvsched.turns import ARRIVAL_SLACK, ArrivalQueue
 
 if TYPE_CHECKING:
-    from kvsched.simulator import Abort, EventSink, Progress
+    from kvsched.events import Abort, EventSink, Progress
 
 ABORT_EVERY = 1024
 """How many loop turns apart `abort` is asked (a power of two)."""
@@ -144,7 +145,7 @@ class Arrivals:
         requests = self.queue.requests
         for i in self.queue.unreleased():
             seq = self._make(i, requests[i])
-            seq.end_reason = f"its previous turn {requests[i].after} did not end"
+            seq.end_reason = unended_turn(requests[i].after)
             self.never_released.add(seq.index)
         return [self.live[k] for k in sorted(self.live)]
 
@@ -181,6 +182,7 @@ def run_loop(engine: Engine, seqs: Arrivals, log: StepLog, max_steps: int,
     drain_at = stream._chunk if stream is not None else 0
     turns = 0
     abort_mask = ABORT_EVERY - 1
+    slack = ARRIVAL_SLACK  # (a C double in the compiled build)
     while True:
         if stream is not None and len(backlog) >= drain_at:
             stream.drain()
@@ -189,8 +191,7 @@ def run_loop(engine: Engine, seqs: Arrivals, log: StepLog, max_steps: int,
             progress(len(seqs.order), now)
         if abort is not None and not turns & abort_mask and abort(now, seqs.live.values()):
             return step, now, True
-        # A hair of slack: times summed step by step drift (0.1 * 8 = 0.7999999999999999).
-        horizon = now + 1e-9 * (1.0 + now)
+        horizon = now + slack * (1.0 + now)
         upcoming = queue.next_time()
         while upcoming <= horizon:
             # Everything due, then what a rejection among them released (as a cluster

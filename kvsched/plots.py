@@ -746,22 +746,3 @@ def plot_run_folder(folder: Path) -> list[Path]:
     written.append(save_png(draw_ttft(variants), folder / "ttft.png"))
     written.append(save_png(draw_latency(variants), folder / "latency.png"))
     return written
-
-
-def plot_folder(folder: Path) -> list[Path]:
-    """Draw the pictures of a run folder or a sweep folder; the files written."""
-    if not folder.is_dir():
-        raise KvschedError(f"{folder}: no such folder")
-    if (folder / "sweep.json").is_file():
-        from kvsched.plots_sweep import plot_sweep_folder
-
-        return plot_sweep_folder(folder)
-    if (folder / "capacity.json").is_file():
-        from kvsched.plots_capacity import plot_capacity_folder
-
-        return plot_capacity_folder(folder)
-    if (folder / "summary.csv").is_file():
-        return plot_run_folder(folder)
-    raise KvschedError(f"{folder}: neither a run folder (summary.csv, <variant>/*.csv), a "
-                       "sweep folder (sweep.json, summary.csv) nor a capacity folder "
-                       "(capacity.json, capacity_probes.csv)")

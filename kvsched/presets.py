@@ -16,10 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from kvsched.config import EngineConfig
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +51,7 @@ class Preset:
     # scheduler then: _schedule_chunked_prefill); keys written beside the preset still win
     when_chunked: Mapping[str, Any] = field(default_factory=dict)
     checked: str = ""  # how far it is proven, where `exact` alone would say too little
-    # settings by the GPU the time model names, first matching tier (kvsched.serve_defaults),
+    # settings by the GPU the time model names, first matching tier (kvsched.timing.serve_defaults),
     # for the keys not written; `settings` holds the engine class's own defaults
     gpu_defaults: tuple[GpuTier, ...] = ()
     gpu_defaults_source: str = ""
@@ -179,15 +176,6 @@ def expand(engine: Mapping[str, Any]) -> dict[str, Any]:
     return {**settings, **engine}
 
 
-def engine_config(preset: str = "lesson", **keys: Any) -> EngineConfig:
-    """The `EngineConfig` of `preset` with `keys` (scenario `engine:` keys) on top."""
-    from kvsched.schema import EngineSpec  # pydantic only when asked
-
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset '{preset}'; known: {', '.join(PRESETS)}")
-    return EngineSpec.model_validate({"preset": preset, **keys}).to_config()
-
-
 def describe() -> str:
     """Every preset: the engine it reproduces, each setting, and what it leaves out."""
     lines: list[str] = []
@@ -223,7 +211,7 @@ def _show(value: Any) -> str:
 
 
 def _describe_tiers(entry: Preset) -> list[str]:
-    """`kvsched presets`' line for a preset's GPU table (`kvsched.serve_defaults`)."""
+    """`kvsched presets`' line for a preset's GPU table (`kvsched.timing.serve_defaults`)."""
     if not entry.gpu_defaults:
         return []
     parts = []

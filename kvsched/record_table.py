@@ -14,6 +14,7 @@ from typing import Any, overload
 
 import numpy as np
 
+from kvsched import fastcsv
 from kvsched.records import RequestRecord
 from kvsched.request import Request, Status
 from kvsched.request_columns import RequestColumns, same_items
@@ -170,11 +171,9 @@ class RecordTable(Sequence[RequestRecord]):
     def csv_text(self, start: int, stop: int) -> bytes | None:
         """Rows start..stop as the CSV lines `rows()` gives the csv module (None when the
         compiled formatter is not built, or a text needs the csv module)."""
-        from kvsched import fastcore
-
-        if not fastcore.available():
+        if not fastcsv.available():
             return None
-        return fastcore.format_csv(self._cells(np.arange(start, stop)), stop - start)
+        return fastcsv.format_csv(self._cells(np.arange(start, stop)), stop - start)
 
     def _cells(self, index: np.ndarray) -> list[tuple]:
         """REQUEST_COLUMNS of rows `index` as typed columns, (kind, values[, names]), the

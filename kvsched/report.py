@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
 
+from kvsched.floatfmt import FORMAT
 from kvsched.metric_names import read, resolve
 from kvsched.metrics import LATE_KEYS
 from kvsched.record_table import rows_of
@@ -24,35 +25,38 @@ from kvsched.records import (
 if TYPE_CHECKING:
     import pandas as pd
 
-FLOAT_FORMAT = "%.10g"  # enough digits for microseconds over a day; identical run to run
 
 
 def requests_frame(result: RunResult) -> pd.DataFrame:
+    # pandas (a quarter second to import): only when a frame is made
     import pandas as pd
 
     return pd.DataFrame(list(rows_of(result.requests)), columns=list(REQUEST_COLUMNS))
 
 
 def steps_frame(result: RunResult) -> pd.DataFrame:
+    # pandas (a quarter second to import): only when a frame is made
     import pandas as pd
 
     return pd.DataFrame(result.steps, columns=list(STEP_COLUMNS))
 
 
 def events_frame(result: RunResult) -> pd.DataFrame:
+    # pandas (a quarter second to import): only when a frame is made
     import pandas as pd
 
     return pd.DataFrame(result.events, columns=list(EVENT_COLUMNS))
 
 
 def batches_frame(result: RunResult) -> pd.DataFrame:
+    # pandas (a quarter second to import): only when a frame is made
     import pandas as pd
 
     return pd.DataFrame(result.batches or [], columns=list(BATCH_COLUMNS))
 
 
 def write_csv(frame: pd.DataFrame, path: Path) -> None:
-    frame.to_csv(path, index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
+    frame.to_csv(path, index=False, float_format=FORMAT, lineterminator="\n")
 
 
 def write_json(data: Any, path: Path) -> None:
@@ -256,6 +260,7 @@ def _flat_replicas(summary: dict[str, Any]) -> dict[str, Any]:
 
 def summary_frame(rows: Sequence[tuple[str, dict[str, Any]]]) -> pd.DataFrame:
     """summary.csv's table as a DataFrame."""
+    # pandas (a quarter second to import): only when a frame is made
     import pandas as pd
 
     rows = [(name, _flat_replicas(summary)) for name, summary in rows]

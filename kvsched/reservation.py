@@ -23,12 +23,9 @@ kvsched's `block_size` plays SGLang's `page_size`. A request's `output_len` is i
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
+from kvsched.config import AdmissionRule, EngineConfig
 from kvsched.sequence import Seq
-
-if TYPE_CHECKING:
-    from kvsched.config import EngineConfig
 
 CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
 INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO
@@ -326,8 +323,6 @@ class FutureTokenReservation:
 
 def make_reservation(config: EngineConfig) -> FutureTokenReservation | None:
     """The admission rule's state for one engine: None for kvsched's block check."""
-    from kvsched.config import AdmissionRule
-
     if config.admission_rule is AdmissionRule.BLOCKS:
         return None
     return FutureTokenReservation(

@@ -15,31 +15,27 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvsched import __version__
-from kvsched.admission import Estimator, Slo, SloAdmission
 from kvsched.backpressure import Action, Backpressure
 from kvsched.csvout import RowCsv, StepCsv, cell_text, write_rows
 from kvsched.diagnosis import Incident, Thresholds, diagnose, incident_flags
-from kvsched.errors import KvschedError, ScenarioError
+from kvsched.errors import ScenarioError
 from kvsched.metric_names import read
 from kvsched.paths import RUN, replace_dir, write_error
-from kvsched.policies import Policy, make_policy
 from kvsched.record_table import rows_of
 from kvsched.records import BATCH_COLUMNS, EVENT_COLUMNS, REQUEST_COLUMNS, RunResult
 from kvsched.report import summary_rows, write_json
 from kvsched.request import Request
 from kvsched.scenario import Scenario, Variant, unknown_value
 from kvsched.schema import (
-    ConstantTime,
     Expectation,
-    LinearTime,
     ProfiledTime,
-    RooflineTime,
     RunSpec,
     TraceWorkload,
 )
 from kvsched.simulator import Abort, simulate
 from kvsched.steplog import RecordMode, StepLog
-from kvsched.timing import ConstantStep, LinearStep, StepClock, TimeModel
+from kvsched.timing.serve_defaults import derived_defaults
+from kvsched.variant_parts import admission_of, policy_of, slo_of, time_model_of
 from kvsched.workload import build_requests, count_requests
 
 if TYPE_CHECKING:
@@ -92,30 +88,6 @@ class ScenarioRun:
         return self.runs[0].result.time_unit if self.runs else "steps"
 
 
-def time_model_of(spec: RunSpec) -> TimeModel:
-    time = spec.time
-    if isinstance(time, ConstantTime):
-        return ConstantStep(time.step_time)
-    if isinstance(time, LinearTime):
-        return LinearStep(time.base, time.per_prefill_token, time.per_decode, time.per_kv_token,
-                          time.per_swapped_block)
-    if isinstance(time, RooflineTime):
-        from kvsched.roofline import RooflineStep
-
-        try:
-            return RooflineStep(time.model, time.gpu, time.tp,
-                                block_size=spec.engine.block_size,
-                                weight_dtype=time.weight_dtype,
-                                kv_cache_dtype=spec.engine.kv_cache_dtype)
-        except ValueError as exc:  # tp that does not divide the heads
-            raise KvschedError(f"time.tp: {exc}") from None
-    if isinstance(time, ProfiledTime):
-        from kvsched.profiled import ProfiledStep
-
-        return ProfiledStep(Path(time.profiles), time.model, time.tp)
-    return StepClock()
-
-
 def requests_of(variant: Variant) -> Sequence[Request]:
     """The variant's workload, built (files read, seeded generators drawn)."""
     assert variant.spec.workload is not None
@@ -133,7 +105,7 @@ def check_profiles(variant: Variant) -> None:
                   for i, entry in enumerate(spec.cluster.replicas)]
     for field, time in times:
         if isinstance(time, ProfiledTime):
-            from kvsched.profiled import ProfiledStep, ProfileError  # pandas: only if needed
+            from kvsched.timing.profiled import ProfiledStep, ProfileError  # pandas: only if needed
 
             try:
                 ProfiledStep(Path(time.profiles), time.model, time.tp)
@@ -146,32 +118,6 @@ def count_of(variant: Variant) -> tuple[int, bool]:
     assert variant.spec.workload is not None
     check_profiles(variant)
     return count_requests(variant.spec.workload, variant.scenario.base_dir, variant.error)
-
-
-def slo_of(spec: RunSpec) -> Slo | None:
-    return Slo(spec.slo.ttft, spec.slo.e2e, spec.slo.tpot) if spec.slo is not None else None
-
-
-def policy_of(variant: Variant) -> Policy:
-    """The variant's policy; a user's `package.module:Class` is imported here (not when the
-    file is validated), from `sys.path` or the scenario's folder."""
-    spec = variant.spec.policy
-    try:
-        return make_policy(spec.name, search_path=[variant.scenario.base_dir],
-                           **spec.all_params())
-    except ValueError as exc:
-        raise variant.error(("policy", "name"), str(exc)) from None
-
-
-def admission_of(spec: RunSpec) -> SloAdmission | None:
-    """The variant's SLO admission gate (its target defaults to `slo.ttft`), if it has one."""
-    if spec.admission is None:
-        return None
-    target = spec.admission.ttft_slo
-    if target is None:
-        assert spec.slo is not None and spec.slo.ttft is not None
-        target = spec.slo.ttft
-    return SloAdmission(target, Estimator(spec.admission.estimator), spec.admission.window)
 
 
 def run_variant(variant: Variant, record_batches: bool = False,
@@ -194,6 +140,7 @@ def run_variant(variant: Variant, record_batches: bool = False,
     if requests is None:
         requests = requests_of(variant)
     if spec.cluster is not None:
+        # clusters only: a single engine leaves the routers and the cluster loop unloaded
         from kvsched.cluster_run import run_cluster_variant
 
         return run_cluster_variant(variant, requests,
@@ -258,6 +205,7 @@ def prepare(scenario: Scenario, variants: Iterable[str] = ()) -> dict[str, Seque
         policy_of(variant)  # a user's policy class that does not load is refused now
         check_profiles(variant)
         if variant.spec.cluster is not None:
+            # clusters only: a single engine leaves the routers and the cluster loop unloaded
             from kvsched.cluster_run import check_router_loads
 
             check_router_loads(variant)
@@ -521,8 +469,6 @@ def write_steps(path: Path, result: RunResult, records: RecordMode = RecordMode.
 def run_record(variant: Variant, result: RunResult) -> dict[str, Any]:
     """Enough to rerun the variant: the resolved configuration as a standalone scenario;
     `engine_defaults` names the values taken from the GPU's defaults and why."""
-    from kvsched.serve_defaults import derived_defaults
-
     scenario = variant.scenario
     resolved = variant.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
     resolved.get("diagnosis", {}).pop("baseline", None)  # names a variant of the original

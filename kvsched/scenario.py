@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from kvsched.compat import first_conflict
+from kvsched.config import ENGINE_DEFAULTS
 from kvsched.diagnosis import INCIDENT_KEYS
 from kvsched.errors import ScenarioError, excerpt
 from kvsched.metric_names import VLLM_NAMES, refusal, resolve
@@ -296,7 +297,7 @@ def _check_engines(scenario: Scenario, spec: RunSpec, resolved: dict[str, Any], 
     written = written_engine_keys(resolved.get("engine"))
     where = f" (variant '{name}')" if position is not None else ""
     conflict = first_conflict(engine_values(spec.engine), written,
-                              origin=f"preset {spec.engine.preset}")
+                              origin=f"preset {spec.engine.preset}", defaults=ENGINE_DEFAULTS)
     if conflict is not None:
         key = written.get(conflict.key, conflict.key)
         raise scenario.error_at(("engine", key), position, conflict.message + where)
@@ -309,7 +310,8 @@ def _check_engines(scenario: Scenario, spec: RunSpec, resolved: dict[str, Any], 
         if not given:
             continue  # the variant's engine, checked above
         conflict = first_conflict(engine_values(engine), {**written, **given},
-                                  origin=f"preset {engine.preset}", prefer=given)
+                                  origin=f"preset {engine.preset}", prefer=given,
+                                  defaults=ENGINE_DEFAULTS)
         if conflict is None:
             continue
         field: Path_ = ("cluster", "replicas", i, "engine")

@@ -21,11 +21,37 @@ from pydantic import (
     model_validator,
 )
 
-from kvsched.config import EngineConfig, effective_step_order
+from kvsched.admission import Estimator
+from kvsched.backpressure import Action
+from kvsched.config import (
+    PREFIX_CACHES,
+    AdmissionRule,
+    EngineConfig,
+    PreemptionMode,
+    PrefixAccounting,
+    RejectionTexts,
+    Requeue,
+    StepOrder,
+    Unschedulable,
+    Victim,
+    effective_step_order,
+    one_of,
+)
+from kvsched.engine_keys import ENGINE_ALIASES, written_engine_keys  # noqa: F401  (re-exported)
+from kvsched.hardware import (
+    KV_DTYPE_BYTES,
+    WEIGHT_DTYPE_BYTES,
+    UnknownHardware,
+    load_gpu,
+    load_model,
+)
+from kvsched.kvpool import DEFAULT_UTILIZATION, PoolDoesNotFit, kv_pool_blocks, pool_breakdown
 from kvsched.paths import name_problem, scenario_name_problem
 from kvsched.policies import check_policy_name, is_user_policy, make_policy
 from kvsched.presets import PRESETS
 from kvsched.presets import expand as expand_preset
+from kvsched.serve_defaults import USAGES, with_defaults
+from kvsched.workload.formats import FORMATS
 
 _ENGINE = EngineConfig()
 MAX_SYNTHETIC_REQUESTS = 10_000_000
@@ -104,25 +130,23 @@ class EngineSpec(Strict):
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = None  # auto: 0.92
     # the KV cache's element type (fp8: half the bytes per token): the blocks `num_blocks: auto`
     # makes and the KV bytes a roofline step reads
-    kv_cache_dtype: Literal["auto", "fp8"] = "auto"
+    kv_cache_dtype: one_of(KV_DTYPE_BYTES) = "auto"  # type: ignore[valid-type]
     enforce_eager: bool = False  # vLLM's flag: no CUDA graphs, so none in the pool's budget
     # whose defaults a preset with a GPU table takes (kvsched.serve_defaults): vLLM's API
     # server (`vllm serve`) or its offline LLM class
-    usage: Literal["serve", "offline"] = "serve"
+    usage: one_of(USAGES) = "serve"  # type: ignore[valid-type]
     watermark: Annotated[float, Field(ge=0, lt=1)] = _ENGINE.watermark
-    preemption: Literal["recompute", "swap"] = _ENGINE.preemption.value
+    preemption: one_of(PreemptionMode) = _ENGINE.preemption.value  # type: ignore[valid-type]
     max_steps: PositiveInt = _ENGINE.max_steps
-    victim: Literal["last_admitted", "lowest_priority", "fewest_generated", "by_policy",
-                    "queue_tail"] = (
-        _ENGINE.victim.value)
-    requeue: Literal["front", "back", "by_policy"] = _ENGINE.requeue.value
+    victim: one_of(Victim) = _ENGINE.victim.value  # type: ignore[valid-type]
+    requeue: one_of(Requeue) = _ENGINE.requeue.value  # type: ignore[valid-type]
     mix_prefill_decode: bool = _ENGINE.mix_prefill_decode
     admit_after_preempt: bool = _ENGINE.admit_after_preempt
     chunked_prefill: bool = _ENGINE.chunked_prefill
     long_prefill_token_threshold: NonNegativeInt = _ENGINE.long_prefill_token_threshold
-    on_unschedulable: Literal["starve", "reject"] = _ENGINE.on_unschedulable.value
-    step_order: Literal["decode_first", "prefill_first", "running_loop"] = (
-        _ENGINE.step_order.value)
+    on_unschedulable: one_of(Unschedulable) = (  # type: ignore[valid-type]
+        _ENGINE.on_unschedulable.value)
+    step_order: one_of(StepOrder) = _ENGINE.step_order.value  # type: ignore[valid-type]
     max_model_len: Annotated[int, Field(ge=2)] | None = None
     null_block: bool = _ENGINE.null_block
     scheduler_reserve_full_isl: bool = _ENGINE.scheduler_reserve_full_isl
@@ -131,12 +155,15 @@ class EngineSpec(Strict):
     delay_factor: NonNegativeFloat = _ENGINE.delay_factor
     max_queued_requests: PositiveInt | None = None
     enable_prefix_caching: bool = _ENGINE.enable_prefix_caching
-    prefix_accounting: Literal["v1", "v0"] = _ENGINE.prefix_accounting.value
-    prefix_cache: Literal["hashed", "radix"] = "hashed"
-    admission_rule: Literal["blocks", "future_tokens"] = _ENGINE.admission_rule.value
+    prefix_accounting: one_of(PrefixAccounting) = (  # type: ignore[valid-type]
+        _ENGINE.prefix_accounting.value)
+    prefix_cache: one_of(PREFIX_CACHES) = _ENGINE.prefix_cache  # type: ignore[valid-type]
+    admission_rule: one_of(AdmissionRule) = (  # type: ignore[valid-type]
+        _ENGINE.admission_rule.value)
     max_prefill_tokens: PositiveInt = _ENGINE.max_prefill_tokens
     schedule_conservativeness: PositiveFloat = _ENGINE.schedule_conservativeness
-    rejection_texts: Literal["kvsched", "vllm_v0"] = _ENGINE.rejection_texts.value
+    rejection_texts: one_of(RejectionTexts) = (  # type: ignore[valid-type]
+        _ENGINE.rejection_texts.value)
     max_num_partial_prefills: PositiveInt = _ENGINE.max_num_partial_prefills
     max_long_partial_prefills: PositiveInt = _ENGINE.max_long_partial_prefills
     enable_priority_scheduling: bool = _ENGINE.enable_priority_scheduling
@@ -166,7 +193,7 @@ class EngineSpec(Strict):
         if not isinstance(data, dict):
             return data
         data = dict(data)
-        for alias, name in _ENGINE_ALIASES.items():
+        for alias, name in ENGINE_ALIASES.items():
             if alias in data:
                 value = data.pop(alias)
                 if name in data and data[name] != value:
@@ -195,27 +222,6 @@ class EngineSpec(Strict):
         return EngineConfig(**self.model_dump(exclude={"gpu_memory_utilization", "preset",
                                                        "usage", "kv_cache_dtype",
                                                        "enforce_eager", "kv_offload"}), **host)
-
-
-_ENGINE_ALIASES = {"enable_chunked_prefill": "chunked_prefill",
-                   "preemption_mode": "preemption",
-                   "max_running_requests": "max_num_seqs"}  # SGLang's name
-
-
-def written_engine_keys(raw: Any) -> dict[str, str]:
-    """The `EngineSpec` keys an `engine:` mapping as written sets, each with the spelling
-    used there (`enable_chunked_prefill` for `chunked_prefill`...); not the preset's."""
-    if not isinstance(raw, dict):
-        return {}
-    out: dict[str, str] = {}
-    for key in map(str, raw):
-        if key == "chunked_prefill_size":
-            out.setdefault("chunked_prefill", key)
-            if raw[key] != -1:
-                out.setdefault("max_num_batched_tokens", key)
-        else:
-            out.setdefault(_ENGINE_ALIASES.get(key, key), key)
-    return out
 
 
 def replica_engines(spec: "RunSpec") -> list[EngineSpec]:
@@ -279,15 +285,11 @@ class LinearTime(Strict):
 
 
 def _known_model(cls: type, name: str) -> str:
-    from kvsched.hardware import load_model
-
     load_model(name)  # ValueError: one line listing the known names
     return name
 
 
 def _known_gpu(cls: type, name: str) -> str:
-    from kvsched.hardware import load_gpu
-
     load_gpu(name)
     return name
 
@@ -298,8 +300,6 @@ def _maybe_known_gpu(cls: type, name: str | None) -> str | None:
 
 def _model_splits(cls: type, tp: int, info: ValidationInfo) -> int:
     """`tp` must shard the model (checked once `model` has been; its own error otherwise)."""
-    from kvsched.hardware import load_model
-
     try:
         model = load_model(info.data["model"])
     except (KeyError, ValueError):
@@ -320,7 +320,7 @@ class RooflineTime(Strict):
     # the decoder layers' linear weights: bf16, or fp8 (an fp8 checkpoint or vLLM's
     # `--quantization fp8`): half the bytes read per step and held, fp8 GEMMs where the GPU
     # has fp8 Tensor Cores; the embedding and LM head stay bf16, as in vLLM
-    weight_dtype: Literal["bf16", "fp8"] = "bf16"
+    weight_dtype: one_of(WEIGHT_DTYPE_BYTES) = "bf16"  # type: ignore[valid-type]
 
     _model = field_validator("model")(_known_model)
     _gpu = field_validator("gpu")(_known_gpu)
@@ -413,8 +413,6 @@ def unit_warnings(spec: "RunSpec") -> list[str]:
 
 def _breakdown(time: RooflineTime, engine: "EngineSpec") -> str:
     """vLLM's memory budget behind a derived pool, term by term."""
-    from kvsched.kvpool import DEFAULT_UTILIZATION, pool_breakdown
-
     return pool_breakdown(time.model, time.gpu, time.tp, engine.block_size,
                           engine.gpu_memory_utilization or DEFAULT_UTILIZATION,
                           engine.max_num_batched_tokens, engine.max_num_seqs,
@@ -428,8 +426,6 @@ def _seconds_text(seconds: float) -> str:
 
 def _does_not_fit(time: RooflineTime, engine: "EngineSpec") -> str | None:
     """Why the model's weights leave its GPUs no room for KV cache, or None."""
-    from kvsched.kvpool import DEFAULT_UTILIZATION, PoolDoesNotFit, kv_pool_blocks
-
     try:
         kv_pool_blocks(time.model, time.gpu, time.tp, engine.block_size,
                        engine.gpu_memory_utilization or DEFAULT_UTILIZATION,
@@ -733,7 +729,7 @@ class TraceWorkload(Strict):
 
     kind: Literal["trace"]
     path: str
-    format: Literal["kvsched", "azure", "mooncake", "vidur", "lengths"] | None = None
+    format: one_of(FORMATS) | None = None  # type: ignore[valid-type]
     columns: TraceColumns | None = None
     arrival: ArrivalSpec | None = None
     limit: PositiveInt | None = None
@@ -745,8 +741,7 @@ class TraceWorkload(Strict):
     @model_validator(mode="after")
     def _one_layout(self) -> Self:
         if (self.format is None) == (self.columns is None):
-            raise ValueError("give exactly one of format (kvsched, azure, mooncake, vidur, "
-                             "lengths) or columns")
+            raise ValueError(f"give exactly one of format ({', '.join(FORMATS)}) or columns")
         lengths_only = self.format == "lengths" or (
             self.columns is not None and self.columns.arrival_time is None)
         if lengths_only and self.arrival is None:
@@ -794,7 +789,7 @@ class AdmissionSpec(Strict):
     """`admission:` reject at arrival when the estimated TTFT exceeds `ttft_slo`."""
 
     ttft_slo: PositiveFloat | None = None  # default: slo.ttft
-    estimator: Literal["tokens", "throughput"] = "tokens"
+    estimator: one_of(Estimator) = Estimator.TOKENS.value  # type: ignore[valid-type]
     window: PositiveInt = 200
 
 
@@ -806,7 +801,7 @@ class BackpressureSpec(Strict):
     window: PositiveInt = 100
     threshold: NonNegativeFloat = 0.2
     release: NonNegativeFloat = 0.1
-    act: Literal["none", "pause", "reserve"] = "none"
+    act: one_of(Action) = Action.NONE.value  # type: ignore[valid-type]
 
     @model_validator(mode="after")
     def _ordered(self) -> Self:
@@ -843,6 +838,7 @@ class RouterSpec(BaseModel):
 
     @model_validator(mode="after")
     def _known_router(self) -> Self:
+        # the routers (six modules and numpy): only a cluster names one
         from kvsched.routers import check_router
 
         check_router(self.name, self.params())  # never imports a user's module
@@ -1053,9 +1049,6 @@ def _sized(engine: dict, time: dict) -> dict:
     """`engine` with `num_blocks` the pool of `time`'s model on its GPUs (at the engine's
     block size and memory share); without it where the model or GPU is unknown or a field
     missing or mistyped: the fields' own validation names that."""
-    from kvsched.hardware import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, UnknownHardware
-    from kvsched.kvpool import DEFAULT_UTILIZATION, kv_pool_blocks
-
     full = expand_preset(engine)  # the budget and seats the profile run is sized for
     try:
         blocks = kv_pool_blocks(time["model"], time["gpu"], time.get("tp", 1),
@@ -1122,8 +1115,6 @@ def _auto_replica_pools(data: dict, engine: dict, auto: bool) -> dict:
 def _gpu_batch_defaults(data: dict) -> dict:
     """The variant's engine and each fleet entry with a time model of its own take their
     preset's defaults for their GPU (`kvsched.serve_defaults`) under the keys written."""
-    from kvsched.serve_defaults import with_defaults
-
     engine, time = data.get("engine"), data.get("time")
     if isinstance(engine, dict):
         data = {**data, "engine": with_defaults(engine, time)}

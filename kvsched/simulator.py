@@ -1,17 +1,22 @@
 """Running requests through one engine: the compiled loop (`kvsched.fastcore`) when it
-carries the run, the Python loop (`kvsched.loop`) otherwise, and the stream both hand their
-events to."""
+carries the run, the Python loop (`kvsched.loop`) otherwise; both hand their events to an
+`EventStream` (`kvsched.events`)."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 from kvsched import fastcore
 from kvsched.admission import Slo, SloAdmission
 from kvsched.backpressure import Backpressure
 from kvsched.config import EngineConfig
+from kvsched.events import (  # noqa: F401  (DIAGNOSIS_EVENTS: kept here for callers)
+    DIAGNOSIS_EVENTS,
+    Abort,
+    EventSink,
+    EventStream,
+    Progress,
+)
 from kvsched.metrics import summarize
 from kvsched.policies.base import Policy
 from kvsched.policies.fcfs import Fcfs
@@ -22,9 +27,6 @@ from kvsched.request_columns import RequestColumns
 from kvsched.steplog import StepLog, Timeline
 from kvsched.timing import StepClock, TimeModel
 from kvsched.turns import check_turns
-
-if TYPE_CHECKING:
-    from kvsched.sequence import Seq
 
 
 def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
@@ -117,40 +119,3 @@ def check_ids(requests: Sequence[Request]) -> None:
         if request.request_id in seen:
             raise ValueError(f"duplicate request_id '{request.request_id}'")
         seen.add(request.request_id)
-
-
-EventSink = Callable[[list[tuple]], None]
-Progress = Callable[[int, float], None]
-Abort = Callable[[float, Iterable["Seq"]], bool]
-
-DIAGNOSIS_EVENTS = frozenset({"hol_block", "hol_release", "backpressure", "reject", "starve"})
-"""The events a run keeps in memory when they are streamed to a file."""
-
-
-class EventStream:
-    """Hands the engine's events to a sink in chunks (when there is one), so a long run
-    does not hold them all; keeps those the diagnosis reads."""
-
-    __slots__ = ("events", "sink", "kept", "_chunk")
-
-    def __init__(self, events: list[tuple], sink: EventSink | None,
-                 chunk: int = 1 << 15) -> None:
-        self.events = events
-        self.sink = sink
-        self.kept: list[tuple] = events if sink is None else []
-        self._chunk = chunk if sink is not None else math.inf
-
-    def poll(self) -> None:
-        if len(self.events) >= self._chunk:
-            self.drain()
-
-    def drain(self) -> None:
-        if self.sink is None or not self.events:
-            return
-        chunk = self.events[:]
-        del self.events[:]
-        self.sink(chunk)
-        self.kept.extend(e for e in chunk if e[3] in DIAGNOSIS_EVENTS)
-
-    def close(self) -> None:
-        self.drain()

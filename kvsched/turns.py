@@ -23,6 +23,12 @@ from kvsched.request_columns import RequestColumns
 
 _CHUNK = 1 << 14
 
+ARRIVAL_SLACK = 1e-9
+"""A hair of slack: an arrival at most `ARRIVAL_SLACK * (1 + t)` after time `t` is due at `t`
+(times summed step by step drift: 0.1 * 8 = 0.7999999999999999). The single loop, the
+cluster loop and the decode stretches read it; the C loop (kvsched/_fastcore.c) writes the
+same number."""
+
 
 def check_turns(requests: Sequence[Request]) -> None:
     """Every `after` names an earlier request of the list (so turns cannot wait in a

@@ -6,7 +6,7 @@ import pytest
 
 from kvsched import ConstantStep, Request, StepClock, make_policy, simulate
 from kvsched.config import EngineConfig
-from kvsched.presets import engine_config
+from kvsched.preset_engine import engine_config
 
 
 def v1(async_scheduling: bool, **keys: object) -> EngineConfig:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from kvsched import EngineConfig, LinearStep, Request, simulate
-from kvsched.roofline import BatchShape, RooflineStep
+from kvsched.timing.roofline import BatchShape, RooflineStep
 
 
 @dataclass

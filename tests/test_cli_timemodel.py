@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kvsched.cli import app
-from kvsched.roofline import BatchShape, RooflineStep
+from kvsched.timing.roofline import BatchShape, RooflineStep
 
 MODEL = ("--model", "meta-llama/Llama-3.1-8B", "--gpu", "h100-sxm")
 HEADER = ("num_prefill_requests,prefill_tokens_each,prefill_cached_kv_each,num_decode_requests,"

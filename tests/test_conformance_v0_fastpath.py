@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvsched import ConstantStep, Request, make_policy, simulate
-from kvsched.presets import engine_config
+from kvsched.preset_engine import engine_config
 
 
 @st.composite

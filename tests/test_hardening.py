@@ -525,12 +525,12 @@ def test_a_newline_in_a_value_never_splits_the_error_line(tmp_path):
 
 def test_validate_does_not_build_a_synthetic_workload(tmp_path, monkeypatch):
     """10M synthetic requests validate without generating one of them."""
-    import kvsched.workload
+    import kvsched.workload.build
 
     def never(*args, **kwargs):
         raise AssertionError("validate generated the workload")
 
-    monkeypatch.setattr(kvsched.workload, "_synthetic", never)
+    monkeypatch.setattr(kvsched.workload.build, "_synthetic", never)
     path = write(tmp_path, "s.yaml", "name: x\nworkload: {kind: synthetic, num_requests: "
                                      "10000000, arrival: {kind: poisson, rate: 1}, "
                                      "prompt_len: 5, output_len: 5}\n")
@@ -545,8 +545,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_shipped_files_stand_alone():
-    """README and every shipped file point to nothing outside the repository (../shared)."""
-    shipped = [REPO / "README.md", REPO / "pyproject.toml", REPO / "Makefile",
+    """README, docs/ and every shipped file point to nothing outside the repository
+    (../shared)."""
+    shipped = [REPO / "README.md", *(REPO / "docs").glob("*.md"),
+               REPO / "pyproject.toml", REPO / "Makefile",
                *(REPO / "kvsched").rglob("*.py"), *(REPO / "scenarios").rglob("*.yaml"),
                *(REPO / "scenarios").rglob("*.md"), *(REPO / "bench").rglob("*.py")]
     for path in shipped:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from kvsched.errors import KvschedError
-from kvsched.hardware import (
+from kvsched.timing.hardware import (
     known_gpus,
     known_models,
     load_calibration,

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference_counting import CountingPool
 
-from kvsched.kvcache import CountingPool, HashedBlockCache, RadixCache
+from kvsched.kvcache import HashedBlockCache, RadixCache
 from kvsched.prefix import Prefix, common_prefix
 
 BLOCK = 4

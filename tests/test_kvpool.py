@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from kvsched.errors import KvschedError
-from kvsched.hardware import load_model
-from kvsched.kvpool import kv_block_bytes, kv_pool_blocks, pool_breakdown
+from kvsched.timing.hardware import load_model
+from kvsched.timing.kvpool import kv_block_bytes, kv_pool_blocks, pool_breakdown
 
 LLAMA8 = "meta-llama/Llama-3.1-8B"
 LLAMA70 = "meta-llama/Llama-3.1-70B"

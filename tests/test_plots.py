@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 
 from kvsched.cli import app
 from kvsched.errors import KvschedError
+from kvsched.plot_folders import plot_folder
 from kvsched.plots import (
     class_names,
     latency_points,
-    plot_folder,
     plot_run_folder,
     timeline_series,
     ttft_cdf,

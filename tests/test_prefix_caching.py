@@ -20,7 +20,7 @@ from kvsched import EngineConfig, Request, make_policy, simulate
 from kvsched.engine import mechanism
 from kvsched.kvcache.tracker import PrefixTracker, identity, make_tracker
 from kvsched.prefix import Prefix, common_prefix
-from kvsched.presets import engine_config
+from kvsched.preset_engine import engine_config
 from kvsched.sequence import Seq
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])

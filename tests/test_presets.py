@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from kvsched import EngineConfig, Request, simulate
 from kvsched.cli import app
 from kvsched.config import StepOrder
-from kvsched.presets import PRESETS, engine_config, expand
+from kvsched.preset_engine import engine_config
+from kvsched.presets import PRESETS, expand
 from kvsched.schema import EngineSpec
 
 SCENARIO = """\
@@ -136,7 +137,7 @@ def test_shipped_engines_scenario_holds_its_claims():
     assert configs["vllm_serve"].async_scheduling and configs["vllm_v1"].async_scheduling
     assert not configs["vllm_v1_sync"].async_scheduling
     # the variant's batch settings are what vllm serve 0.33 takes on an H100
-    from kvsched.serve_defaults import gpu_defaults
+    from kvsched.timing.serve_defaults import gpu_defaults
 
     h100 = gpu_defaults("vllm_v1", "h100-sxm")
     assert h100 is not None
@@ -304,15 +305,15 @@ def test_v0_turns_prompts_away_with_its_own_warnings():
 
 
 def test_readme_and_presets_say_the_same_of_each_engine():
-    """README's heading for each preset names the same engine and version as `kvsched
+    """docs/presets.md's heading for each preset names the same engine and version as `kvsched
     presets`, and claims a check only where the preset does."""
     import re
     from pathlib import Path
 
     from kvsched.presets import PRESETS
 
-    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
-    headings = dict(re.findall(r"^### `(\w+)`:? ?(.*)$", readme, flags=re.M))
+    readme = (Path(__file__).parent.parent / "docs" / "presets.md").read_text(encoding="utf-8")
+    headings = dict(re.findall(r"^## `(\w+)`:? ?(.*)$", readme, flags=re.M))
     for name, preset in PRESETS.items():
         heading = headings[name]
         if name != "lesson":

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kvsched import Request, make_policy, simulate
-from kvsched.presets import engine_config
+from kvsched.preset_engine import engine_config
 from kvsched.reservation import NewTokenRatio
 from kvsched.schema import EngineSpec
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kvsched import Request, make_policy, simulate
-from kvsched.presets import engine_config
+from kvsched.preset_engine import engine_config
 
 # L1 and L2 (300 tokens, long above 50) and S (20 tokens) at 0; budget 100, 2 partial
 # prefills of which 1 long.

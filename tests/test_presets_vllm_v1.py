@@ -14,7 +14,7 @@ from conformance import v1_rules_model
 from conformance.compare import compare, load, record_paths, side_by_side
 from kvsched import Request, StepClock, make_policy, simulate
 from kvsched.conformance import vllm_v1_decisions
-from kvsched.presets import engine_config
+from kvsched.preset_engine import engine_config
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm_v1"
 RECORDS = record_paths([FIXTURES])

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvsched.errors import KvschedError
-from kvsched.profiled import DENSE_OPS, ProfiledStep
-from kvsched.roofline import BatchShape
+from kvsched.timing.profiled import DENSE_OPS, ProfiledStep
+from kvsched.timing.roofline import BatchShape
 
 LLAMA7 = "meta-llama/Llama-2-7b-hf"  # 32 layers, hidden 4096
 

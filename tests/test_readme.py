@@ -1,4 +1,4 @@
-"""README says what kvsched does today: the sentences issue 23 found untrue stay true (the
+"""README and docs/ say what kvsched does today: the sentences issue 23 found untrue stay true (the
 variant keys and the presets' checks have their own tests: test_scenario, test_presets)."""
 
 from __future__ import annotations
@@ -8,8 +8,10 @@ from pathlib import Path
 
 from kvsched.metrics import SUMMARY_KEYS
 
-README = " ".join((Path(__file__).resolve().parent.parent / "README.md")
-                  .read_text(encoding="utf-8").split())
+REPO = Path(__file__).resolve().parent.parent
+README = " ".join("\n".join(page.read_text(encoding="utf-8") for page in
+                            [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]).split())
+"""README and the docs/ pages it links, as one text."""
 
 
 def test_keys_readme_offers_for_slos_are_measured():

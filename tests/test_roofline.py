@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvsched.config import EngineConfig
-from kvsched.hardware import load_calibration
-from kvsched.roofline import BatchShape, RooflineStep
 from kvsched.simulator import simulate
+from kvsched.timing.hardware import load_calibration
+from kvsched.timing.roofline import BatchShape, RooflineStep
 
 LLAMA8 = "meta-llama/Llama-3.1-8B"
 LLAMA70 = "meta-llama/Llama-3.1-70B"
@@ -143,7 +143,7 @@ def test_a_calibration_without_knee_per_decade_keeps_one_knee():
     """Calibration files written before the key existed load with one knee for all GEMMs."""
     from dataclasses import asdict
 
-    from kvsched.hardware import Calibration
+    from kvsched.timing.hardware import Calibration
 
     values = {k: v for k, v in asdict(load_calibration("a100-80gb")).items()
               if k != "knee_per_decade"}
@@ -183,7 +183,7 @@ def test_a_calibration_without_gemm_tile_gives_the_old_times():
     """Calibration files written before the key existed load untiled; a bad tile is refused."""
     from dataclasses import asdict
 
-    from kvsched.hardware import Calibration
+    from kvsched.timing.hardware import Calibration
 
     values = {k: v for k, v in asdict(load_calibration("h100-sxm")).items() if k != "gemm_tile"}
     old = Calibration(**values)

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from kvsched.cli import app
 from kvsched.presets import VLLM_SERVE_TIERS
 from kvsched.scenario import load_scenario
-from kvsched.serve_defaults import GIB, tier_for
+from kvsched.timing.serve_defaults import GIB, tier_for
 
 MODEL = "meta-llama/Llama-3.1-8B"
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvsched.roofline import RooflineStep
-from kvsched.stepfit import batch_grid, fit_linear
 from kvsched.timing import LinearStep
+from kvsched.timing.roofline import RooflineStep
+from kvsched.timing.stepfit import batch_grid, fit_linear
 
 
 def test_a_linear_model_is_recovered_exactly():

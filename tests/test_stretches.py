@@ -15,7 +15,8 @@ from test_invariants import check_invariants, clocks, configs, policies
 from kvsched import ConstantStep, EngineConfig, Request, StepLog, make_policy, simulate
 from kvsched.admission import SloAdmission
 from kvsched.backpressure import Backpressure
-from kvsched.presets import PRESETS, engine_config
+from kvsched.preset_engine import engine_config
+from kvsched.presets import PRESETS
 from kvsched.scheduler import GapTracker, Stretch
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -198,7 +199,7 @@ def test_gap_tracker_answers_the_largest_gap_since_a_pass():
                         ("meta-llama/Llama-2-70b-hf", "a100-80gb", 4)]))
 def test_stretches_equal_the_exact_path_on_the_roofline(requests, config, policy, hardware):
     """The roofline prices a stretch's steps exactly as it prices them one by one."""
-    from kvsched.roofline import RooflineStep
+    from kvsched.timing.roofline import RooflineStep
 
     clock = RooflineStep(*hardware)
     seconds = [Request(r.request_id, r.arrival_time / 50, r.prompt_len, r.output_len,

@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 
 from kvsched.cli import app
 from kvsched.cluster_run import replica_specs
-from kvsched.hardware import load_model
-from kvsched.kvpool import kv_pool_blocks
-from kvsched.profiled import DENSE_OPS
 from kvsched.scenario import load_scenario
+from kvsched.timing.hardware import load_model
+from kvsched.timing.kvpool import kv_pool_blocks
+from kvsched.timing.profiled import DENSE_OPS
 
 WORKLOAD = ("workload: {kind: synthetic, num_requests: 20, arrival: {kind: poisson, rate: 5}, "
             "prompt_len: 200, output_len: 20}\n")

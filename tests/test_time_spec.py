@@ -8,12 +8,12 @@ from typer.testing import CliRunner
 
 from kvsched.cli import app
 from kvsched.errors import KvschedError
-from kvsched.kvpool import kv_pool_blocks
-from kvsched.profiled import ProfiledStep
-from kvsched.roofline import RooflineStep
 from kvsched.runner import time_model_of
 from kvsched.scenario import load_scenario_text
 from kvsched.schema import unit_warnings
+from kvsched.timing.kvpool import kv_pool_blocks
+from kvsched.timing.profiled import ProfiledStep
+from kvsched.timing.roofline import RooflineStep
 
 BASE = """\
 name: t

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from run_modules import modules_loaded
 
-import kvsched.workload as workload
+import kvsched.workload.build as workload
 from kvsched.errors import ScenarioError
 from kvsched.schema import TraceWorkload
-from kvsched.trace_csv import arrival_seconds, read_clean_columns
+from kvsched.workload.trace_csv import arrival_seconds, read_clean_columns
 
 REPO = Path(__file__).resolve().parent.parent
 AZURE_CONV = REPO / "scenarios" / "traces" / "AzureLLMInferenceTrace_conv.csv"
@@ -107,7 +107,7 @@ def test_a_trace_run_with_compact_records_never_imports_pandas(tmp_path):
 # -- the C reader (kvsched/_fastcore.c read_csv) against pyarrow's -----------------------
 
 from kvsched import fastcore  # noqa: E402
-from kvsched.trace_csv import _arrow_read, _compiled_read  # noqa: E402
+from kvsched.workload.trace_csv import _arrow_read, _compiled_read  # noqa: E402
 
 needs_c = pytest.mark.skipif(not fastcore.available(), reason="the C extension is not built")
 AZURE_NEEDED = {"TIMESTAMP": "datetime", "ContextTokens": "number", "GeneratedTokens": "number"}

@@ -10,9 +10,9 @@ import pytest
 from kvsched import EngineConfig, LinearStep, Request, simulate
 from kvsched.csvout import StepCsv
 from kvsched.records import STEP_COLUMNS
-from kvsched.roofline import BatchShape, RooflineStep
 from kvsched.scheduler import Stretch
 from kvsched.steplog import COMPACT_COLUMNS, RecordMode, compact_row
+from kvsched.timing.roofline import BatchShape, RooflineStep
 
 CONFIG = EngineConfig(max_num_batched_tokens=512, block_size=16, num_blocks=400,
                       chunked_prefill=True)

@@ -1,5 +1,5 @@
 """Fit the roofline's calibration on Vidur's measured operator profiles, write it into the
-package (kvsched/hardware/calibration.yaml) and report its accuracy on rows it did not see.
+package (kvsched/timing/hardware/calibration.yaml) and report its accuracy on rows it did not see.
 
     .venv/bin/python tools/calibrate.py [--profiles ../shared/vidur-profiling] [--no-write]
 
@@ -32,12 +32,12 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from kvsched.hardware import Calibration, load_gpu, load_model
-from kvsched.roofline import BatchShape, RooflineStep
+from kvsched.timing.hardware import Calibration, load_gpu, load_model
+from kvsched.timing.roofline import BatchShape, RooflineStep
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_PROFILES = REPO.parent / "shared" / "vidur-profiling"
-OUTPUT = REPO / "kvsched" / "hardware" / "calibration.yaml"
+OUTPUT = REPO / "kvsched" / "timing" / "hardware" / "calibration.yaml"
 GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 ELEMENTWISE = ("input_layernorm", "attn_rope", "post_attention_layernorm", "mlp_act", "add")
 MODELS = {"Llama-2-7b-hf": "meta-llama/Llama-2-7b-hf",

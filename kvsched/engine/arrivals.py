@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from kvsched.blocks import blocks_for
 from kvsched.config import RejectionTexts, StepOrder, Unschedulable
 from kvsched.engine.texts import model_len_rejection, v0_rejection
+from kvsched.kinds import EventKind, Reason, Why
 from kvsched.reservation import CLIP_MAX_NEW_TOKENS
 from kvsched.sequence import SeqState
 
@@ -22,7 +23,7 @@ def arrive(sched: Scheduler, seq: Seq, step: int) -> None:
     seq.join_step = step
     max_queued = sched.config.max_queued_requests
     if max_queued is not None and len(sched.waiting) >= max_queued:
-        sched.reject(seq, step, "The request queue is full.")  # SGLang's text (HTTP 503)
+        sched.reject(seq, step, Reason("The request queue is full.", Why.QUEUE_FULL))  # SGLang's
         return
     max_model_len = sched.config.max_model_len
     if max_model_len is not None:
@@ -31,7 +32,7 @@ def arrive(sched: Scheduler, seq: Seq, step: int) -> None:
         if v0 and seq.prompt_len == max_model_len:
             too_long = None  # vLLM 0.8.5 runs a prompt of exactly max_model_len
         if too_long:
-            sched.reject(seq, step, too_long)
+            sched.reject(seq, step, Reason(too_long, Why.PROMPT_OVER_MODEL_LEN))
             return
         # V1 stops once the sequence holds max_model_len tokens; V0's stop checker
         # once it holds more (RULES.md V0-3): one token later.
@@ -49,41 +50,43 @@ def arrive(sched: Scheduler, seq: Seq, step: int) -> None:
         sched.late.append(seq)  # the next step was decided before it came (RULES.md A2)
     else:
         sched.waiting.push(seq, request.arrival_time)
-    sched.events.append((step, request.arrival_time, request.request_id, "arrive",
+    sched.events.append((step, request.arrival_time, request.request_id, EventKind.ARRIVE,
                         f"unschedulable: {seq.unschedulable}" if seq.unschedulable else ""))
 
-def unschedulable_reason(sched: Scheduler, seq: Seq) -> str | None:
+def unschedulable_reason(sched: Scheduler, seq: Seq) -> Reason | None:
     """Why `seq` can never run under this engine, or None."""
     cfg = sched.config
     if cfg.rejection_texts is RejectionTexts.VLLM_V0:
         v0 = v0_rejection(seq.prompt_len, cfg)
         if v0 is not None:
             return v0
-    if not cfg.chunked_prefill and seq.prompt_len - seq.remote_tokens > cfg.max_num_batched_tokens:
-        return (f"prompt_len {seq.prompt_len} > max_num_batched_tokens "
-                f"{cfg.max_num_batched_tokens}")
+    if (not cfg.chunked_prefill
+            and seq.prompt_len - seq.remote_tokens > cfg.max_num_batched_tokens):
+        return Reason(f"prompt_len {seq.prompt_len} > max_num_batched_tokens "
+                      f"{cfg.max_num_batched_tokens}", Why.PROMPT_OVER_BUDGET)
     if cfg.step_order is StepOrder.RUNNING_LOOP:
         # vLLM V1 looks at the pool only at the full-prompt gate, and without the
         # watermark when nothing runs: only a prompt over the whole pool never runs.
         need = blocks_for(seq.prompt_len, sched._block_size)
         if cfg.scheduler_reserve_full_isl and need > cfg.usable_blocks:
-            return (f"needs {need} KV blocks for its prompt, the pool has "
-                    f"{cfg.usable_blocks} ({cfg.num_blocks} blocks - 1 null block)"
-                    if cfg.null_block else
-                    f"needs {need} KV blocks for its prompt, the pool has {cfg.num_blocks}")
+            return Reason(f"needs {need} KV blocks for its prompt, the pool has "
+                          f"{cfg.usable_blocks} ({cfg.num_blocks} blocks - 1 null block)"
+                          if cfg.null_block else
+                          f"needs {need} KV blocks for its prompt, the pool has "
+                          f"{cfg.num_blocks}", Why.NEVER_FITS)
         return None
     if sched.reservation is not None:  # SGLang admits only below the whole pool
         need = seq.prompt_len + min(seq.output_len, CLIP_MAX_NEW_TOKENS) + sched._block_size
         if need >= cfg.usable_blocks * sched._block_size:
-            return (f"needs {need} KV tokens free to be admitted (prompt + clipped "
-                    f"max_new_tokens + a page), the pool has "
-                    f"{cfg.usable_blocks * sched._block_size}")
+            return Reason(f"needs {need} KV tokens free to be admitted (prompt + clipped "
+                          f"max_new_tokens + a page), the pool has "
+                          f"{cfg.usable_blocks * sched._block_size}", Why.NEVER_FITS)
     usable = sched.pool.num_blocks - sched.pool.watermark_blocks  # (the config computes them)
     if seq.lifetime_blocks > usable:
         null = " - 1 null block" if cfg.null_block else ""
-        return (f"needs {seq.lifetime_blocks} KV blocks to finish, the pool admits at most "
-                f"{usable} ({cfg.num_blocks} blocks{null} - {cfg.watermark_blocks} "
-                "watermark)")
+        return Reason(f"needs {seq.lifetime_blocks} KV blocks to finish, the pool admits at "
+                      f"most {usable} ({cfg.num_blocks} blocks{null} - "
+                      f"{cfg.watermark_blocks} watermark)", Why.NEVER_FITS)
     return None
 
 
@@ -97,11 +100,13 @@ def explain_starvation(sched: Scheduler, step: int, now: float) -> None:
             reason = seq.unschedulable
         elif seq.state is SeqState.PREEMPTED and not sched.config.chunked_prefill \
                 and seq.prompt_len + seq.generated > budget:
-            reason = (f"recompute of {seq.prompt_len + seq.generated} tokens after preemption "
-                      f"> max_num_batched_tokens {budget}")
+            reason = Reason(f"recompute of {seq.prompt_len + seq.generated} tokens after "
+                            f"preemption > max_num_batched_tokens {budget}",
+                            Why.RECOMPUTE_OVER_BUDGET)
         elif head is not None and seq is not head:
-            reason = f"queued behind {head.request.request_id}, which can never run"
+            reason = Reason(f"queued behind {head.request.request_id}, which can never run",
+                            Why.BEHIND_HEAD)
         else:
-            reason = "never admitted"
+            reason = Reason("never admitted", Why.NEVER_ADMITTED)
         seq.end_reason = reason
-        sched.events.append((step, now, seq.request.request_id, "starve", reason))
+        sched.events.append((step, now, seq.request.request_id, EventKind.STARVE, reason))

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvsched.blocks import blocks_for
+from kvsched.kinds import EventKind
 from kvsched.sequence import SeqState
 
 if TYPE_CHECKING:
@@ -34,12 +35,12 @@ def track(sched: Scheduler, plan: StepPlan) -> None:
         return
     if current is not None:
         sched.events.append((plan.step, plan.time, current.request.request_id,
-                            "hol_release", ""))
+                            EventKind.HOL_RELEASE, ""))
         sched._hol_head = None
     if blocking is not None:
         head, why, budget, behind = blocking
         sched._hol_head = head
-        sched.events.append((plan.step, plan.time, head.request.request_id, "hol_block",
+        sched.events.append((plan.step, plan.time, head.request.request_id, EventKind.HOL_BLOCK,
                             f"{why}, {budget} tokens and {sched.pool.free} blocks left; "
                             f"{behind.request.request_id} behind it would fit"))
 

@@ -46,7 +46,7 @@ cdef class Scheduler:
     cdef public bint _async, in_flight, _learned
     cdef public list departing, late
 
-    cpdef reject(self, Seq seq, long long step, str reason)
+    cpdef reject(self, Seq seq, long long step, object reason)
     cpdef StepPlan schedule(self, long long step, double now)
     cpdef _assemble(self, StepPlan plan)
     @cython.locals(tick=cython.longlong, due=list, seq=Seq, epoch=cython.longlong, last=object, gap=cython.double)

@@ -21,6 +21,7 @@ from kvsched.engine import future_tokens
 from kvsched.engine.gaps import GapTracker
 from kvsched.engine.plan import Event, StepPlan
 from kvsched.engine.texts import V0_PREEMPTION_WARNING
+from kvsched.kinds import EventKind, Reason
 from kvsched.kvcache.tracker import PrefixTracker, make_tracker
 from kvsched.partial_prefills import make_partial_prefills
 from kvsched.policies.base import Policy
@@ -147,11 +148,12 @@ class Scheduler:
 
     # -- arrivals turned away ----------------------------------------------------------
 
-    def reject(self, seq: Seq, step: int, reason: str) -> None:
+    def reject(self, seq: Seq, step: int, reason: Reason) -> None:
         request = seq.request
         seq.state = SeqState.REJECTED
         seq.end_reason = reason
-        self.events.append((step, request.arrival_time, request.request_id, "reject", reason))
+        self.events.append((step, request.arrival_time, request.request_id, EventKind.REJECT,
+                            reason))
         if self.on_done is not None:
             self.on_done(seq)
 
@@ -458,13 +460,13 @@ class Scheduler:
         swap = self._swap and (was_decoding or self._swap_prefills)
         if self._warn_preemptions and self._num_cumulative_preemption % 50 == 0:
             mode = "SWAP" if swap else "RECOMPUTE"
-            self.events.append((plan.step, plan.time, request.request_id, "warning",
+            self.events.append((plan.step, plan.time, request.request_id, EventKind.WARNING,
                                 V0_PREEMPTION_WARNING.format(
                                     request.request_id, mode,
                                     self._num_cumulative_preemption + 1)))
         self._num_cumulative_preemption += 1
         mode = "swap" if swap else "recompute"
-        self.events.append((plan.step, plan.time, request.request_id, "preempt",
+        self.events.append((plan.step, plan.time, request.request_id, EventKind.PREEMPT,
                             f"{mode}; {victim.blocks} blocks freed for "
                             f"{cause.request.request_id}"))
         if swap:
@@ -472,7 +474,7 @@ class Scheduler:
             victim.host_blocks = victim.blocks
             victim.num_swapped_blocks += victim.blocks
             plan.swapped_out_blocks += victim.blocks
-            self.events.append((plan.step, plan.time, request.request_id, "swap_out",
+            self.events.append((plan.step, plan.time, request.request_id, EventKind.SWAP_OUT,
                                 f"{victim.blocks} blocks"))
         else:
             victim.state = SeqState.PREEMPTED
@@ -502,7 +504,7 @@ class Scheduler:
         self.committed_blocks -= victim.lifetime_blocks
         victim.num_preemptions += 1
         plan.preempted.append(victim)
-        self.events.append((plan.step, plan.time, victim.request.request_id, "preempt",
+        self.events.append((plan.step, plan.time, victim.request.request_id, EventKind.PREEMPT,
                             f"recompute; {victim.blocks} blocks freed for "
                             f"{cause.request.request_id}"))
         victim.blocks = 0
@@ -635,7 +637,7 @@ class Scheduler:
                     front.append(seq)
                 plan.swapped_in_blocks += seq.host_blocks
                 seq.num_swapped_blocks += seq.host_blocks
-                self.events.append((plan.step, plan.time, request.request_id, "swap_in",
+                self.events.append((plan.step, plan.time, request.request_id, EventKind.SWAP_IN,
                                     f"{seq.host_blocks} blocks"))
                 seq.host_blocks = 0
                 if rest:
@@ -805,7 +807,7 @@ class Scheduler:
             detail += f", {loaded} from host"
         if chunk < tokens - present:
             detail += f", first chunk {chunk}"
-        self.events.append((plan.step, plan.time, seq.request.request_id, "admit", detail))
+        self.events.append((plan.step, plan.time, seq.request.request_id, EventKind.ADMIT, detail))
         self._prefill_chunk(plan, seq, chunk)
 
     def _take_head(self, plan: StepPlan, seq: Seq, blocks: int, hit: int = 0) -> None:
@@ -880,7 +882,7 @@ class Scheduler:
         self.kv_tokens -= seq.prompt_len + seq.output_len - 1
         del self.running[seq.index]
         seq.epoch += 1
-        self.events.append((step, end_time, seq.request.request_id, "finish",
+        self.events.append((step, end_time, seq.request.request_id, EventKind.FINISH,
                             f"{seq.output_len} tokens"))
         if self._async:  # the scheduler learns it after deciding the next step
             self.departing.append(seq)

@@ -18,6 +18,7 @@ from kvsched.engine.rules import scheduler_class
 from kvsched.engine.stretch import decode_stretch
 from kvsched.engine.view import EngineView
 from kvsched.histogram import GapHistogram, NoGaps
+from kvsched.kinds import EventKind
 from kvsched.policies.base import Policy
 from kvsched.prefix import Prefix
 from kvsched.records import StepOutcome
@@ -44,7 +45,7 @@ class Engine:
         self._duration_shape = getattr(clock, "duration_shape", None)
         self._shape: type | None = None
         if self._duration_shape is not None:  # (hardware models only: their module)
-            from kvsched.roofline import BatchShape
+            from kvsched.timing.roofline import BatchShape
 
             self._shape = BatchShape
         # Hardware models also give each step's MFU and memory-bandwidth utilisation.
@@ -167,7 +168,7 @@ class Engine:
         idle = plan.is_idle
         if idle and monitor.signal:  # idle: nothing can thrash, stop holding back
             monitor.clear()
-            self.events.append((step, now, "", "backpressure", "off: the engine is idle"))
+            self.events.append((step, now, "", EventKind.BACKPRESSURE, "off: the engine is idle"))
             sched.admitting, sched.reserving = True, False
             plan = sched.schedule(step, now)
             idle = plan.is_idle
@@ -261,7 +262,7 @@ class Engine:
                       }[config.act])
         else:
             detail = f"off: thrash ratio {ratio:.3g} < {config.release:g}"
-        self.events.append((plan.step, plan.time, "", "backpressure", detail))
+        self.events.append((plan.step, plan.time, "", EventKind.BACKPRESSURE, detail))
         action = config.act
         sched.admitting = not (monitor.signal and action is Action.PAUSE)
         sched.reserving = monitor.signal and action is Action.RESERVE

@@ -11,5 +11,5 @@ cpdef Stretch decode_stretch(Scheduler sched, long long step, double now, object
 @cython.locals(block_due=dict, block_size=cython.longlong, horizon=cython.longlong, grown=list, t=cython.longlong, growing=list, bucket=list, seq=Seq, epoch=cython.longlong, crossings=cython.longlong, count=cython.longlong, j=cython.longlong, after=cython.longlong, later=list)
 cpdef list cross_all(Scheduler sched, long long tick, long long limit, long long blocks_used)
 
-@cython.locals(mid=cython.longlong, at=cython.double)
+@cython.locals(mid=cython.longlong, at=cython.double, slack=cython.double)
 cpdef long long first_due(list ends, long long lo, long long hi, double arrival)

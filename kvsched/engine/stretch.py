@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from kvsched.engine.head_of_line import hol_floor
 from kvsched.steplog import Stretch
 from kvsched.timing import Pricer
+from kvsched.turns import ARRIVAL_SLACK
 
 if TYPE_CHECKING:
     from kvsched.engine.mechanism import Scheduler
@@ -73,7 +74,7 @@ def decode_stretch(sched: Scheduler, step: int, now: float, step_time: float | N
             # down from it (what the bisection below finds, without a call per probe).
             while limit > 1:
                 at = ends[limit - 1]
-                if next_arrival > at + 1e-9 * (1.0 + at):
+                if next_arrival > at + ARRIVAL_SLACK * (1.0 + at):
                     break
                 limit -= 1
         else:
@@ -191,10 +192,11 @@ def decode_stretch(sched: Scheduler, step: int, now: float, step_time: float | N
 def first_due(ends: list[float], lo: int, hi: int, arrival: float) -> int:
     """The first index in [lo, hi) whose time has `arrival` due by it (with the loop's hair
     of slack), or hi: a bisection (the test only turns true as the times go on)."""
+    slack = ARRIVAL_SLACK  # (a C double in the compiled build)
     while lo < hi:
         mid = (lo + hi) // 2
         at = ends[mid]
-        if arrival <= at + 1e-9 * (1.0 + at):
+        if arrival <= at + slack * (1.0 + at):
             hi = mid
         else:
             lo = mid + 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kvsched.blocks import blocks_for
 from kvsched.config import EngineConfig
+from kvsched.kinds import Reason, Why
 
 # vLLM 0.8.5 core/scheduler.py::Scheduler._preempt, verbatim.
 V0_PREEMPTION_WARNING = (
@@ -29,15 +30,16 @@ def model_len_rejection(prompt_len: int, max_model_len: int) -> str | None:
     return None
 
 
-def v0_rejection(prompt_len: int, cfg: EngineConfig) -> str | None:
+def v0_rejection(prompt_len: int, cfg: EngineConfig) -> Reason | None:
     """vLLM 0.8.5 `_schedule_prefills`' warnings, verbatim, for a prompt it ignores: over
     `min(max_model_len, max_num_batched_tokens)` (`max_model_len` with chunking), or whose
     blocks would leave less than the watermark of the whole pool (`AllocStatus.NEVER`)."""
     limit = cfg.max_model_len if cfg.chunked_prefill else min(
         cfg.max_model_len or cfg.max_num_batched_tokens, cfg.max_num_batched_tokens)
     if limit is not None and prompt_len > limit:
-        return f"Input prompt ({prompt_len} tokens) is too long and exceeds limit of {limit}"
+        return Reason(f"Input prompt ({prompt_len} tokens) is too long and exceeds limit of "
+                      f"{limit}", Why.PROMPT_OVER_BUDGET)
     if cfg.num_blocks - blocks_for(prompt_len, cfg.block_size) < cfg.watermark_blocks:
-        return (f"Input prompt ({prompt_len} tokens) + lookahead slots (0) is too long and "
-                "exceeds the capacity of block_manager")
+        return Reason(f"Input prompt ({prompt_len} tokens) + lookahead slots (0) is too long "
+                      "and exceeds the capacity of block_manager", Why.NEVER_FITS)
     return None

@@ -103,6 +103,7 @@ def read_columns(path: Path, needed: tuple[str, ...]) -> Columns:
     """A record CSV as columns: text columns as lists of strings ('' where empty), every
     other column as float64 (NaN where empty). A missing file or column, or a value that is
     not a number where one is expected, is one line naming the file and the column."""
+    # pyarrow: only when a steps.csv is read (a report of summaries needs none)
     import pyarrow as pa
     import pyarrow.csv as pacsv
 

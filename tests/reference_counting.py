@@ -1,4 +1,6 @@
-"""The lesson's pool: interchangeable blocks, counted; nothing is ever shared or cached."""
+"""The reference the identity caches reduce to when nothing is shared: interchangeable
+blocks, counted, nothing ever cached (the `KVCache` protocol over the lesson's pool; the
+engine itself counts blocks in `kvsched.blocks.BlockPool`)."""
 
 from __future__ import annotations
 

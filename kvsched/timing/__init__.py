@@ -53,7 +53,7 @@ def stretch_pricer(model: TimeModel) -> Pricer:
         return fast
     by_shape = getattr(model, "duration_shape", None)
     if by_shape is not None:  # priced from the batch, as the engine prices its steps
-        from kvsched.roofline import BatchShape
+        from kvsched.timing.roofline import BatchShape
 
         def shaped(num_decodes: int, kv_tokens_start: int, num_steps: int) -> list[float]:
             return [by_shape(BatchShape((), num_decodes, kv_tokens_start + k * num_decodes))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,7 +44,8 @@ from kvsched.schema import (
     UniformLen,
     WorkloadSpec,
 )
-from kvsched.trace_csv import read_clean_columns
+from kvsched.workload.formats import FORMATS, UNIT_SECONDS, TraceLayout
+from kvsched.workload.trace_csv import read_clean_columns
 
 if TYPE_CHECKING:  # pandas is imported only where a file needs it (a quarter second)
     import pandas as pd
@@ -406,46 +407,6 @@ def _empirical_column(spec: EmpiricalLen, base_dir: Path, where: tuple,
 # -- traces -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TraceLayout:
-    """Where a trace format keeps each field, and the unit of its arrival column."""
-
-    arrival_time: str | None  # None: lengths only, times from the workload's arrival process
-    prompt_len: str
-    output_len: str
-    priority: str | None = None
-    class_name: str | None = None
-    request_id: str | None = None
-    arrival_unit: str = "s"  # s, ms, us or datetime (seconds since the first row)
-    optional_extras: bool = False  # extra columns used only when present
-    session: str | None = None  # a conversation id (optional in every format)
-    # Prefix identity, each optional in every format: a shared prefix named by a group and
-    # its length, or one block id per `hash_block_tokens` tokens of the prompt.
-    prefix_group: str | None = None
-    prefix_len: str | None = None
-    hash_ids: str | None = None
-    # A conversation's next turn: the id of its previous turn, and the pause after it.
-    after: str | None = None
-    think_time: str | None = None
-
-
-FORMATS = {
-    "kvsched": TraceLayout("arrival_time", "prompt_len", "output_len", "priority", "class",
-                           "request_id", optional_extras=True, session="session",
-                           prefix_group="prefix_group", prefix_len="prefix_len",
-                           hash_ids="hash_ids", after="after", think_time="think_time"),
-    "azure": TraceLayout("TIMESTAMP", "ContextTokens", "GeneratedTokens",
-                         arrival_unit="datetime"),
-    "mooncake": TraceLayout("timestamp", "input_length", "output_length", arrival_unit="ms",
-                            hash_ids="hash_ids"),
-    "vidur": TraceLayout("arrived_at", "num_prefill_tokens", "num_decode_tokens"),
-    # Length-only files as Sarathi-Serve and Vidur ship them (ShareGPT, arXiv summaries...).
-    "lengths": TraceLayout(None, "num_prefill_tokens", "num_decode_tokens"),
-}
-
-_UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
-
-
 def trace_layout(spec: TraceWorkload) -> TraceLayout:
     """Where the trace's format (or its `columns`) keeps each field."""
     if spec.format is not None:
@@ -471,6 +432,7 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
     clean = _clean_trace(path, layout, seed, spec)
     if clean is not None:
         return _replay(spec, *clean)
+    # pandas (a quarter second to import): only when a trace file is read
     import pandas as pd
 
     table = _read_table(path, where, locate)
@@ -525,7 +487,7 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
     if layout.after is not None and layout.after in table.columns:
         afters = [None if pd.isna(v) else str(v) for v in table[layout.after]]
     thinks = np.zeros(n)  # in the unit of the arrival column (seconds for timestamps)
-    think_unit = _UNIT_SECONDS.get(layout.arrival_unit, 1.0)
+    think_unit = UNIT_SECONDS.get(layout.arrival_unit, 1.0)
     if layout.think_time is not None and layout.think_time in table.columns:
         thinks = _numbers(table[layout.think_time].fillna(0), path, layout.think_time, where,
                           locate, minimum=0, whole=False, maximum=MAX_TIME)
@@ -565,7 +527,7 @@ def _replayed_rows(spec: TraceWorkload, arrivals: np.ndarray) -> np.ndarray:
 def _clean_trace(path: Path, layout: TraceLayout, seed: int,
                  spec: TraceWorkload) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Arrival seconds, prompt and output lengths of a clean CSV trace read without pandas
-    (`kvsched.trace_csv`), or None: then pandas reads it and names what is wrong."""
+    (`kvsched.workload.trace_csv`), or None: then pandas reads it and names what is wrong."""
     needed = {layout.prompt_len: "number", layout.output_len: "number"}
     limits = {layout.prompt_len: (1.0, float(MAX_TOKENS)),
               layout.output_len: (1.0, float(MAX_TOKENS))}
@@ -574,7 +536,7 @@ def _clean_trace(path: Path, layout: TraceLayout, seed: int,
             needed[layout.arrival_time] = "datetime"
         else:
             needed[layout.arrival_time] = "number"
-            limits[layout.arrival_time] = (0.0, MAX_TIME / _UNIT_SECONDS[layout.arrival_unit])
+            limits[layout.arrival_time] = (0.0, MAX_TIME / UNIT_SECONDS[layout.arrival_unit])
     if len(needed) < 2 + (layout.arrival_time is not None):
         return None  # one column named twice: pandas' reading decides
     absent = [name for name in (layout.priority, layout.class_name, layout.request_id,
@@ -593,7 +555,7 @@ def _clean_trace(path: Path, layout: TraceLayout, seed: int,
     elif layout.arrival_unit == "datetime":
         arrivals = columns[layout.arrival_time]
     else:
-        arrivals = columns[layout.arrival_time] * _UNIT_SECONDS[layout.arrival_unit]
+        arrivals = columns[layout.arrival_time] * UNIT_SECONDS[layout.arrival_unit]
     return arrivals, prompts, outputs
 
 
@@ -689,6 +651,7 @@ def _group_prefixes(table: pd.DataFrame, layout: TraceLayout, prompts: np.ndarra
     """Rows of a `prefix_group` share their first `prefix_len` tokens; a `prefix_len` of 0
     without a group is no shared prefix (what a dataframe writes). A row with block ids
     (`blocks`, from `hash_ids`) may not have a group too."""
+    # pandas (a quarter second to import): only when a trace file is read
     import pandas as pd
 
     group_column, len_column = layout.prefix_group, layout.prefix_len
@@ -734,6 +697,7 @@ def _group_prefixes(table: pd.DataFrame, layout: TraceLayout, prompts: np.ndarra
 
 def _arrival_seconds(column: pd.Series, unit: str, path: Path, where: tuple,
                      locate: Locate) -> np.ndarray:
+    # pandas (a quarter second to import): only when a trace file is read
     import pandas as pd
 
     if unit == "datetime":
@@ -745,13 +709,14 @@ def _arrival_seconds(column: pd.Series, unit: str, path: Path, where: tuple,
         seconds = (stamps - stamps.min()).dt.total_seconds().to_numpy()
         return np.asarray(seconds, dtype=float)
     values = _numbers(column, path, str(column.name), where, locate, minimum=0, whole=False,
-                      maximum=MAX_TIME / _UNIT_SECONDS[unit])
-    return values * _UNIT_SECONDS[unit]
+                      maximum=MAX_TIME / UNIT_SECONDS[unit])
+    return values * UNIT_SECONDS[unit]
 
 
 def _numbers(column: pd.Series, path: Path, name: str, where: tuple, locate: Locate, *,
              minimum: float | None, whole: bool, maximum: float | None = None) -> np.ndarray:
     """The column as numbers, or an error naming the first bad row."""
+    # pandas (a quarter second to import): only when a trace file is read
     import pandas as pd
 
     values = pd.to_numeric(column, errors="coerce").to_numpy(dtype=float)
@@ -788,8 +753,10 @@ def _check_regular(path: Path, where: tuple, locate: Locate) -> None:
 
 
 def _read_table(path: Path, where: tuple, locate: Locate) -> pd.DataFrame:
+    # only when the reading fails
     import zlib
 
+    # pandas (a quarter second to import): only when a trace file is read
     import pandas as pd
 
     _check_regular(path, where, locate)
@@ -813,8 +780,10 @@ def _read_table(path: Path, where: tuple, locate: Locate) -> pd.DataFrame:
 def _first_bad_json_line(path: Path) -> str | None:
     """Where a JSON-lines file stops being one object per line (read only once pandas
     has failed: the good path pays nothing)."""
+    # only when the reading fails
     import json
 
+    # pandas (a quarter second to import): only when a trace file is read
     from pandas.io.common import get_handle
 
     try:

@@ -1,0 +1,196 @@
+"""The package's layout: no import cycle among kvsched's modules, and every import made
+inside a function says why it waits (start-up time, an optional dependency).
+
+The graph is read from the source (ast), not from a run: an import under `if TYPE_CHECKING:`
+never runs and is left out; an import inside a function runs when it is called and counts."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "kvsched"
+
+
+def module_files(package: Path = PACKAGE) -> dict[str, Path]:
+    """Every module of the package by dotted name (a package by its `__init__.py`)."""
+    out = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """The ids of the nodes under `if TYPE_CHECKING:`."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            out.update(id(sub) for stmt in node.body for sub in ast.walk(stmt))
+    return out
+
+
+def _function_nodes(tree: ast.Module) -> dict[int, ast.AST]:
+    """Each node inside a function or method, by id, with the outermost function."""
+    out: dict[int, ast.AST] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for sub in ast.walk(node):
+                if sub is not node:
+                    out.setdefault(id(sub), node)
+    return out
+
+
+def imports(name: str, path: Path, modules: dict[str, Path]
+            ) -> list[tuple[ast.stmt, str, bool]]:
+    """The kvsched modules `name` imports when it runs: (statement, module, in a function)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped = _type_checking_only(tree)
+    local = _function_nodes(tree)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = []
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, *([node.module] if node.module else [])])
+            for alias in node.names:
+                whole = f"{base}.{alias.name}"
+                if whole in modules:
+                    targets.append(whole)  # a submodule: the package's names are not read
+                elif not PACKAGE.parent.joinpath(*base.split("."), f"{alias.name}.c").exists():
+                    targets.append(base)  # a name the module defines, not a C extension
+        for target in targets:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name and target.split(".")[0] == "kvsched":
+                out.append((node, target, id(node) in local))
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = module_files()
+    return {name: {target for _, target, _ in imports(name, path, modules)}
+            for name, path in modules.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph.get(nxt, ())))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def test_cycles_finds_a_loop_of_three_and_not_a_chain():
+    """The cycle finder itself: a -> b -> c -> a is one, a -> b -> c is none."""
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_no_import_cycle():
+    """No two kvsched modules import each other, directly or round a loop, at module level or
+    inside a function."""
+    found = cycles(import_graph())
+    assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def _has_reason(lines: list[str], node: ast.stmt) -> bool:
+    """A comment on the import's lines, or on the line above the run of imports (and `try:`
+    lines) it starts or belongs to."""
+    end = node.end_lineno or node.lineno
+    if any("#" in lines[i - 1] for i in range(node.lineno, end + 1)):
+        return True
+    above = node.lineno - 1
+    while above >= 1:
+        text = lines[above - 1].strip()
+        if text.startswith("#") or "  # " in text:
+            return True
+        if not (text.startswith(("import ", "from ", "try:", ")")) or text == ""
+                or text.endswith(",")):
+            return False
+        above -= 1
+    return False
+
+
+def test_every_function_local_import_says_why():
+    """An import inside a function waits on purpose (start-up time, an optional package):
+    a comment says which, on its line or the line above its group."""
+    modules = module_files()
+    silent = []
+    for path in modules.values():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        tree = ast.parse("\n".join(lines))
+        skipped = _type_checking_only(tree)
+        local = _function_nodes(tree)
+        for node in ast.walk(tree):
+            if (isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) in local
+                    and id(node) not in skipped and not _has_reason(lines, node)):
+                silent.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+    assert not silent, "function-local imports without a reason: " + ", ".join(silent)
+
+
+MOVED = {"kvsched.roofline": "kvsched.timing.roofline",
+         "kvsched.profiled": "kvsched.timing.profiled",
+         "kvsched.stepfit": "kvsched.timing.stepfit", "kvsched.kvpool": "kvsched.timing.kvpool",
+         "kvsched.serve_defaults": "kvsched.timing.serve_defaults",
+         "kvsched.hardware": "kvsched.timing.hardware",
+         "kvsched.trace_csv": "kvsched.workload.trace_csv",
+         "kvsched.trace_notes": "kvsched.workload.trace_notes"}
+"""Modules moved into a subpackage, and the re-export kept at each old path."""
+
+
+def test_a_moved_modules_old_path_hands_on_the_same_names():
+    """`from kvsched.roofline import RooflineStep` (a branch written before the move) gets the
+    class that now lives in kvsched.timing.roofline, and so on for every public name."""
+    import importlib
+
+    for old, new in MOVED.items():
+        before, after = importlib.import_module(old), importlib.import_module(new)
+        public = [name for name in vars(after) if not name.startswith("_")]
+        assert public, new
+        for name in public:
+            assert getattr(before, name) is getattr(after, name), f"{old}.{name}"
+        assert "compatibility" in (before.__doc__ or ""), old
