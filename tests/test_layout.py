@@ -178,7 +178,9 @@ MOVED = {"kvsched.roofline": "kvsched.timing.roofline",
          "kvsched.serve_defaults": "kvsched.timing.serve_defaults",
          "kvsched.hardware": "kvsched.timing.hardware",
          "kvsched.trace_csv": "kvsched.workload.trace_csv",
-         "kvsched.trace_notes": "kvsched.workload.trace_notes"}
+         "kvsched.trace_notes": "kvsched.workload.trace_notes",
+         "kvsched.cli_app": "kvsched.cli.shared", "kvsched.cli_capacity": "kvsched.cli.capacity",
+         "kvsched.cli_progress": "kvsched.cli.progress"}
 """Modules moved into a subpackage, and the re-export kept at each old path."""
 
 
@@ -194,3 +196,16 @@ def test_a_moved_modules_old_path_hands_on_the_same_names():
         for name in public:
             assert getattr(before, name) is getattr(after, name), f"{old}.{name}"
         assert "compatibility" in (before.__doc__ or ""), old
+
+
+def test_the_cli_package_hands_on_what_the_cli_module_held():
+    """`kvsched.cli` was one module and is now a package: `app` and `main` (the console script
+    `kvsched.cli:main`) and every other public name of its commands are still found there."""
+    import kvsched.cli
+    import kvsched.cli.commands
+
+    assert kvsched.cli.app is kvsched.cli.commands.app
+    assert kvsched.cli.main is kvsched.cli.commands.main
+    for name in vars(kvsched.cli.commands):
+        if not name.startswith("_"):
+            assert getattr(kvsched.cli, name) is getattr(kvsched.cli.commands, name), name
