@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvsched import __version__
+from kvsched.analysis.diagnosis import Incident, Thresholds, diagnose, incident_flags
 from kvsched.backpressure import Action, Backpressure
 from kvsched.csvout import RowCsv, StepCsv, cell_text, write_rows
-from kvsched.diagnosis import Incident, Thresholds, diagnose, incident_flags
 from kvsched.errors import ScenarioError
 from kvsched.metric_names import read
 from kvsched.paths import RUN, replace_dir, write_error

@@ -811,7 +811,8 @@ class BackpressureSpec(Strict):
 
 
 class DiagnosisSpec(Strict):
-    """`diagnosis:` detector thresholds (see kvsched.diagnosis) and the baseline variant."""
+    """`diagnosis:` detector thresholds (see kvsched.analysis.diagnosis) and the baseline
+    variant."""
 
     baseline: str | None = None  # default: the scenario's first variant
     thrash_ratio: NonNegativeFloat = 0.2
@@ -922,7 +923,7 @@ class ClusterSpec(Strict):
     replicas like the variant's engine, or a list of overrides (a mixed fleet).
     `signal_delay`: the router sees each replica as it was this long ago (time units).
     `imbalance_ttft_ratio` and `imbalance_queue`: the imbalance detector's thresholds (see
-    `kvsched.diagnosis.imbalance`)."""
+    `kvsched.analysis.diagnosis.imbalance`)."""
 
     replicas: Annotated[list[ReplicaSpec], Field(min_length=1)] = [ReplicaSpec()]
     # (made unvalidated: validating it here would import every router with the schema)

@@ -9,10 +9,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kvsched.loop
-from kvsched.capacity import SloTarget, capacity_frame, holds, margin, run_probe, scaled, search
+from kvsched.analysis.capacity import (
+    SloTarget,
+    capacity_frame,
+    holds,
+    margin,
+    run_probe,
+    scaled,
+    search,
+)
+from kvsched.analysis.slo_watch import SloWatch
 from kvsched.runner import run_variant
 from kvsched.scenario import load_scenario_text
-from kvsched.slo_watch import SloWatch
 
 ROOT = Path(__file__).resolve().parents[1]
 

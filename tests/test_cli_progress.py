@@ -15,7 +15,7 @@ import pytest
 from test_capacity import SMALL
 from typer.testing import CliRunner
 
-from kvsched.capacity import Probe, SloTarget, run_capacity
+from kvsched.analysis.capacity import Probe, SloTarget, run_capacity
 from kvsched.cli import app
 from kvsched.cli import progress as cli_progress
 from kvsched.cli.progress import CountTally, Heartbeat, ProbeTally, RunTally, elapsed_text
@@ -161,7 +161,7 @@ def test_sweep_off_a_terminal_counts_points_checked_and_run(often, tmp_path):
 
 
 def test_capacity_off_a_terminal_names_its_probes(often, monkeypatch, tmp_path):
-    from kvsched import capacity
+    from kvsched.analysis import capacity
 
     plain = capacity.run_probe
 

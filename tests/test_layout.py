@@ -180,7 +180,11 @@ MOVED = {"kvsched.roofline": "kvsched.timing.roofline",
          "kvsched.trace_csv": "kvsched.workload.trace_csv",
          "kvsched.trace_notes": "kvsched.workload.trace_notes",
          "kvsched.cli_app": "kvsched.cli.shared", "kvsched.cli_capacity": "kvsched.cli.capacity",
-         "kvsched.cli_progress": "kvsched.cli.progress"}
+         "kvsched.cli_progress": "kvsched.cli.progress",
+         "kvsched.diagnosis": "kvsched.analysis.diagnosis",
+         "kvsched.capacity": "kvsched.analysis.capacity",
+         "kvsched.capacity_grid": "kvsched.analysis.capacity_grid",
+         "kvsched.slo_watch": "kvsched.analysis.slo_watch"}
 """Modules moved into a subpackage, and the re-export kept at each old path."""
 
 

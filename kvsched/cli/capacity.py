@@ -102,7 +102,7 @@ def capacity(
     from tabulate import tabulate
 
     # (loaded when the command runs: `kvsched --help` stays fast)
-    from kvsched.capacity import SloTarget, capacity_frame, run_capacity, write_capacity
+    from kvsched.analysis.capacity import SloTarget, capacity_frame, run_capacity, write_capacity
     from kvsched.scenario import load_scenario
     from kvsched.sweep import OPTION_PATHS, SweepSource, parse_axis, parse_set_axis
 
@@ -127,7 +127,7 @@ def capacity(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     # (loaded when the command runs: `kvsched --help` stays fast)
-    from kvsched.capacity import Probe, search_labels
+    from kvsched.analysis.capacity import Probe, search_labels
     from kvsched.cli.progress import ProbeTally, run_heartbeat
     from kvsched.runner import select
 

@@ -207,7 +207,7 @@ def column_names(text: str | None, scenarios: "list[Scenario]", names: list[str]
     from difflib import get_close_matches
 
     # (loaded when the command runs: `kvsched --help` stays fast)
-    from kvsched.diagnosis import INCIDENT_KEYS
+    from kvsched.analysis.diagnosis import INCIDENT_KEYS
     from kvsched.metric_names import VLLM_NAMES, refusal, resolve
     from kvsched.metrics import CLUSTER_KEYS, OFFLOAD_KEYS, PD_KEYS, SUMMARY_KEYS
     from kvsched.scenario import is_known_metric, known_classes, time_unit_of

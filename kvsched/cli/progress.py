@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from kvsched.capacity import Probe
+    from kvsched.analysis.capacity import Probe
 
 FIRST = 5.0
 """Seconds a command runs before its first plain line (a shorter one prints none)."""
