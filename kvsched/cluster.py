@@ -34,11 +34,11 @@ from kvsched.engine.view import RouteLike
 from kvsched.histogram import GapHistogram
 from kvsched.kinds import unended_turn
 from kvsched.loop import collector_off, put_record
-from kvsched.metrics import host_summary, summarize
 from kvsched.pd import Disaggregation, Phases, pd_summary
 from kvsched.policies.base import Policy
-from kvsched.record_table import RecordTable
 from kvsched.records import RequestRecord, RunResult
+from kvsched.records.metrics import host_summary, summarize
+from kvsched.records.table import RecordTable
 from kvsched.request import Request, Status
 from kvsched.routers import EngineView, Router, RouteRequest
 from kvsched.sequence import Seq

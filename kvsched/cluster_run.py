@@ -23,10 +23,10 @@ import numpy as np
 
 from kvsched.backpressure import Action, Backpressure
 from kvsched.cluster import ClusterResult, ReplicaSetup, run_cluster
-from kvsched.csvout import RowCsv, StepCsv, write_rows
 from kvsched.errors import KvschedError
 from kvsched.pd import Disaggregation, PdDecider, Phases
 from kvsched.records import EVENT_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS
+from kvsched.records.csvout import RowCsv, StepCsv, write_rows
 from kvsched.request import Request
 from kvsched.routers import Router, load_router, make_router
 from kvsched.scenario import Variant

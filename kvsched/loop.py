@@ -22,10 +22,10 @@ from kvsched.config import EngineConfig
 from kvsched.engine.replica import Engine
 from kvsched.events import EventStream
 from kvsched.kinds import unended_turn
-from kvsched.metrics import host_summary, summarize
 from kvsched.policies.base import Policy
-from kvsched.record_table import RecordTable
 from kvsched.records import RunResult
+from kvsched.records.metrics import host_summary, summarize
+from kvsched.records.table import RecordTable
 from kvsched.request import Request, Status
 from kvsched.sequence import Seq, SeqState
 from kvsched.steplog import StepLog, Timeline

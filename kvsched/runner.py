@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 from kvsched import __version__
 from kvsched.analysis.diagnosis import Incident, Thresholds, diagnose, incident_flags
 from kvsched.backpressure import Action, Backpressure
-from kvsched.csvout import RowCsv, StepCsv, cell_text, write_rows
 from kvsched.errors import ScenarioError
-from kvsched.metric_names import read
 from kvsched.paths import RUN, replace_dir, write_error
-from kvsched.record_table import rows_of
 from kvsched.records import BATCH_COLUMNS, EVENT_COLUMNS, REQUEST_COLUMNS, RunResult
+from kvsched.records.csvout import RowCsv, StepCsv, cell_text, write_rows
+from kvsched.records.metric_names import read
+from kvsched.records.table import rows_of
 from kvsched.report import summary_rows, write_json
 from kvsched.request import Request
 from kvsched.scenario import Scenario, Variant, unknown_value
@@ -294,7 +294,7 @@ def check_expectations(expectations: Iterable[Expectation],
 
 def _figure(summary: dict[str, Any], expectation: Expectation) -> float | None:
     """The expectation's figure, in the unit of the names it is written with (a vLLM name
-    in ms reads its key times 1000, `kvsched.metric_names`)."""
+    in ms reads its key times 1000, `kvsched.records.metric_names`)."""
     value = read(summary, expectation.metric)
     if value is None or expectation.per is None:
         return value

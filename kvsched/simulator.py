@@ -17,11 +17,11 @@ from kvsched.events import (  # noqa: F401  (DIAGNOSIS_EVENTS: kept here for cal
     EventStream,
     Progress,
 )
-from kvsched.metrics import summarize
 from kvsched.policies.base import Policy
 from kvsched.policies.fcfs import Fcfs
-from kvsched.record_table import RecordTable
 from kvsched.records import RunResult
+from kvsched.records.metrics import summarize
+from kvsched.records.table import RecordTable
 from kvsched.request import Request
 from kvsched.request_columns import RequestColumns
 from kvsched.steplog import StepLog, Timeline

@@ -15,8 +15,8 @@ import yaml
 from typer.testing import CliRunner
 
 from kvsched.cli import app
-from kvsched.metrics import SUMMARY_KEYS
 from kvsched.records import EVENT_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS
+from kvsched.records.metrics import SUMMARY_KEYS
 from kvsched.sweep import parse_axis
 
 REPO = Path(__file__).resolve().parent.parent

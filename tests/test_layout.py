@@ -184,7 +184,13 @@ MOVED = {"kvsched.roofline": "kvsched.timing.roofline",
          "kvsched.diagnosis": "kvsched.analysis.diagnosis",
          "kvsched.capacity": "kvsched.analysis.capacity",
          "kvsched.capacity_grid": "kvsched.analysis.capacity_grid",
-         "kvsched.slo_watch": "kvsched.analysis.slo_watch"}
+         "kvsched.slo_watch": "kvsched.analysis.slo_watch",
+         "kvsched.record_table": "kvsched.records.table",
+         "kvsched.csvout": "kvsched.records.csvout", "kvsched.fastcsv": "kvsched.records.fastcsv",
+         "kvsched.floatfmt": "kvsched.records.floatfmt",
+         "kvsched.metrics": "kvsched.records.metrics",
+         "kvsched.metric_names": "kvsched.records.metric_names",
+         "kvsched.record_mode": "kvsched.records.mode"}
 """Modules moved into a subpackage, and the re-export kept at each old path."""
 
 
@@ -213,3 +219,15 @@ def test_the_cli_package_hands_on_what_the_cli_module_held():
     for name in vars(kvsched.cli.commands):
         if not name.startswith("_"):
             assert getattr(kvsched.cli, name) is getattr(kvsched.cli.commands, name), name
+
+
+def test_the_records_package_hands_on_what_the_records_module_held():
+    """`kvsched.records` was one module and is now a package: every public name of that
+    module (now `kvsched.records.rows`) is still found there."""
+    import kvsched.records
+    import kvsched.records.rows
+
+    public = [name for name in vars(kvsched.records.rows) if not name.startswith("_")]
+    assert "RunResult" in public and "STEP_COLUMNS" in public
+    for name in public:
+        assert getattr(kvsched.records, name) is getattr(kvsched.records.rows, name), name

@@ -32,9 +32,9 @@ from kvsched.analysis.diagnosis import INCIDENT_KEYS
 from kvsched.analysis.slo_watch import SloWatch
 from kvsched.backends import Backend, process_pool, run_jobs, stop_pool
 from kvsched.errors import KvschedError, ScenarioError
-from kvsched.metric_names import VLLM_NAMES, refusal, resolve
-from kvsched.metrics import CLUSTER_KEYS, OFFLOAD_KEYS, PD_KEYS, SUMMARY_KEYS
 from kvsched.paths import CAPACITY, replace_dir
+from kvsched.records.metric_names import VLLM_NAMES, refusal, resolve
+from kvsched.records.metrics import CLUSTER_KEYS, OFFLOAD_KEYS, PD_KEYS, SUMMARY_KEYS
 from kvsched.report import write_csv, write_json
 from kvsched.runner import requests_of, run_variant, select, staging
 from kvsched.scenario import (
@@ -56,7 +56,7 @@ UTILISATION_KEYS = frozenset({"mfu_mean", "mbu_mean"})  # the summary keys that 
 
 @dataclass(frozen=True)
 class SloTarget:
-    """`metric <= limit` on a run's summary. A vLLM name (`kvsched.metric_names`) is read as
+    """`metric <= limit` on a run's summary. A vLLM name (`kvsched.records.metric_names`) is read as
     its summary key, the limit in the key's unit (p99_ttft_ms=500 is ttft_p99 <= 0.5), so the
     search and its records are those of the key; `written` keeps the name for its checks."""
 

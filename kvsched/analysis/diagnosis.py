@@ -46,9 +46,10 @@ import numpy as np
 from kvsched.admission import Slo
 from kvsched.floatsum import fold
 from kvsched.kinds import EventKind, IncidentKind, why_of
-from kvsched.metrics import slo_met
 from kvsched.quantile import median, percentiles
-from kvsched.record_table import (
+from kvsched.records import RequestRecord, RunResult
+from kvsched.records.metrics import slo_met
+from kvsched.records.table import (
     STATUS_CODE,
     STATUSES,
     Columns,
@@ -57,7 +58,6 @@ from kvsched.record_table import (
     reasons_of,
     take,
 )
-from kvsched.records import RequestRecord, RunResult
 
 CLUSTER_KINDS = (IncidentKind.IMBALANCE,)  # only a cluster run has them (and their flags)
 KINDS = tuple(kind for kind in IncidentKind if kind not in CLUSTER_KINDS)

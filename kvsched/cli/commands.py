@@ -34,7 +34,7 @@ from kvsched.cli.shared import (
 )
 from kvsched.errors import KvschedError, excerpt, one_line
 from kvsched.paths import RUN, SWEEP, check_name, check_replaceable, write_file
-from kvsched.record_mode import RecordMode
+from kvsched.records.mode import RecordMode
 
 # kvsched does no linear algebra: numpy's BLAS thread pool (made when numpy is imported, by
 # the commands below) would only cost start-up time. A value already set is kept.
@@ -208,8 +208,8 @@ def column_names(text: str | None, scenarios: "list[Scenario]", names: list[str]
 
     # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.analysis.diagnosis import INCIDENT_KEYS
-    from kvsched.metric_names import VLLM_NAMES, refusal, resolve
-    from kvsched.metrics import CLUSTER_KEYS, OFFLOAD_KEYS, PD_KEYS, SUMMARY_KEYS
+    from kvsched.records.metric_names import VLLM_NAMES, refusal, resolve
+    from kvsched.records.metrics import CLUSTER_KEYS, OFFLOAD_KEYS, PD_KEYS, SUMMARY_KEYS
     from kvsched.scenario import is_known_metric, known_classes, time_unit_of
 
     picked = [name.strip() for name in text.split(",")]
