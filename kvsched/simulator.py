@@ -1,5 +1,5 @@
 """Running requests through one engine: the compiled loop (`kvsched.fastcore`) when it
-carries the run, the Python loop (`kvsched.loop`) otherwise; both hand their events to an
+carries the run, the Python loop (`kvsched.cluster.loop`) otherwise; both hand their events to an
 `EventStream` (`kvsched.events`)."""
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
         if compiled is not None:
             return compiled
 
-    from kvsched.loop import simulate_python  # (the engine's modules: only when it runs)
+    from kvsched.cluster.loop import simulate_python  # (the engine's modules: only when it runs)
 
     return simulate_python(requests, config, policy, clock, admission=admission, slo=slo,
                            backpressure=backpressure, record_batches=record_batches,

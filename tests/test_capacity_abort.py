@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import kvsched.loop
+import kvsched.cluster.loop
 from kvsched.analysis.capacity import (
     SloTarget,
     capacity_frame,
@@ -51,7 +51,7 @@ def variant_of(seed: int, budget: int, seqs: int, arrival: str):
 @pytest.fixture
 def often(monkeypatch):
     """Ask the watch every 8 loop turns, so that small runs are stopped too."""
-    monkeypatch.setattr(kvsched.loop, "ABORT_EVERY", 8)
+    monkeypatch.setattr(kvsched.cluster.loop, "ABORT_EVERY", 8)
 
 
 @settings(max_examples=12, deadline=None,

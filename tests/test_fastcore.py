@@ -435,9 +435,9 @@ def test_blocks_past_the_ring_stay_with_python():
     assert_same(*both(requests, config, StepClock()))
 
 
-ENGINE_MODULES = ("kvsched.loop", "kvsched.engine", "kvsched.engine.mechanism", "kvsched.waiting",
-                  "kvsched.kvcache", "kvsched.policies.spf", "kvsched.policies.lpm",
-                  "kvsched.policies.dfs_weight")
+ENGINE_MODULES = ("kvsched.cluster.loop", "kvsched.engine", "kvsched.engine.mechanism",
+                  "kvsched.waiting", "kvsched.kvcache", "kvsched.policies.spf",
+                  "kvsched.policies.lpm", "kvsched.policies.dfs_weight")
 
 
 def test_a_compiled_run_imports_neither_the_engine_nor_other_policies(tmp_path, monkeypatch):

@@ -190,7 +190,9 @@ MOVED = {"kvsched.roofline": "kvsched.timing.roofline",
          "kvsched.floatfmt": "kvsched.records.floatfmt",
          "kvsched.metrics": "kvsched.records.metrics",
          "kvsched.metric_names": "kvsched.records.metric_names",
-         "kvsched.record_mode": "kvsched.records.mode"}
+         "kvsched.record_mode": "kvsched.records.mode",
+         "kvsched.loop": "kvsched.cluster.loop", "kvsched.cluster_run": "kvsched.cluster.run",
+         "kvsched.pd": "kvsched.cluster.pd", "kvsched.transfer": "kvsched.cluster.transfer"}
 """Modules moved into a subpackage, and the re-export kept at each old path."""
 
 
@@ -231,3 +233,23 @@ def test_the_records_package_hands_on_what_the_records_module_held():
     assert "RunResult" in public and "STEP_COLUMNS" in public
     for name in public:
         assert getattr(kvsched.records, name) is getattr(kvsched.records.rows, name), name
+
+
+def test_the_cluster_package_hands_on_what_the_cluster_module_held():
+    """`kvsched.cluster` was one module (now `kvsched.cluster.replicas`) and is a package:
+    its names are found there on first use, and importing a light submodule does not
+    import the replicas' loop."""
+    import subprocess
+    import sys
+
+    import kvsched.cluster
+    import kvsched.cluster.replicas
+
+    public = [name for name in vars(kvsched.cluster.replicas) if not name.startswith("_")]
+    assert "run_cluster" in public and "ClusterResult" in public
+    for name in public:
+        assert getattr(kvsched.cluster, name) is getattr(kvsched.cluster.replicas, name), name
+    code = ("import sys, kvsched.cluster.pd, kvsched.cluster.transfer\n"
+            "print('kvsched.cluster.replicas' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.split() == ["False"], done.stderr

@@ -285,7 +285,7 @@ def num_gpus(variant: Variant) -> int:
     if spec.cluster is None:
         return getattr(spec.time, "tp", 1)
     # the cluster's modules: only for a cluster's variants
-    from kvsched.cluster_run import replica_specs
+    from kvsched.cluster.run import replica_specs
 
     return sum(getattr(s.time, "tp", 1) for s in replica_specs(spec))
 

@@ -108,7 +108,7 @@ def diagnose(result: RunResult, thresholds: Thresholds = Thresholds(),
         all_rejected(result),
         none_finished(result),
     ]
-    if getattr(result, "replicas", ()):  # a kvsched.cluster.ClusterResult
+    if getattr(result, "replicas", ()):  # a kvsched.cluster.replicas.ClusterResult
         found.append(imbalance(result))
     if not any(found):  # a long tail that nothing above explains
         found.append(overload_at_peaks(result, thresholds))
@@ -461,7 +461,7 @@ def none_finished(result: RunResult) -> Incident | None:
 
 def imbalance(result: Any) -> Incident | None:
     """A cluster whose load is uneven (see the module docstring); `result` is a
-    `kvsched.cluster.ClusterResult`."""
+    `kvsched.cluster.replicas.ClusterResult`."""
     unit = _unit(result)
     parts = []
     evidence: dict[str, Any] = {}
