@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 # The child, as `python -c` code: a module of this folder imported by it would count as the
-# user's code, and the command would take the slow exit for it (`kvsched.cli._leave`).
+# user's code, and the command would take the slow exit for it (`kvsched.cli.commands._leave`).
 CHILD = """
 import json, sys, time
 marks = [("start", time.time())]
@@ -44,7 +44,7 @@ if dataclasses_too == "1":
         totals[package + " (classes)"] = totals.get(package + " (classes)", 0) + 1
         return made
     dataclasses._process_class = timed
-import kvsched.cli as cli
+import kvsched.cli.commands as cli
 marks.append(("import cli", time.time()))
 import kvsched.runner as runner
 import kvsched.scenario as loader

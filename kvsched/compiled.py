@@ -40,8 +40,8 @@ COMPILED = ("kvsched.kvcache.hashed",
             "kvsched.timing.roofline",
             "kvsched.floatsum",
             "kvsched.kvcache.tracker",
-            "kvsched.loop",
-            "kvsched.cluster")
+            "kvsched.cluster.loop",
+            "kvsched.cluster.replicas")
 """The modules built by Cython from their own source (setup.py reads this tuple)."""
 
 

@@ -1,6 +1,6 @@
 """The engine's event stream: the events a run hands to a sink in chunks, and those kept in
-memory for the diagnosis. The loops (`kvsched.loop`, `kvsched.cluster`) write to it;
-`kvsched.simulator` makes it."""
+memory for the diagnosis. The loops (`kvsched.cluster.loop`, `kvsched.cluster.replicas`)
+write to it; `kvsched.simulator` makes it."""
 
 from __future__ import annotations
 

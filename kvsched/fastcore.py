@@ -22,12 +22,12 @@ import numpy as np
 
 from kvsched.admission import SloAdmission
 from kvsched.config import EngineConfig, RejectionTexts, StepOrder, Victim
-from kvsched.fastcsv import _fastcore, available, format_csv, format_runs, read_csv  # noqa: F401  (kept here for callers)
 from kvsched.histogram import GapHistogram
 from kvsched.partial_prefills import make_partial_prefills
 from kvsched.policies.base import Policy
 from kvsched.policies.fcfs import Fcfs
-from kvsched.record_table import RecordTable
+from kvsched.records.fastcsv import _fastcore, available, format_csv, format_runs, read_csv  # noqa: F401  (kept here for callers)
+from kvsched.records.table import RecordTable
 from kvsched.request_columns import RequestColumns
 from kvsched.reservation import make_reservation
 from kvsched.steplog import SEGMENT_FIELDS, SegmentBlock, StepLog

@@ -20,7 +20,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from kvsched.diagnosis import KINDS
+from kvsched.analysis.diagnosis import KINDS
 from kvsched.errors import KvschedError
 from kvsched.plots import (
     COLORS,

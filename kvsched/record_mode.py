@@ -1,14 +1,4 @@
-"""How much of the per-step record a run writes: its own module, so that the command line
-names the choices without importing the engine (`kvsched --help` stays fast)."""
+"""Kept for compatibility: this module moved to `kvsched.records.mode` (the
+package of what a run records); old imports keep working."""
 
-from __future__ import annotations
-
-from enum import StrEnum
-
-
-class RecordMode(StrEnum):
-    """How much of the per-step record a run writes."""
-
-    FULL = "full"  # steps.csv: one row per step
-    COMPACT = "compact"  # steps.csv: one row per step or per decode stretch
-    SUMMARY = "summary"  # no steps.csv: requests, events and the summary only
+from kvsched.records.mode import *  # noqa: F403

@@ -10,10 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
 
-from kvsched.floatfmt import FORMAT
-from kvsched.metric_names import read, resolve
-from kvsched.metrics import LATE_KEYS
-from kvsched.record_table import rows_of
 from kvsched.records import (
     BATCH_COLUMNS,
     EVENT_COLUMNS,
@@ -21,6 +17,10 @@ from kvsched.records import (
     STEP_COLUMNS,
     RunResult,
 )
+from kvsched.records.floatfmt import FORMAT
+from kvsched.records.metric_names import read, resolve
+from kvsched.records.metrics import LATE_KEYS
+from kvsched.records.table import rows_of
 
 if TYPE_CHECKING:
     import pandas as pd

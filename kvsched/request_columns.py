@@ -3,7 +3,7 @@
 A list of ten million `Request` objects takes about 3 GB; their four numbers take 200 MB as
 arrays. Synthetic workloads without shared prompts or sessions, and clean traces, are built
 this way; the loops read them one request at a time (`kvsched.turns.ArrivalQueue`), and the
-records read their columns (`kvsched.record_table`). Anything else is a plain list.
+records read their columns (`kvsched.records.table`). Anything else is a plain list.
 """
 
 from __future__ import annotations

@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvsched import __version__
+from kvsched.analysis.diagnosis import Incident, Thresholds, diagnose, incident_flags
 from kvsched.backpressure import Action, Backpressure
-from kvsched.csvout import RowCsv, StepCsv, cell_text, write_rows
-from kvsched.diagnosis import Incident, Thresholds, diagnose, incident_flags
 from kvsched.errors import ScenarioError
-from kvsched.metric_names import read
 from kvsched.paths import RUN, replace_dir, write_error
-from kvsched.record_table import rows_of
 from kvsched.records import BATCH_COLUMNS, EVENT_COLUMNS, REQUEST_COLUMNS, RunResult
+from kvsched.records.csvout import RowCsv, StepCsv, cell_text, write_rows
+from kvsched.records.metric_names import read
+from kvsched.records.table import rows_of
 from kvsched.report import summary_rows, write_json
 from kvsched.request import Request
 from kvsched.scenario import Scenario, Variant, unknown_value
@@ -39,7 +39,7 @@ from kvsched.variant_parts import admission_of, policy_of, slo_of, time_model_of
 from kvsched.workload import build_requests, count_requests
 
 if TYPE_CHECKING:
-    from kvsched.cluster_run import ClusterSpool
+    from kvsched.cluster.run import ClusterSpool
 
 OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
@@ -141,7 +141,7 @@ def run_variant(variant: Variant, record_batches: bool = False,
         requests = requests_of(variant)
     if spec.cluster is not None:
         # clusters only: a single engine leaves the routers and the cluster loop unloaded
-        from kvsched.cluster_run import run_cluster_variant
+        from kvsched.cluster.run import run_cluster_variant
 
         return run_cluster_variant(variant, requests,
                                    keep_steps=step_log is None or step_log.kept is not None,
@@ -206,7 +206,7 @@ def prepare(scenario: Scenario, variants: Iterable[str] = ()) -> dict[str, Seque
         check_profiles(variant)
         if variant.spec.cluster is not None:
             # clusters only: a single engine leaves the routers and the cluster loop unloaded
-            from kvsched.cluster_run import check_router_loads
+            from kvsched.cluster.run import check_router_loads
 
             check_router_loads(variant)
         workloads[variant.name] = requests_of(variant)
@@ -234,7 +234,7 @@ def run_scenario(scenario: Scenario, variants: Iterable[str] = (), record_batche
         if spool is not None:
             (spool / variant.name).mkdir()
         if spool is not None and variant.spec.cluster is not None:  # parts, joined when written
-            from kvsched.cluster_run import ClusterSpool
+            from kvsched.cluster.run import ClusterSpool
 
             cluster_spool = ClusterSpool(spool / variant.name, records,
                                          sum(r.count for r in variant.spec.cluster.replicas))
@@ -294,7 +294,7 @@ def check_expectations(expectations: Iterable[Expectation],
 
 def _figure(summary: dict[str, Any], expectation: Expectation) -> float | None:
     """The expectation's figure, in the unit of the names it is written with (a vLLM name
-    in ms reads its key times 1000, `kvsched.metric_names`)."""
+    in ms reads its key times 1000, `kvsched.records.metric_names`)."""
     value = read(summary, expectation.metric)
     if value is None or expectation.per is None:
         return value
@@ -430,7 +430,7 @@ def _write_variant(folder: Path, run: VariantRun) -> None:
     folder.mkdir(exist_ok=run.streamed)
     result = run.result
     if getattr(result, "replicas", ()):  # a cluster: records with a replica column
-        from kvsched.cluster_run import write_cluster_records
+        from kvsched.cluster.run import write_cluster_records
 
         write_cluster_records(folder, result, run.records, run.streamed)  # type: ignore[arg-type]
     else:

@@ -811,7 +811,8 @@ class BackpressureSpec(Strict):
 
 
 class DiagnosisSpec(Strict):
-    """`diagnosis:` detector thresholds (see kvsched.diagnosis) and the baseline variant."""
+    """`diagnosis:` detector thresholds (see kvsched.analysis.diagnosis) and the baseline
+    variant."""
 
     baseline: str | None = None  # default: the scenario's first variant
     thrash_ratio: NonNegativeFloat = 0.2
@@ -899,7 +900,7 @@ class PoolSpec(Strict):
 
 
 class TransferSpec(Strict):
-    """`cluster.transfer:` the link a split request's KV crosses (`kvsched.transfer`):
+    """`cluster.transfer:` the link a split request's KV crosses (`kvsched.cluster.transfer`):
     `bandwidth_gbps` gigabits per second, shared fairly by the transfers under way;
     `latency_ms` and `per_request_ms`, paid by each transfer before its bytes flow;
     `kv_bytes_per_token` (default: the prefill pool's roofline model, K and V of every layer
@@ -918,11 +919,11 @@ class PromptOver(Strict):
 
 
 class ClusterSpec(Strict):
-    """`cluster:` N replicas behind a router (see `kvsched.cluster`). `replicas`: a count of
-    replicas like the variant's engine, or a list of overrides (a mixed fleet).
+    """`cluster:` N replicas behind a router (see `kvsched.cluster.replicas`). `replicas`: a
+    count of replicas like the variant's engine, or a list of overrides (a mixed fleet).
     `signal_delay`: the router sees each replica as it was this long ago (time units).
     `imbalance_ttft_ratio` and `imbalance_queue`: the imbalance detector's thresholds (see
-    `kvsched.diagnosis.imbalance`)."""
+    `kvsched.analysis.diagnosis.imbalance`)."""
 
     replicas: Annotated[list[ReplicaSpec], Field(min_length=1)] = [ReplicaSpec()]
     # (made unvalidated: validating it here would import every router with the schema)
@@ -930,7 +931,7 @@ class ClusterSpec(Strict):
     signal_delay: NonNegativeFloat = 0.0
     imbalance_ttft_ratio: Annotated[float, Field(gt=1)] = 3.0
     imbalance_queue: PositiveInt = 8
-    # P/D (`kvsched.pd`): two pools instead of `replicas`, a link, which requests split
+    # P/D (`kvsched.cluster.pd`): two pools instead of `replicas`, a link, which requests split
     prefill: PoolSpec | None = None
     decode: PoolSpec | None = None
     transfer: TransferSpec | None = None

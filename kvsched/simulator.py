@@ -1,5 +1,5 @@
 """Running requests through one engine: the compiled loop (`kvsched.fastcore`) when it
-carries the run, the Python loop (`kvsched.loop`) otherwise; both hand their events to an
+carries the run, the Python loop (`kvsched.cluster.loop`) otherwise; both hand their events to an
 `EventStream` (`kvsched.events`)."""
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from kvsched.events import (  # noqa: F401  (DIAGNOSIS_EVENTS: kept here for cal
     EventStream,
     Progress,
 )
-from kvsched.metrics import summarize
 from kvsched.policies.base import Policy
 from kvsched.policies.fcfs import Fcfs
-from kvsched.record_table import RecordTable
 from kvsched.records import RunResult
+from kvsched.records.metrics import summarize
+from kvsched.records.table import RecordTable
 from kvsched.request import Request
 from kvsched.request_columns import RequestColumns
 from kvsched.steplog import StepLog, Timeline
@@ -72,7 +72,7 @@ def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
         if compiled is not None:
             return compiled
 
-    from kvsched.loop import simulate_python  # (the engine's modules: only when it runs)
+    from kvsched.cluster.loop import simulate_python  # (the engine's modules: only when it runs)
 
     return simulate_python(requests, config, policy, clock, admission=admission, slo=slo,
                            backpressure=backpressure, record_batches=record_batches,

@@ -17,8 +17,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from kvsched.analysis.diagnosis import diagnose, incident_flags
 from kvsched.backends import Backend, run_jobs
-from kvsched.diagnosis import diagnose, incident_flags
 from kvsched.errors import KvschedError, ScenarioError, excerpt
 from kvsched.paths import SWEEP, replace_dir
 from kvsched.report import write_csv, write_json

@@ -1,5 +1,5 @@
 """The run-time parts a variant's spec names: its time model, waiting-queue policy, SLO and
-admission gate. A single run (`kvsched.runner`) and a cluster (`kvsched.cluster_run`) build
+admission gate. A single run (`kvsched.runner`) and a cluster (`kvsched.cluster.run`) build
 them alike."""
 
 from __future__ import annotations

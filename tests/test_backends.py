@@ -8,8 +8,8 @@ import pytest
 from test_capacity import ROOT, SMALL
 from typer.testing import CliRunner
 
+from kvsched.analysis.capacity import SloTarget, capacity_frame, run_capacity
 from kvsched.backends import Backend, run_jobs
-from kvsched.capacity import SloTarget, capacity_frame, run_capacity
 from kvsched.cli import app
 from kvsched.errors import KvschedError
 from kvsched.sweep import SweepSource, parse_axis, run_sweep

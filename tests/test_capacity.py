@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kvsched.capacity import SloTarget, holds, run_capacity, run_probe, scaled, search
+from kvsched.analysis.capacity import SloTarget, holds, run_capacity, run_probe, scaled, search
 from kvsched.cli import app
 from kvsched.errors import ScenarioError
 from kvsched.runner import requests_of, run_variant

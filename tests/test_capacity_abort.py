@@ -8,11 +8,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import kvsched.loop
-from kvsched.capacity import SloTarget, capacity_frame, holds, margin, run_probe, scaled, search
+import kvsched.cluster.loop
+from kvsched.analysis.capacity import (
+    SloTarget,
+    capacity_frame,
+    holds,
+    margin,
+    run_probe,
+    scaled,
+    search,
+)
+from kvsched.analysis.slo_watch import SloWatch
 from kvsched.runner import run_variant
 from kvsched.scenario import load_scenario_text
-from kvsched.slo_watch import SloWatch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,7 +51,7 @@ def variant_of(seed: int, budget: int, seqs: int, arrival: str):
 @pytest.fixture
 def often(monkeypatch):
     """Ask the watch every 8 loop turns, so that small runs are stopped too."""
-    monkeypatch.setattr(kvsched.loop, "ABORT_EVERY", 8)
+    monkeypatch.setattr(kvsched.cluster.loop, "ABORT_EVERY", 8)
 
 
 @settings(max_examples=12, deadline=None,

@@ -8,7 +8,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvsched.capacity_grid import guess, search_grid
+from kvsched.analysis.capacity_grid import guess, search_grid
 
 STEP = math.log1p(0.02)
 K_MAX = int(math.log(1024) / STEP)

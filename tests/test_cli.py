@@ -15,8 +15,8 @@ import yaml
 from typer.testing import CliRunner
 
 from kvsched.cli import app
-from kvsched.metrics import SUMMARY_KEYS
 from kvsched.records import EVENT_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS
+from kvsched.records.metrics import SUMMARY_KEYS
 from kvsched.sweep import parse_axis
 
 REPO = Path(__file__).resolve().parent.parent
@@ -457,7 +457,7 @@ def test_the_collector_is_off_for_start_up_and_on_for_the_run(tmp_path):
     run (a user's policy in the Python loop may make cycles); gc stays on for library use."""
     code = (
         "import gc, sys\n"
-        "import kvsched.cli as cli, kvsched.runner as runner\n"
+        "import kvsched.cli.commands as cli, kvsched.runner as runner\n"
         "assert gc.isenabled()  # importing the library leaves it alone\n"
         "seen = []\n"
         "real = runner.run_scenario\n"
@@ -489,7 +489,7 @@ class Teardown:
         write(1, b"torn down\\n")
 keep = Teardown()  # finalized by the interpreter's teardown, if there is one
 atexit.register(print, "atexit ran")
-import kvsched.cli as cli
+import kvsched.cli.commands as cli
 if sys.argv[1] == "thread":  # a thread that outlives the command by a tenth of a second
     leaving = threading.Event()
     real = cli._leave

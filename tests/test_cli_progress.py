@@ -15,10 +15,10 @@ import pytest
 from test_capacity import SMALL
 from typer.testing import CliRunner
 
-from kvsched import cli_progress
-from kvsched.capacity import Probe, SloTarget, run_capacity
+from kvsched.analysis.capacity import Probe, SloTarget, run_capacity
 from kvsched.cli import app
-from kvsched.cli_progress import CountTally, Heartbeat, ProbeTally, RunTally, elapsed_text
+from kvsched.cli import progress as cli_progress
+from kvsched.cli.progress import CountTally, Heartbeat, ProbeTally, RunTally, elapsed_text
 from kvsched.sweep import SweepSource
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,7 +121,7 @@ def test_run_off_a_terminal_says_how_far_it_got(tmp_path):
     (tmp_path / "long.yaml").write_text(LONG_RUN % 300_000)
     # Each progress report then holds the run 0.1 s, so that heartbeats land while it runs
     # however fast the machine (a quiet one simulates these requests in a fraction of 0.2 s).
-    code = ("import kvsched.cli_progress as p; p.FIRST = 0.05; p.EVERY = 0.02\n"
+    code = ("import kvsched.cli.progress as p; p.FIRST = 0.05; p.EVERY = 0.02\n"
             "import time, kvsched.runner as r\n"
             "def slow(*args, progress=None, **kwargs):\n"
             "    def held(*a):\n"
@@ -161,7 +161,7 @@ def test_sweep_off_a_terminal_counts_points_checked_and_run(often, tmp_path):
 
 
 def test_capacity_off_a_terminal_names_its_probes(often, monkeypatch, tmp_path):
-    from kvsched import capacity
+    from kvsched.analysis import capacity
 
     plain = capacity.run_probe
 

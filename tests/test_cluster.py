@@ -12,7 +12,7 @@ from test_invariants import check_invariants, clocks, configs, workloads
 
 from kvsched import EngineConfig, Request
 from kvsched.admission import SloAdmission
-from kvsched.cluster import ReplicaSetup, run_cluster
+from kvsched.cluster.replicas import ReplicaSetup, run_cluster
 from kvsched.policies import make_policy
 from kvsched.routers import make_router
 from kvsched.simulator import simulate
@@ -173,7 +173,7 @@ def test_delayed_views_forget_only_what_no_later_view_needs(monkeypatch):
     clock = LinearStep(0.01, 0.0001, 0.001)
     kept = cluster(requests, EngineConfig(), "fcfs", clock, 3, "least_outstanding",
                    signal_delay=0.05)
-    monkeypatch.setattr("kvsched.cluster._PRUNE", 1)
+    monkeypatch.setattr("kvsched.cluster.replicas._PRUNE", 1)
     pruned = cluster(requests, EngineConfig(), "fcfs", clock, 3, "least_outstanding",
                      signal_delay=0.05)
     assert pruned.replica_of == kept.replica_of

@@ -201,7 +201,7 @@ def test_a_streamed_cluster_run_writes_the_bytes_of_an_in_memory_one(tmp_path, m
     that every replica hands on many) and joins them: the files are byte for byte those
     written from a run that kept everything in memory."""
     import kvsched.steplog
-    from kvsched.cluster_run import write_cluster_records
+    from kvsched.cluster.run import write_cluster_records
     from kvsched.runner import run_variant
     from kvsched.scenario import load_scenario
     from kvsched.steplog import RecordMode

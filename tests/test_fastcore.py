@@ -26,8 +26,8 @@ from kvsched import (
     simulate,
 )
 from kvsched.cli import app
-from kvsched.floatfmt import FORMAT
-from kvsched.record_table import RecordTable
+from kvsched.records.floatfmt import FORMAT
+from kvsched.records.table import RecordTable
 from kvsched.request_columns import RequestColumns
 from kvsched.steplog import RecordMode, StepLog
 
@@ -224,8 +224,8 @@ def test_head_of_line_blocks_are_carried_and_kept_for_the_diagnosis(tmp_path):
     """Without chunking, a head that needs more tokens than the step has left blocks a
     short prompt behind it: the compiled loop makes the hol_block and hol_release events
     (as tuples for the diagnosis even when the events are streamed as text)."""
-    from kvsched.csvout import RowCsv
     from kvsched.records import EVENT_COLUMNS
+    from kvsched.records.csvout import RowCsv
 
     requests = RequestColumns(np.array([0.0, 0.0, 0.0, 0.5, 0.5]), np.array([60, 50, 3, 62, 2]),
                               np.array([5, 4, 6, 3, 2]))
@@ -341,7 +341,7 @@ def test_blocks_written_by_arrow_are_the_c_text(tmp_path, monkeypatch, mode):
     """The compiled loop's step blocks as `steps.csv`: formatted in C (`format_runs` for a
     row per step, `format_csv` for a row per segment), or expanded by numpy and written by
     Arrow when the formatter is off: the same bytes."""
-    from kvsched.csvout import StepCsv
+    from kvsched.records.csvout import StepCsv
 
     n = 400
     rng = np.random.default_rng(5)
@@ -435,9 +435,9 @@ def test_blocks_past_the_ring_stay_with_python():
     assert_same(*both(requests, config, StepClock()))
 
 
-ENGINE_MODULES = ("kvsched.loop", "kvsched.engine", "kvsched.engine.mechanism", "kvsched.waiting",
-                  "kvsched.kvcache", "kvsched.policies.spf", "kvsched.policies.lpm",
-                  "kvsched.policies.dfs_weight")
+ENGINE_MODULES = ("kvsched.cluster.loop", "kvsched.engine", "kvsched.engine.mechanism",
+                  "kvsched.waiting", "kvsched.kvcache", "kvsched.policies.spf",
+                  "kvsched.policies.lpm", "kvsched.policies.dfs_weight")
 
 
 def test_a_compiled_run_imports_neither_the_engine_nor_other_policies(tmp_path, monkeypatch):

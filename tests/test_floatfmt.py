@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvsched.floatfmt import FORMAT, format_list
+from kvsched.records.floatfmt import FORMAT, format_list
 
 EDGES = [
     0.0, -0.0, 1.0, -1.0, 10.0, 1e9, 1e10, 1e-4, 1e-5, 9.9999e-5, 0.5, 2.5, 0.0039,

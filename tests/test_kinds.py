@@ -6,7 +6,7 @@ from __future__ import annotations
 import pickle
 
 from kvsched import EngineConfig, Request, simulate
-from kvsched.diagnosis import KINDS, Thresholds, starvation
+from kvsched.analysis.diagnosis import KINDS, Thresholds, starvation
 from kvsched.events import DIAGNOSIS_EVENTS
 from kvsched.kinds import EventKind, IncidentKind, Reason, Why, why_of
 

@@ -11,7 +11,7 @@ from reference_engine import reference_simulate
 from test_engine_reference import clocks, configs, policies, workloads
 
 from kvsched import EngineConfig, LinearStep, Request, StepClock, simulate
-from kvsched.metrics import SUMMARY_KEYS
+from kvsched.records.metrics import SUMMARY_KEYS
 
 ROOMY = EngineConfig(max_num_batched_tokens=64, max_num_seqs=8, block_size=4, num_blocks=100)
 

@@ -178,7 +178,21 @@ MOVED = {"kvsched.roofline": "kvsched.timing.roofline",
          "kvsched.serve_defaults": "kvsched.timing.serve_defaults",
          "kvsched.hardware": "kvsched.timing.hardware",
          "kvsched.trace_csv": "kvsched.workload.trace_csv",
-         "kvsched.trace_notes": "kvsched.workload.trace_notes"}
+         "kvsched.trace_notes": "kvsched.workload.trace_notes",
+         "kvsched.cli_app": "kvsched.cli.shared", "kvsched.cli_capacity": "kvsched.cli.capacity",
+         "kvsched.cli_progress": "kvsched.cli.progress",
+         "kvsched.diagnosis": "kvsched.analysis.diagnosis",
+         "kvsched.capacity": "kvsched.analysis.capacity",
+         "kvsched.capacity_grid": "kvsched.analysis.capacity_grid",
+         "kvsched.slo_watch": "kvsched.analysis.slo_watch",
+         "kvsched.record_table": "kvsched.records.table",
+         "kvsched.csvout": "kvsched.records.csvout", "kvsched.fastcsv": "kvsched.records.fastcsv",
+         "kvsched.floatfmt": "kvsched.records.floatfmt",
+         "kvsched.metrics": "kvsched.records.metrics",
+         "kvsched.metric_names": "kvsched.records.metric_names",
+         "kvsched.record_mode": "kvsched.records.mode",
+         "kvsched.loop": "kvsched.cluster.loop", "kvsched.cluster_run": "kvsched.cluster.run",
+         "kvsched.pd": "kvsched.cluster.pd", "kvsched.transfer": "kvsched.cluster.transfer"}
 """Modules moved into a subpackage, and the re-export kept at each old path."""
 
 
@@ -194,3 +208,48 @@ def test_a_moved_modules_old_path_hands_on_the_same_names():
         for name in public:
             assert getattr(before, name) is getattr(after, name), f"{old}.{name}"
         assert "compatibility" in (before.__doc__ or ""), old
+
+
+def test_the_cli_package_hands_on_what_the_cli_module_held():
+    """`kvsched.cli` was one module and is now a package: `app` and `main` (the console script
+    `kvsched.cli:main`) and every other public name of its commands are still found there."""
+    import kvsched.cli
+    import kvsched.cli.commands
+
+    assert kvsched.cli.app is kvsched.cli.commands.app
+    assert kvsched.cli.main is kvsched.cli.commands.main
+    for name in vars(kvsched.cli.commands):
+        if not name.startswith("_"):
+            assert getattr(kvsched.cli, name) is getattr(kvsched.cli.commands, name), name
+
+
+def test_the_records_package_hands_on_what_the_records_module_held():
+    """`kvsched.records` was one module and is now a package: every public name of that
+    module (now `kvsched.records.rows`) is still found there."""
+    import kvsched.records
+    import kvsched.records.rows
+
+    public = [name for name in vars(kvsched.records.rows) if not name.startswith("_")]
+    assert "RunResult" in public and "STEP_COLUMNS" in public
+    for name in public:
+        assert getattr(kvsched.records, name) is getattr(kvsched.records.rows, name), name
+
+
+def test_the_cluster_package_hands_on_what_the_cluster_module_held():
+    """`kvsched.cluster` was one module (now `kvsched.cluster.replicas`) and is a package:
+    its names are found there on first use, and importing a light submodule does not
+    import the replicas' loop."""
+    import subprocess
+    import sys
+
+    import kvsched.cluster
+    import kvsched.cluster.replicas
+
+    public = [name for name in vars(kvsched.cluster.replicas) if not name.startswith("_")]
+    assert "run_cluster" in public and "ClusterResult" in public
+    for name in public:
+        assert getattr(kvsched.cluster, name) is getattr(kvsched.cluster.replicas, name), name
+    code = ("import sys, kvsched.cluster.pd, kvsched.cluster.transfer\n"
+            "print('kvsched.cluster.replicas' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.split() == ["False"], done.stderr

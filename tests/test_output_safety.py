@@ -192,13 +192,13 @@ def test_capacity_on_a_full_disk_leaves_nothing_partial(small, tmp_path, monkeyp
                                                         previous):
     """ENOSPC while writing capacity_probes.csv: one line, no partial capacity.csv (nothing
     under --out), and a previous search of the same name is kept whole."""
-    import kvsched.capacity
+    import kvsched.analysis.capacity
 
     out = tmp_path / "out"
     if previous:
         assert invoke(*args_of("capacity", small), "--out", out).exit_code == 0
     before = snapshot(tmp_path)
-    real = kvsched.capacity.write_csv
+    real = kvsched.analysis.capacity.write_csv
 
     def full(frame, path):
         if path.name == "capacity_probes.csv":
@@ -206,7 +206,7 @@ def test_capacity_on_a_full_disk_leaves_nothing_partial(small, tmp_path, monkeyp
             raise OSError(errno.ENOSPC, "No space left on device")
         real(frame, path)
 
-    monkeypatch.setattr(kvsched.capacity, "write_csv", full)
+    monkeypatch.setattr(kvsched.analysis.capacity, "write_csv", full)
     line = one_error(invoke(*args_of("capacity", small), "--out", out))
     assert "No space left on device (disk full)" in line and str(out / "capacity-lab") in line
     if previous:

@@ -12,13 +12,13 @@ from test_invariants import configs, workloads
 from test_stretches import preset_configs
 
 from kvsched import EngineConfig
-from kvsched.cluster import ReplicaSetup, run_cluster
-from kvsched.pd import Disaggregation, PdDecider
+from kvsched.cluster.pd import Disaggregation, PdDecider
+from kvsched.cluster.replicas import ReplicaSetup, run_cluster
+from kvsched.cluster.transfer import Link
 from kvsched.policies import make_policy
 from kvsched.request import Request
 from kvsched.routers import make_router
 from kvsched.timing import ConstantStep, LinearStep
-from kvsched.transfer import Link
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=60)
 ROUTERS = ["round_robin", "least_outstanding", "least_kv", "prefix_aware"]

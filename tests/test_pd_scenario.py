@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from kvsched.cli import app
-from kvsched.metrics import PD_KEYS
 from kvsched.records import REQUEST_COLUMNS
+from kvsched.records.metrics import PD_KEYS
 
 BASE = """
 name: pd

@@ -289,7 +289,7 @@ def test_prefix_aware_routing_keeps_a_group_on_the_replica_that_caches_it():
     (both compute its shared prompt), prefix-aware sends a group where it is cached."""
     import numpy as np
 
-    from kvsched.cluster import ReplicaSetup, run_cluster
+    from kvsched.cluster.replicas import ReplicaSetup, run_cluster
     from kvsched.routers import make_router
     from kvsched.timing import ConstantStep
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kvsched.metrics import SUMMARY_KEYS
+from kvsched.records.metrics import SUMMARY_KEYS
 
 REPO = Path(__file__).resolve().parent.parent
 README = " ".join("\n".join(page.read_text(encoding="utf-8") for page in

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from kvsched import STEP_COLUMNS, ConstantStep, EngineConfig, Request, StepLog, simulate
 from kvsched.cli import app
-from kvsched.csvout import StepCsv, write_rows
+from kvsched.records.csvout import StepCsv, write_rows
 from kvsched.simulator import DIAGNOSIS_EVENTS
 from kvsched.steplog import COMPACT_COLUMNS, RecordMode
 

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kvsched.cli import app
-from kvsched.cluster_run import replica_specs
+from kvsched.cluster.run import replica_specs
 from kvsched.scenario import load_scenario
 from kvsched.timing.hardware import load_model
 from kvsched.timing.kvpool import kv_pool_blocks

@@ -8,8 +8,8 @@ import csv
 import pytest
 
 from kvsched import EngineConfig, LinearStep, Request, simulate
-from kvsched.csvout import StepCsv
 from kvsched.records import STEP_COLUMNS
+from kvsched.records.csvout import StepCsv
 from kvsched.scheduler import Stretch
 from kvsched.steplog import COMPACT_COLUMNS, RecordMode, compact_row
 from kvsched.timing.roofline import BatchShape, RooflineStep

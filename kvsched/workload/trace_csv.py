@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from kvsched import fastcsv
+from kvsched.records import fastcsv
 
 NS_PER_S = 10 ** 9
 

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from kvsched import cli_app
-from kvsched.cli_app import (
+from kvsched.cli import shared
+from kvsched.cli.shared import (
     Out,
     Range,
     Seed,
@@ -34,7 +34,7 @@ from kvsched.cli_app import (
 )
 from kvsched.errors import KvschedError, excerpt, one_line
 from kvsched.paths import RUN, SWEEP, check_name, check_replaceable, write_file
-from kvsched.record_mode import RecordMode
+from kvsched.records.mode import RecordMode
 
 # kvsched does no linear algebra: numpy's BLAS thread pool (made when numpy is imported, by
 # the commands below) would only cost start-up time. A value already set is kept.
@@ -43,7 +43,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 if TYPE_CHECKING:  # the commands import what they use: `kvsched --help` stays fast
     from collections.abc import Sequence
 
-    from kvsched.cli_progress import RunTally
+    from kvsched.cli.progress import RunTally
     from kvsched.request import Request
     from kvsched.runner import ScenarioRun
     from kvsched.scenario import Scenario
@@ -53,7 +53,7 @@ def shipped_scenarios_dir() -> Path:
     local = Path("scenarios")
     if local.is_dir():
         return local
-    return Path(__file__).resolve().parent.parent / "scenarios"
+    return Path(__file__).resolve().parents[2] / "scenarios"  # (kvsched/cli/../..)
 
 
 # -- run ------------------------------------------------------------------------------
@@ -109,7 +109,7 @@ def run(
     """Run every variant of each scenario, write records to OUT/<scenario>/, compare them.
     A long run says how far it got on stderr: a bar on a terminal, else a line now and then."""
     # (loaded when the command runs: `kvsched --help` stays fast)
-    from kvsched.cli_progress import on_terminal, run_heartbeat
+    from kvsched.cli.progress import on_terminal, run_heartbeat
 
     with run_heartbeat("run", not on_terminal()) as beat:
         _run(scenarios, out, seed, set_, variant, as_json, check, record_batches, plot, wide,
@@ -124,7 +124,7 @@ def _run(scenarios: list[Path], out: Path, seed: int | None, set_: list[str],
     """`run`'s work; `beat.status` says what it is doing (a plain line now and then when
     stderr is not a terminal)."""
     # (loaded when the command runs: `kvsched --help` stays fast)
-    from kvsched.cli_progress import RunTally
+    from kvsched.cli.progress import RunTally
     from kvsched.runner import prepare, replaced_by, run_scenario, staging, write_scenario
     from kvsched.scenario import Assignment, load_scenario, time_unit_of
 
@@ -207,9 +207,9 @@ def column_names(text: str | None, scenarios: "list[Scenario]", names: list[str]
     from difflib import get_close_matches
 
     # (loaded when the command runs: `kvsched --help` stays fast)
-    from kvsched.diagnosis import INCIDENT_KEYS
-    from kvsched.metric_names import VLLM_NAMES, refusal, resolve
-    from kvsched.metrics import CLUSTER_KEYS, OFFLOAD_KEYS, PD_KEYS, SUMMARY_KEYS
+    from kvsched.analysis.diagnosis import INCIDENT_KEYS
+    from kvsched.records.metric_names import VLLM_NAMES, refusal, resolve
+    from kvsched.records.metrics import CLUSTER_KEYS, OFFLOAD_KEYS, PD_KEYS, SUMMARY_KEYS
     from kvsched.scenario import is_known_metric, known_classes, time_unit_of
 
     picked = [name.strip() for name in text.split(",")]
@@ -291,7 +291,7 @@ def run_progress(name: str, tally: "RunTally") -> Iterator[Callable[[str, int, i
     arrived, simulated time, time spent); off a terminal the figures go to `tally`, which
     the command's heartbeat prints now and then."""
     # (loaded when the command runs: `kvsched --help` stays fast)
-    from kvsched.cli_progress import on_terminal
+    from kvsched.cli.progress import on_terminal
 
     if not on_terminal():
         yield tally.update
@@ -486,8 +486,8 @@ def sweep(
     )
 
     # (loaded when the command runs: `kvsched --help` stays fast)
-    from kvsched.cli_capacity import backend_of
-    from kvsched.cli_progress import CountTally, run_heartbeat
+    from kvsched.cli.capacity import backend_of
+    from kvsched.cli.progress import CountTally, run_heartbeat
     from kvsched.report import sweep_table
     from kvsched.scenario import load_scenario
     from kvsched.sweep import (
@@ -938,7 +938,7 @@ def _terminate(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-from kvsched import cli_capacity  # noqa: E402, F401  (registers `capacity`)
+from kvsched.cli import capacity  # noqa: E402, F401  (registers `capacity`)
 
 
 def main() -> None:
@@ -946,7 +946,7 @@ def main() -> None:
     # Start-up (imports, the schema, the scenario and its workload) makes tens of thousands
     # of objects that live to the end and no garbage worth a pass: the collector's passes
     # over them were about 30 ms of the half-second Azure run.
-    cli_app.quiet_start()
+    shared.quiet_start()
     try:  # typer 0.26 and later vendor click (and ignore an installed click)
         from typer._click import exceptions as click_errors
     except ImportError:  # pragma: no cover - earlier typer depends on click
@@ -1002,8 +1002,8 @@ def _user_code_loaded() -> bool:
     """Whether a module from outside Python's and kvsched's folders was imported: a user's
     policy or router (`package.module:Class`), which may hold files open for the teardown to
     flush."""
-    folders = (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-               os.path.dirname(os.path.abspath(__file__)))
+    kvsched_folder = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # (kvsched/cli/..)
+    folders = (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, kvsched_folder)
     roots = tuple({os.path.join(f(folder), "") for folder in folders
                    for f in (os.path.abspath, os.path.realpath)})
     for module in list(sys.modules.values()):

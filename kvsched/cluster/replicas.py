@@ -28,17 +28,17 @@ import numpy as np
 
 from kvsched.admission import Slo, SloAdmission
 from kvsched.backpressure import Backpressure
+from kvsched.cluster.loop import collector_off, put_record
+from kvsched.cluster.pd import Disaggregation, Phases, pd_summary
 from kvsched.config import EngineConfig
 from kvsched.engine.replica import Engine
 from kvsched.engine.view import RouteLike
 from kvsched.histogram import GapHistogram
 from kvsched.kinds import unended_turn
-from kvsched.loop import collector_off, put_record
-from kvsched.metrics import host_summary, summarize
-from kvsched.pd import Disaggregation, Phases, pd_summary
 from kvsched.policies.base import Policy
-from kvsched.record_table import RecordTable
 from kvsched.records import RequestRecord, RunResult
+from kvsched.records.metrics import host_summary, summarize
+from kvsched.records.table import RecordTable
 from kvsched.request import Request, Status
 from kvsched.routers import EngineView, Router, RouteRequest
 from kvsched.sequence import Seq
@@ -156,7 +156,7 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
     stretch bound). `step_logs` (one per replica, instead of logs that keep or drop steps
     as `keep_steps` says) and `event_sinks` stream each replica's records as in a single
     run: the result's events are then those the diagnosis reads. `pd`: the replicas form a
-    prefill and a decode pool (`kvsched.pd`), whose routers replace `router`."""
+    prefill and a decode pool (`kvsched.cluster.pd`), whose routers replace `router`."""
     ids = [r.request_id for r in requests]
     if len(set(ids)) != len(ids):
         seen: set[str] = set()

@@ -1,0 +1,13 @@
+"""The `kvsched` command line: the typer app and what its commands share (`shared`), the
+commands (`commands`), `kvsched capacity` (`capacity`) and the heartbeat of long commands
+(`progress`).
+
+`app` and `main` are the package's face (`kvsched.cli:main` is the console script, and
+`from kvsched.cli import app` what the tests run); every other public name of the commands
+module is handed on too, as before the package existed. To replace one of the commands'
+names in a test, set it on `kvsched.cli.commands`, where the commands read it."""
+
+from kvsched.cli.commands import *  # noqa: F403
+from kvsched.cli.commands import app, main
+
+__all__ = ["app", "main"]

@@ -1,0 +1,13 @@
+"""What a run records, and how it is written and summed up:
+
+- `rows`: the records' contracts, one row per request, step, event and batch entry (column
+  names, `StepOutcome`, `RequestRecord`, `RunResult`); its names are this package's face, as
+  when `kvsched.records` was that one module;
+- `table`: a run's request records as columns; `metrics`: the summary of a run, and
+  `metric_names`: vLLM's benchmark names for its keys;
+- `csvout`: the CSV files, through `floatfmt` (`%.10g` a column at a time) and `fastcsv`
+  (the C writer and reader, when built); `mode`: how much of the step record a run writes.
+
+The step log itself (`kvsched.steplog`) is compiled with the engine, and stays beside it."""
+
+from kvsched.records.rows import *  # noqa: F403
