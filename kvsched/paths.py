@@ -8,6 +8,7 @@ all."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import shutil
@@ -17,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kvsched.errors import KvschedError, excerpt
 
@@ -187,3 +189,16 @@ def replace_dir(staging: Path, final: Path, kind: Results) -> None:
                 raise
     finally:  # also when a held signal is delivered on leaving the block
         shutil.rmtree(old, ignore_errors=True)
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object, or one line naming the file."""
+    if not path.is_file():
+        raise KvschedError(f"{path}: missing")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise KvschedError(f"{path}: not readable JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise KvschedError(f"{path}: expected a JSON object")
+    return data

@@ -12,7 +12,6 @@ imports this module. `kvsched plot FOLDER` redraws any of the three kinds of fol
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,6 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from kvsched.errors import KvschedError
+from kvsched.paths import read_json
 from kvsched.report import fmt
 
 COLORS = {
@@ -106,18 +106,6 @@ def read_csv(path: Path, columns: tuple[str, ...] = ()) -> pd.DataFrame:
     if missing:
         raise KvschedError(f"{path}: missing column(s) {', '.join(missing)}")
     return frame
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise KvschedError(f"{path}: missing")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise KvschedError(f"{path}: not readable JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise KvschedError(f"{path}: expected a JSON object")
-    return data
 
 
 def read_variant(folder: Path) -> VariantRecords:

@@ -10,7 +10,6 @@ missing or malformed is one line naming the file and the field (`KvschedError`).
 from __future__ import annotations
 
 import csv
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from kvsched.errors import KvschedError, excerpt
+from kvsched.paths import read_json
 
 STEP_NEEDED = ("step", "time", "duration", "num_running", "num_waiting", "prefill_tokens",
                "decode_tokens", "recomputed_tokens", "budget_used", "blocks_used",
@@ -84,19 +84,6 @@ class RunView:
             if view.name == name:
                 return view
         raise KvschedError(f"{self.folder}: no variant '{excerpt(name)}'")
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    """A JSON object, or one line naming the file."""
-    if not path.is_file():
-        raise KvschedError(f"{path}: missing")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise KvschedError(f"{path}: not readable JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise KvschedError(f"{path}: expected a JSON object")
-    return data
 
 
 def read_columns(path: Path, needed: tuple[str, ...]) -> Columns:
