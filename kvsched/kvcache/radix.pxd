@@ -1,4 +1,5 @@
 cimport cython
+from kvsched.prefix cimport block_key, common_prefix
 
 cdef class _Node:
     cdef public object chain
