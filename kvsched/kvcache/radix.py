@@ -405,6 +405,22 @@ class RadixCache:
                 self._private_total += size
         grown.clear()
 
+    def grow_passes(self, crossed: list[tuple[int, int]]) -> None:
+        """Several decode passes' pages in one move, none of which evicts (the caller
+        checked): each (owner, pages) takes them as `grow_promise` then `decode_pass`
+        would, pass by pass (an owner that left keeps them promised, as there)."""
+        size = self.block_size
+        private = self._private
+        promised = self._promised
+        for owner, pages in crossed:
+            tokens = pages * size
+            if owner in private:
+                private[owner] += tokens
+                self._private_total += tokens
+            else:
+                promised[owner] += tokens
+                self._promised_total += tokens
+
     def decode_evicts(self, num_decodes: int) -> bool:
         """Whether the next decode pass of `num_decodes` requests evicts (a pool below a
         page per request, something evictable)."""

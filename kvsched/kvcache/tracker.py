@@ -202,6 +202,22 @@ class PrefixTracker:
             self._tree().decode_pass(num_decodes)
             self.pool.free = self.cache.num_free
 
+    def passes_fit(self, num_decodes: int, num_blocks: int) -> bool:
+        """Whether SGLang's radix tree gives `num_blocks` blocks to decode passes of
+        `num_decodes` requests with none of them evicting, nor the pass after them: then
+        `grow_passes` takes them in one move (False for vLLM's hashed cache)."""
+        if not self.stepped:
+            return False
+        size = self.block_size
+        return self._tree().available_tokens - num_blocks * size >= num_decodes * size
+
+    def grow_passes(self, crossed: list[tuple[int, int]]) -> None:
+        """Decode passes that `passes_fit`, in one move: each (request index, blocks) takes
+        its blocks as `grow_each` and `decode_pass` would pass by pass."""
+        tree = self._tree()
+        tree.grow_passes(crossed)
+        self.pool.free = tree.num_free
+
     def decode_evicts(self, num_decodes: int) -> bool:
         """Whether SGLang's next decode pass of `num_decodes` requests evicts."""
         return self.stepped and self._tree().decode_evicts(num_decodes)
