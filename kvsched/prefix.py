@@ -11,7 +11,6 @@ parent's hash and its own tokens, as vLLM hashes them) and the pieces a radix tr
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -63,14 +62,8 @@ class Prefix:
 
     def _locate(self, token: int) -> tuple[int, int]:
         """The index of the segment holding token `token`, and the token's offset in it."""
-        starts = self._starts
-        if not starts:
-            total = 0
-            for _, length in self.segments:
-                starts.append(total)
-                total += length
-        i = bisect_right(starts, token) - 1
-        return i, token - starts[i]
+        i = _segment_at(self.segments, self._starts, token)
+        return i, token - self._starts[i]
 
     def token_key(self, token: int) -> tuple[int, int]:
         """Token `token` as (segment id, offset): two prefixes that agree before it hold the
@@ -82,21 +75,7 @@ class Prefix:
         """The tokens of block `position` as a key: two prefixes that agree before this block
         hold the same block exactly when its keys are equal ((segment id, first offset) for a
         block inside one segment, else its (segment id, start, end) pieces)."""
-        segments = self.segments
-        i, offset = self._locate(position * block_size)
-        seg_id, length = segments[i]
-        if offset + block_size <= length:
-            return seg_id, offset
-        pieces = []
-        left = block_size
-        while left:
-            seg_id, length = segments[i]
-            take = min(length - offset, left)
-            pieces.append((seg_id, offset, offset + take))
-            left -= take
-            i += 1
-            offset = 0
-        return tuple(pieces)
+        return block_key(self, block_size, position)
 
     def _hash_blocks(self, block_size: int, total: int) -> list[int]:
         hashes: list[int] = []
@@ -124,10 +103,54 @@ class Prefix:
         return hashes
 
 
+def _segment_at(segments: tuple[Segment, ...], starts: list[int], token: int) -> int:
+    """The index of the segment holding token `token` (`starts`: each segment's first token,
+    filled at the first call): `bisect_right(starts, token) - 1`, written out so that the
+    compiled build runs it without a call."""
+    if not starts:
+        total = 0
+        for i in range(len(segments)):
+            starts.append(total)
+            total += segments[i][1]
+    low, high = 0, len(starts)
+    while low < high:
+        middle = (low + high) // 2
+        if token < starts[middle]:
+            high = middle
+        else:
+            low = middle + 1
+    return low - 1
+
+
+def block_key(prefix: Prefix, block_size: int, position: int) -> tuple:
+    """`prefix.block_key(block_size, position)` (the caches call this, a C call in the
+    compiled build)."""
+    segments = prefix.segments
+    starts = prefix._starts
+    token = position * block_size
+    i = _segment_at(segments, starts, token)
+    offset = token - starts[i]
+    seg_id, length = segments[i]
+    if offset + block_size <= length:
+        return seg_id, offset
+    pieces = []
+    left = block_size
+    while left:
+        seg_id, length = segments[i]
+        take = min(length - offset, left)
+        pieces.append((seg_id, offset, offset + take))
+        left -= take
+        i += 1
+        offset = 0
+    return tuple(pieces)
+
+
 def common_prefix(a: Sequence[Segment], b: Sequence[Segment]) -> int:
     """Tokens two segment lists share from the start."""
     shared = 0
-    for (id_a, len_a), (id_b, len_b) in zip(a, b, strict=False):
+    for i in range(min(len(a), len(b))):
+        id_a, len_a = a[i]
+        id_b, len_b = b[i]
         if id_a != id_b:
             break
         shared += min(len_a, len_b)

@@ -174,3 +174,53 @@ def test_prefix_hashes_follow_shared_tokens():
     assert common_prefix(((1, 5),), ((1, 9),)) == 5
     with pytest.raises(ValueError):
         Prefix(((1, 0),))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 12), st.integers(0, 3)), min_size=1, max_size=6),
+       st.sampled_from([1, 4]))
+def test_radix_grow_passes_takes_what_the_passes_would(owners, size):
+    """Decode passes that evict nothing, in one move (a stretch's): the same pages held,
+    promised and free as grow_promise and decode_pass pass by pass."""
+    def build():
+        cache = RadixCache(400 // size, size)
+        for owner, (blocks, _passes) in enumerate(owners):
+            cache.allocate(owner, Prefix(((owner, blocks * size),)), 0, blocks)
+        return cache
+
+    by_pass, at_once = build(), build()
+    for k in range(1, 4):
+        growing = [owner for owner, (_blocks, passes) in enumerate(owners) if passes >= k]
+        by_pass.grow_promise(growing)
+        by_pass.decode_pass(len(owners))
+    at_once.grow_passes([(owner, passes) for owner, (_b, passes) in enumerate(owners)])
+    assert by_pass.evicted == at_once.evicted == 0
+    for cache in (by_pass, at_once):
+        cache.check()
+    assert ((by_pass._private, by_pass._promised, by_pass.free_tokens, by_pass.num_free)
+            == (at_once._private, at_once._promised, at_once.free_tokens, at_once.num_free))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 9)), min_size=1, max_size=5),
+       st.sampled_from([1, 2, 4, 8]))
+def test_block_keys_name_a_blocks_tokens(segments, size):
+    """A block inside one segment is (segment id, first offset), else its pieces: read off
+    the prefix's tokens one by one."""
+    prefix = Prefix(tuple(segments))
+    tokens = [(seg_id, offset) for seg_id, length in segments for offset in range(length)]
+    for position in range(len(tokens) // size):
+        block = tokens[position * size:(position + 1) * size]
+        if all(seg_id == block[0][0] for seg_id, _ in block) and all(
+                b[1] == block[0][1] + i for i, b in enumerate(block)):
+            expected: tuple = block[0]
+        else:
+            runs: list[list[int]] = []
+            for seg_id, offset in block:
+                if runs and runs[-1][0] == seg_id and runs[-1][2] == offset:
+                    runs[-1][2] += 1
+                else:
+                    runs.append([seg_id, offset, offset + 1])
+            expected = tuple(tuple(run) for run in runs)
+        assert prefix.block_key(size, position) == expected
+        assert prefix.token_key(position * size) == block[0]

@@ -92,10 +92,16 @@ def decode_stretch(sched: Scheduler, step: int, now: float, step_time: float | N
     horizon = tick + limit
     evicted_at: dict[int, int] = {}  # pass -> cached blocks its growth evicted
     cached_at: dict[int, int] = {}  # pass -> cached blocks after it, where it changed
-    if prefix is None and spare >= n * ((limit - 1) // block_size + 1):
+    bound = n * ((limit - 1) // block_size + 1)  # the most boundaries it can cross
+    if spare >= bound and (prefix is None or prefix.passes_fit(n, bound)):
         # No shortage can end it: every boundary due is crossed, bucket by bucket in
-        # any order (only prefix caching reads the order of a bucket's requests).
-        used = cross_all(sched, tick, limit, blocks_used)
+        # any order (only vLLM's hashed cache reads the order of a bucket's requests);
+        # SGLang's radix tree takes the pages of passes that evict nothing in one move.
+        crossed: list[tuple[int, int]] | None = None if prefix is None else []
+        used = cross_all(sched, tick, limit, blocks_used, crossed)
+        if prefix is not None:
+            assert crossed is not None
+            prefix.grow_passes(crossed)
         blocks_used = used[-1]
         due_ticks, filled, last = [], 0, horizon
     else:
@@ -203,10 +209,12 @@ def first_due(ends: list[float], lo: int, hi: int, arrival: float) -> int:
     return lo
 
 
-def cross_all(sched: Scheduler, tick: int, limit: int, blocks_used: int) -> list[int]:
+def cross_all(sched: Scheduler, tick: int, limit: int, blocks_used: int,
+              crossed: list[tuple[int, int]] | None = None) -> list[int]:
     """Passes `tick + 1` .. `tick + limit` of a stretch with blocks to spare: every
     request takes the blocks whose boundaries it crosses (each bucket's requests cross
-    every `block_size` passes from its tick on). Returns the blocks in use at each."""
+    every `block_size` passes from its tick on). Returns the blocks in use at each;
+    `crossed` gets each request's (index, blocks taken)."""
     block_due, block_size = sched._block_due, sched._block_size
     horizon = tick + limit
     grown = [0] * limit  # blocks taken at each pass
@@ -227,6 +235,8 @@ def cross_all(sched: Scheduler, tick: int, limit: int, blocks_used: int) -> list
             grown[j] += count
         for seq, _epoch in growing:
             seq.blocks += crossings
+            if crossed is not None:
+                crossed.append((seq.index, crossings))
         after = t + crossings * block_size  # beyond the horizon: no bucket visited
         later = block_due.get(after)
         if later is None:

@@ -1,4 +1,5 @@
 cimport cython
+from kvsched.prefix cimport block_key, common_prefix
 
 cdef class _Node:
     cdef public object chain
@@ -66,6 +67,9 @@ cdef class RadixCache:
     @cython.locals(size=cython.longlong, demand=cython.longlong, available=cython.longlong,
                    grown=list, promised=dict, private=dict)
     cpdef decode_pass(self, long long num_decodes)
+    @cython.locals(size=cython.longlong, tokens=cython.longlong, pages=cython.longlong,
+                   private=dict, promised=dict)
+    cpdef grow_passes(self, list crossed)
     cpdef bint decode_evicts(self, long long num_decodes)
     cpdef evict_all(self)
     @cython.locals(available=cython.longlong)

@@ -31,7 +31,7 @@ import heapq
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from kvsched.prefix import Prefix, common_prefix
+from kvsched.prefix import Prefix, block_key, common_prefix
 
 if TYPE_CHECKING:
     from kvsched.kvcache.offload import HostTier
@@ -139,7 +139,7 @@ class RadixCache:
         page = self.block_size
         node, depth = self.root, 0
         while depth + page <= limit:
-            child = node.children.get(prefix.block_key(page, depth // page))
+            child = node.children.get(block_key(prefix, page, depth // page))
             if child is None:
                 break
             end = _agreement(child, prefix, limit, page)
@@ -175,7 +175,7 @@ class RadixCache:
         middle.last_access = child.last_access
         parent.children[middle.key] = middle
         child.start = middle.end
-        child.key = child.chain.block_key(self.block_size, child.start // self.block_size)
+        child.key = block_key(child.chain, self.block_size, child.start // self.block_size)
         child.parent = middle
         middle.children[child.key] = child
         if not child.lock:  # the tail leaf keeps its place in the heap under a new key
@@ -207,7 +207,7 @@ class RadixCache:
         node, matched = self._walk(prefix, total, split=True)
         if matched < total:
             leaf = _Node(prefix, matched, total,
-                         prefix.block_key(self.block_size, matched // self.block_size), node)
+                         block_key(prefix, self.block_size, matched // self.block_size), node)
             self._clock += 1
             leaf.last_access = self._clock
             node.children[leaf.key] = leaf
@@ -404,6 +404,22 @@ class RadixCache:
                 self._promised_total -= size
                 self._private_total += size
         grown.clear()
+
+    def grow_passes(self, crossed: list[tuple[int, int]]) -> None:
+        """Several decode passes' pages in one move, none of which evicts (the caller
+        checked): each (owner, pages) takes them as `grow_promise` then `decode_pass`
+        would, pass by pass (an owner that left keeps them promised, as there)."""
+        size = self.block_size
+        private = self._private
+        promised = self._promised
+        for owner, pages in crossed:
+            tokens = pages * size
+            if owner in private:
+                private[owner] += tokens
+                self._private_total += tokens
+            else:
+                promised[owner] += tokens
+                self._promised_total += tokens
 
     def decode_evicts(self, num_decodes: int) -> bool:
         """Whether the next decode pass of `num_decodes` requests evicts (a pool below a

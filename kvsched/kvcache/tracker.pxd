@@ -1,5 +1,6 @@
 cimport cython
 from kvsched.blocks cimport BlockPool
+from kvsched.kvcache.radix cimport RadixCache
 from kvsched.sequence cimport Seq
 
 @cython.locals(covered=cython.longlong, prompt=cython.longlong, total=cython.longlong, segments=list)
@@ -7,6 +8,7 @@ cpdef object identity(Seq seq)
 
 cdef class PrefixTracker:
     cdef public object cache
+    cdef public RadixCache radix
     cdef public BlockPool pool
     cdef public long long block_size, _evicted_seen
     cdef public bint eager, lagged, stepped, v0
@@ -15,7 +17,7 @@ cdef class PrefixTracker:
     cdef public long long host_first_tokens, host_tokens
 
     cpdef long long match(self, Seq seq, bint admission=*, bint whole=*)
-    @cython.locals(seq=Seq)
+    @cython.locals(seq=Seq, cache=RadixCache)
     cpdef refresh(self, list seqs)
     cpdef long long hit_cost(self, Seq seq, long long hit)
     cpdef admit(self, Seq seq, long long hit, long long fresh)
@@ -27,9 +29,10 @@ cdef class PrefixTracker:
     @cython.locals(size=cython.longlong, first=cython.longlong)
     cpdef long long computed_count(self, Seq seq, long long hit)
     cpdef step_ended(self)
-    @cython.locals(seq=Seq, num_tokens=cython.longlong)
+    @cython.locals(seq=Seq, num_tokens=cython.longlong, cache=RadixCache)
     cpdef stash(self)
-    @cython.locals(seq=Seq, num_tokens=cython.longlong, middle=list, finished=set)
+    @cython.locals(seq=Seq, num_tokens=cython.longlong, middle=list, finished=set,
+                   cache=RadixCache)
     cpdef settle(self, list releases)
     cpdef filled(self, Seq seq)
     @cython.locals(seq=Seq, size=cython.longlong)
@@ -37,7 +40,12 @@ cdef class PrefixTracker:
     cpdef release(self, Seq seq, long long computed)
     cpdef preempted(self, Seq seq, long long computed, long long remaining=*,
                     bint retraction=*)
+    cpdef RadixCache _tree(self)
     cpdef decode_pass(self, long long num_decodes)
+    @cython.locals(size=cython.longlong)
+    cpdef bint passes_fit(self, long long num_decodes, long long num_blocks)
+    @cython.locals(tree=RadixCache)
+    cpdef grow_passes(self, list crossed)
     cpdef bint decode_evicts(self, long long num_decodes)
     @cython.locals(total=cython.longlong, evicted=cython.longlong)
     cpdef long long take_evicted(self)

@@ -63,13 +63,16 @@ class PrefixTracker:
     """Drives a prefix cache (vLLM's hashed blocks or SGLang's radix tree) alongside the
     scheduler's block counts."""
 
-    __slots__ = ("cache", "pool", "block_size", "eager", "lagged", "stepped", "v0",
+    __slots__ = ("cache", "radix", "pool", "block_size", "eager", "lagged", "stepped", "v0",
                  "_evicted_seen", "_computed", "_middle", "_fresh", "host",
                  "host_first_tokens", "host_tokens")
 
     def __init__(self, cache: HashedBlockCache | RadixCache, pool: BlockPool,
                  host: HostTier | None = None) -> None:
         self.cache = cache
+        # the same cache when it is the radix tree, typed: the compiled build calls it
+        # directly (a page-of-one pool calls it every decode pass)
+        self.radix = cache if isinstance(cache, RadixCache) else None
         self.pool = pool
         # A host tier under the cache (`engine.kv_offload`): what it evicts goes there.
         self.host = host
@@ -101,6 +104,12 @@ class PrefixTracker:
         self.v0 = False
         self._fresh: list[tuple[Prefix, int]] = []
 
+    def _tree(self) -> RadixCache:
+        """The radix tree (the `sglang` preset's cache, `stepped`)."""
+        tree = self.radix
+        assert tree is not None
+        return tree
+
     # -- the read-only view (CacheView) ------------------------------------------------
 
     @property
@@ -116,8 +125,7 @@ class PrefixTracker:
         (`whole`, vLLM V0's count: all its full blocks, with the hashed cache).
         `admission`: the round tries `seq` (SGLang's match then splits the node it ends in)."""
         if admission and self.stepped:
-            return cast(RadixCache, self.cache).match(identity(seq), seq.prompt_len
-                                                      + seq.generated, True)
+            return self._tree().match(identity(seq), seq.prompt_len + seq.generated, True)
         if whole and self.eager:
             return cast(HashedBlockCache, self.cache).match(
                 identity(seq), seq.prompt_len + seq.generated, True)
@@ -126,7 +134,7 @@ class PrefixTracker:
     def refresh(self, seqs: list[Seq]) -> None:
         """SGLang's `_touch_waiting_prefixes`: each waiting request's whole sequence touched,
         the head last (the radix tree only)."""
-        cache = cast(RadixCache, self.cache)
+        cache = self._tree()
         for seq in reversed(seqs):
             cache.touch(identity(seq), seq.prompt_len + seq.generated)
 
@@ -159,14 +167,14 @@ class PrefixTracker:
 
     def admit(self, seq: Seq, hit: int, fresh: int) -> None:
         if self.stepped:  # SGLang takes a prefill's pages chunk by chunk, after the round
-            cast(RadixCache, self.cache).promise(seq.index, identity(seq), hit, fresh)
+            self._tree().promise(seq.index, identity(seq), hit, fresh)
         else:
             self.cache.allocate(seq.index, identity(seq), hit, fresh)
         self.pool.free = self.cache.num_free
 
     def grow(self, seq: Seq, fresh: int) -> None:
         if self.stepped:  # SGLang: taken by the pass's decode_pass, after its retractions
-            cast(RadixCache, self.cache).grow_promise([seq.index] * fresh)
+            self._tree().grow_promise([seq.index] * fresh)
         else:
             self.cache.allocate(seq.index, None, 0, fresh)
         self.pool.free = self.cache.num_free
@@ -178,7 +186,7 @@ class PrefixTracker:
         owners = [seq.index for seq in seqs]
         cache = self.cache
         if self.stepped:
-            cast(RadixCache, cache).grow_promise(owners)
+            self._tree().grow_promise(owners)
         else:
             cache.grow_each(owners)
             if self.lagged:
@@ -191,12 +199,28 @@ class PrefixTracker:
         """A decode pass of `num_decodes` requests ends its retractions (the radix tree:
         its pages are taken, SGLang's `prepare_for_decode`)."""
         if self.stepped:
-            cast(RadixCache, self.cache).decode_pass(num_decodes)
+            self._tree().decode_pass(num_decodes)
             self.pool.free = self.cache.num_free
+
+    def passes_fit(self, num_decodes: int, num_blocks: int) -> bool:
+        """Whether SGLang's radix tree gives `num_blocks` blocks to decode passes of
+        `num_decodes` requests with none of them evicting, nor the pass after them: then
+        `grow_passes` takes them in one move (False for vLLM's hashed cache)."""
+        if not self.stepped:
+            return False
+        size = self.block_size
+        return self._tree().available_tokens - num_blocks * size >= num_decodes * size
+
+    def grow_passes(self, crossed: list[tuple[int, int]]) -> None:
+        """Decode passes that `passes_fit`, in one move: each (request index, blocks) takes
+        its blocks as `grow_each` and `decode_pass` would pass by pass."""
+        tree = self._tree()
+        tree.grow_passes(crossed)
+        self.pool.free = tree.num_free
 
     def decode_evicts(self, num_decodes: int) -> bool:
         """Whether SGLang's next decode pass of `num_decodes` requests evicts."""
-        return self.stepped and cast(RadixCache, self.cache).decode_evicts(num_decodes)
+        return self.stepped and self._tree().decode_evicts(num_decodes)
 
     def shrink(self, seq: Seq, blocks: int) -> None:
         self.cache.shrink(seq.index, blocks)
@@ -207,7 +231,7 @@ class PrefixTracker:
         (in a radix tree at the end of the step, `settle`; tokens another request inserted
         first go back to the pool)."""
         if self.stepped:
-            cast(RadixCache, self.cache).computed(seq.index, num_tokens)
+            self._tree().computed(seq.index, num_tokens)
             self._computed.append((seq, num_tokens))
         elif self.v0:
             chain = identity(seq)
@@ -238,7 +262,7 @@ class PrefixTracker:
     def stash(self) -> None:
         """The start of a step with the radix tree: the chunked request's last chunk joins
         the tree (SGLang's `stash_chunked_request`, scheduler.py line 3772)."""
-        cache = cast(RadixCache, self.cache)
+        cache = self._tree()
         for seq, num_tokens in self._middle:
             cache.commit(seq.index, identity(seq), num_tokens, seq.prompt_len)
         self._middle.clear()
@@ -250,7 +274,7 @@ class PrefixTracker:
         a request that finished inserts all it computed and leaves, one whose prefill
         completed inserts it; the finishes of a decode pass in admission order. A middle
         chunk waits for the next step (`stash`)."""
-        cache = cast(RadixCache, self.cache)
+        cache = self._tree()
         cache.materialize()
         middle = self._middle
         finished = set(releases)
@@ -288,7 +312,7 @@ class PrefixTracker:
         if self.eager:
             self.cache.commit(seq.index, identity(seq), computed)
         else:
-            cast(RadixCache, self.cache).commit(seq.index, identity(seq), computed,
+            self._tree().commit(seq.index, identity(seq), computed,
                                                 seq.prompt_len)
         self.cache.free(seq.index)
         self.pool.free = self.cache.num_free
@@ -300,7 +324,7 @@ class PrefixTracker:
         evicts what the pool lacks for 20 tokens per request left in the batch (`remaining`);
         a `retraction` of a decode pass comes after `check_decode_mem` evicted all it could."""
         if self.stepped:
-            tree = cast(RadixCache, self.cache)
+            tree = self._tree()
             if retraction:
                 tree.evict_all()
             tree.retract(seq.index, remaining * RETRACT_DECODE_STEPS)
