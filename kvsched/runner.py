@@ -385,16 +385,32 @@ def replaced_by(run: ScenarioRun, out_dir: Path) -> tuple[list[str], list[str]]:
     return [n for n in present if n in ran], [n for n in present if n not in ran]
 
 
+def _drawn_for(name: str, ran: set[str], kept: set[str]) -> bool:
+    """Whether `name` is the timeline of a variant that ran: timeline-<variant>.png, or a
+    cluster replica's timeline-<variant>-r<i>.png (unless that is another variant's own)."""
+    if not (name.startswith("timeline-") and name.endswith(".png")):
+        return False
+    variant = name[len("timeline-"):-len(".png")]
+    if variant in ran:
+        return True
+    if variant in kept:
+        return False
+    base, _, replica = variant.rpartition("-r")
+    return bool(base) and replica.isdigit() and base in ran
+
+
 def _keep_others(final: Path, staging_dir: Path, header: list[str], body: list[list],
                  run: ScenarioRun) -> tuple[list[str], list[list]]:
     """Bring into `staging_dir` what `final` holds of variants this run did not produce, and
     return the summary with their rows (as they were, cell for cell), in scenario order."""
     ran = {r.name for r in run.runs}
-    # report.html shows every variant: never kept, so a stale one cannot outlive a rerun
-    own = {f"timeline-{name}.png" for name in ran} | {"summary.csv", "report.html"}
+    # report.html, ttft.png and latency.png show every variant: never kept, so a stale one
+    # cannot outlive a rerun (--report and --plot draw them again over all the variants)
+    own = {"summary.csv", "report.html", "ttft.png", "latency.png"}
+    kept = {entry.name for entry in final.iterdir() if entry.is_dir()} - ran
     for entry in sorted(final.iterdir()):
         if entry.name.startswith(".") or entry.name in own or (
-                entry.is_dir() and entry.name in ran):
+                entry.is_dir() and entry.name in ran) or _drawn_for(entry.name, ran, kept):
             continue
         if entry.is_dir():
             shutil.copytree(entry, staging_dir / entry.name, copy_function=_link_or_copy)

@@ -97,6 +97,40 @@ def test_a_later_run_never_leaves_a_stale_report(small, tmp_path):
     assert not (out / "small" / "report.html").exists()
 
 
+def test_a_later_run_of_some_variants_leaves_no_stale_picture(small, tmp_path):
+    """ttft.png and latency.png draw every variant, a timeline its variant: a rerun of one
+    variant without --plot drops those that would show its old results, keeps the others'."""
+    out = tmp_path / "r"
+    run_ok("run", small, "--out", out, "--plot")
+    folder = out / "small"
+    assert {p.name for p in folder.glob("*.png")} == {
+        "ttft.png", "latency.png", "timeline-roomy.png", "timeline-tight.png",
+        "timeline-tight_swap.png"}
+    run_ok("run", small, "--out", out, "--variant", "tight")
+    assert {p.name for p in folder.glob("*.png")} == {"timeline-roomy.png",
+                                                       "timeline-tight_swap.png"}
+    run_ok("run", small, "--out", out, "--variant", "tight", "--plot")  # drawn over all again
+    assert {"ttft.png", "latency.png", "timeline-tight.png"} <= {
+        p.name for p in folder.glob("*.png")}
+
+
+def test_a_rerun_drops_its_replicas_timelines(tmp_path):
+    """A cluster variant draws timeline-<variant>-r<i>.png: rerun without --plot, they go,
+    the other variant's stay. (A name both a replica's timeline and another variant's own,
+    as base-r0's timeline-base-r0.png, is kept: which it is cannot be told by its name.)"""
+    path = tmp_path / "fleet.yaml"
+    path.write_text(CLUSTER + "variants:\n  - {name: base}\n  - {name: other}\n")
+    out = tmp_path / "r"
+    run_ok("run", path, "--out", out, "--plot")
+    folder = out / "fleet"
+    assert {p.name for p in folder.glob("timeline-*.png")} == {
+        "timeline-base-r0.png", "timeline-base-r1.png", "timeline-other-r0.png",
+        "timeline-other-r1.png"}
+    run_ok("run", path, "--out", out, "--variant", "base")
+    assert {p.name for p in folder.glob("timeline-*.png")} == {"timeline-other-r0.png",
+                                                               "timeline-other-r1.png"}
+
+
 @pytest.mark.parametrize("records", ["compact", "summary"])
 def test_every_record_mode_gives_a_report(small, tmp_path, records):
     run_ok("run", small, "--out", tmp_path, "--records", records, "--report")
