@@ -300,7 +300,7 @@ class Scheduler:
         tick = plan.tick = self.tick
         due = self._block_due.pop(tick, None)
         growing = [seq for seq, epoch in due if seq.epoch == epoch] if due else []
-        if (n > budget - self.decode_need() + 1
+        if (n > budget or (self._v0_round and n > budget - self.decode_need() + 1)
                 or len(growing) > self.pool.free - self._append_floor):
             return self._decode_exact(plan, budget, tick)
         prefix = self.prefix
@@ -706,7 +706,7 @@ class Scheduler:
                     self._stopped_at = (seq, f"needs {gate} blocks", budget)
                     break
                 fresh = need - cost if self.prefix is not None else need
-                self._start_prefill(plan, seq, fresh, tokens, chunk, hit, counted)
+                self._start_prefill(plan, seq, fresh, tokens, chunk, hit, counted, present)
                 budget -= chunk
                 if partial is not None:
                     partial.admitted(seq)
@@ -769,16 +769,19 @@ class Scheduler:
         return remote if remote > present else present
 
     def _start_prefill(self, plan: StepPlan, seq: Seq, blocks: int, tokens: int,
-                       chunk: int, hit: int = 0, counted: int = -1) -> None:
+                       chunk: int, hit: int = 0, counted: int = -1,
+                       present: int = -1) -> None:
         """Admit the head for a (re)prefill of `tokens`, `hit` of them found cached (or more
         received: `_kv_present`) and `chunk` computed now; it takes `blocks` fresh blocks
         (beside its hit blocks). `counted`: the cached tokens it counts, if not `hit` (vLLM
-        V0's count, taken when it first looked at the prompt); a prompt all present
-        computes its last token again."""
+        V0's count, taken when it first looked at the prompt); `present`: its KV there, if
+        the caller has it (`_kv_present`); a prompt all present computes its last token
+        again."""
         if counted < 0:
             counted = hit
         first = seq.prefix_hit_tokens is None
-        present = self._kv_present(seq, counted)  # (before the admission changes the cache)
+        if present < 0:
+            present = self._kv_present(seq, counted)  # (before the admission changes the cache)
         if present >= tokens:
             present = tokens - 1
         loaded = present - counted if present > counted and not seq.remote_tokens else 0

@@ -41,8 +41,8 @@ def decode_stretch(sched: Scheduler, step: int, now: float, step_time: float | N
     """
     running = sched.running
     n = len(running)
-    if (not n or n > sched._budget - sched.decode_need() + 1 or sched.record_batches
-            or sched.departing):
+    if (not n or n > sched._budget or sched.record_batches or sched.departing
+            or (sched._v0_round and n > sched._budget - sched.decode_need() + 1)):
         return None  # (departing: async, what finished leaves after the next decision)
     if sched.waiting.size and sched._waiting_may_admit():
         return None

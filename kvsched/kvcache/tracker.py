@@ -8,8 +8,10 @@ a `KVCache` with block identity, and the pool's free count is kept equal to the 
 A request's identity is its workload prefix completed with its own tokens: the rest of its
 prompt and its answer are private segments, so a request preempted and resumed finds its own
 blocks. Prompt blocks are hashed as soon as their chunk is scheduled (vLLM caches them when it
-allocates them). Blocks of generated tokens: in the pass that fills them with the hashed
-cache (as vLLM), when the request finishes with the radix tree (as SGLang).
+allocates them; under vLLM V0's rules, `v0`, the whole prompt's full blocks at admission,
+counted as cached only from the next step: conformance/RULES.md V0-10). Blocks of
+generated tokens: in the pass that fills them with the hashed cache (as vLLM), when the
+request finishes with the radix tree (as SGLang).
 
 Under SGLang's scheduler (`stepped`) the radix tree follows SGLang's step
 (conformance/SGLANG_RULES.md S18-S22): an admission's match splits the node it ends in, its
