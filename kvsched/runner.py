@@ -407,10 +407,10 @@ def _keep_others(final: Path, staging_dir: Path, header: list[str], body: list[l
     # report.html, ttft.png and latency.png show every variant: never kept, so a stale one
     # cannot outlive a rerun (--report and --plot draw them again over all the variants)
     own = {"summary.csv", "report.html", "ttft.png", "latency.png"}
-    kept = {entry.name for entry in final.iterdir() if entry.is_dir()} - ran
+    others = {entry.name for entry in final.iterdir() if entry.is_dir()} - ran
     for entry in sorted(final.iterdir()):
         if entry.name.startswith(".") or entry.name in own or (
-                entry.is_dir() and entry.name in ran) or _drawn_for(entry.name, ran, kept):
+                entry.is_dir() and entry.name in ran) or _drawn_for(entry.name, ran, others):
             continue
         if entry.is_dir():
             shutil.copytree(entry, staging_dir / entry.name, copy_function=_link_or_copy)
