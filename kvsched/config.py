@@ -7,20 +7,23 @@ them (see the table in README.md, section "The engine").
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, get_type_hints
 
 from kvsched.compat import Kind, first_conflict
 
-MAX_COUNT = 2 ** 40
-"""The largest pool, block, budget or sequence count (and request length, `kvsched.request`):
-the compiled modules count in 64-bit integers, with room for their sums."""
+MAX_COUNT = 1_000_000_000
+"""The largest pool, block, budget, sequence or step count a scenario or the engine takes
+(the compiled modules count in 64-bit integers: with room for their sums; a request's
+lengths have their own bound, `kvsched.request.MAX_LEN`)."""
 
-MAX_STEPS = 2 ** 62
-"""The largest `max_steps` (step numbers are 64-bit integers in the compiled build)."""
+MAX_FLOAT = 1e12
+"""The largest factor or time a knob takes (so extreme values are refused, with the bound in
+the message, instead of overflowing)."""
 
 
 def one_of(choices: Iterable[str]) -> Any:
@@ -114,180 +117,223 @@ def effective_step_order(step_order: str, mix_prefill_decode: bool) -> StepOrder
 
 
 @dataclass(frozen=True, slots=True)
-class EngineConfig:
-    """Limits and rules of one simulated engine. Defaults are the lesson's demo engine.
+class Range:
+    """The numbers a knob takes, as pydantic's `Field` constraints spell them: the engine checks
+    them (`EngineConfig`) and the scenario's schema is made from them (`kvsched.schema`), so a
+    bound is written once."""
 
-    - `max_num_batched_tokens`: token budget of one step (prefill + decode tokens).
-    - `max_num_seqs`: most requests running at once.
-    - `block_size`, `num_blocks`: the KV pool, in blocks of `block_size` tokens.
-    - `watermark`: fraction of the pool that admissions must leave free
-      (`floor(watermark * num_blocks)` blocks); decode growth ignores it.
-    - `max_steps`: safety stop; requests left then are `unfinished`.
-    - `victim`, `requeue`, `mix_prefill_decode`, `admit_after_preempt`: the rules that tell
-      vLLM V0, vLLM V1 and SGLang apart (see each enum).
-    - `mix_prefill_decode`: prefills and decodes share a step (the lesson, vLLM V1). When
-      false a step that admits a prefill runs no decode (vLLM V0 default, SGLang).
-    - `admit_after_preempt`: a step that preempted may still admit (the lesson, vLLM V0);
-      vLLM V1 skips admissions in such a step.
-    - `chunked_prefill`: split prompts into chunks that fit the budget left after decodes;
-      `long_prefill_token_threshold` (0 = off) caps one request's chunk per step.
-    - `on_unschedulable`: starve (the lesson) or reject at arrival.
-    - `step_order`: see `StepOrder`; `mix_prefill_decode: false` is the older spelling of
-      `prefill_first`.
-    - `max_model_len` (None = no limit): a prompt of `max_model_len` tokens or more is
-      rejected at arrival with vLLM's message; outputs stop at `max_model_len` tokens.
-    - `null_block`: one block of `num_blocks` is never usable (vLLM V1's null block, so
-      `num_blocks` is what vLLM logs); the watermark still counts from `num_blocks`.
-    - `scheduler_reserve_full_isl`: under `running_loop`, admit only if the whole prompt
-      (plus outputs, when resumed) would fit the free blocks now (vLLM's flag, on there).
-    - `preemption_warning`: log vLLM V0's preemption warning as a `warning` event on the
-      1st, 51st, 101st ... preemption (`num_cumulative_preemption % 50 == 0`).
-    - `delay_factor` (vLLM V0, 0 = off): a step admits prompts only once the oldest waiting
-      request has waited more than `delay_factor` x the latency of the last step that ran
-      prompts, or when nothing runs.
-    - `swapped_fifo`: swapped-out requests wait in their own first-in-first-out queue ahead
-      of the waiting queue (vLLM V0); false: on the preempted stack, newest first.
-    - `max_queued_requests` (None = no limit): an arrival that finds this many requests
-      waiting is rejected with SGLang's message (preempted requests waiting count too).
-    - `enable_prefix_caching`: blocks have identity (`kvsched.kvcache`): a request finds the
-      full blocks of its prefix that earlier requests computed, and its own on resume.
-      `prefix_accounting` says what a hit changes at admission (`PrefixAccounting`);
-      `prefix_cache` which cache: `hashed` (vLLM's blocks) or `radix` (SGLang's tree).
-    - `admission_rule`: see `AdmissionRule`. Under `future_tokens`, `max_prefill_tokens`
-      caps the prompt tokens one prefill step takes (SGLang's flag; the first request of a
-      step may exceed it when chunking is off) and `schedule_conservativeness` scales
-      SGLang's initial `new_token_ratio` (0.7 x it, at most 1).
-    - `rejection_texts`: see `RejectionTexts`.
-    - `max_num_partial_prefills` / `max_long_partial_prefills` (vLLM V0's chunked mode, 1 =
-      off): at most that many prefills under way, of which that many long ones (over
-      `long_prefill_token_threshold`, which then only classifies: default 4% of
-      `max_model_len`); see `kvsched.partial_prefills`.
-    - `append_free_block` (vLLM V0's `can_append_slots`): a running request decodes only
-      while at least one block is free, even when its last block has room (V0 counts every
-      block an append touches as a new one); otherwise the tail is preempted first.
-    - `priority_preemption` (vLLM V0's `_schedule_priority_preemption`, with `policy:
-      priority`): the waiting queue keeps arrival order (recompute victims at its front)
-      and is sorted by (priority, arrival) only in a step that admits no prefill, after
-      the running requests are sorted so and worse ones are preempted from the tail until
-      the head fits.
-    - `priority_orders_queue`: false: the queue policy orders nothing, requests wait in
-      arrival order (vLLM V0's chunked scheduler never sorts by priority).
-    - `swap_in_front`, `prefill_past_swapped`, `swap_in_after_preempt` (vLLM V0's chunked
-      scheduler): a request swapped in joins the front of the running queue (so it is the
-      last victim); prefills are admitted while requests wait swapped out (after the
-      step's swap-ins); no swap-in in a step that preempted (when false).
-    - `swap_prefills` (vLLM V0): with `preemption: swap` a request preempted mid-prefill
-      is swapped out too, its chunks kept; it is swapped back in only when the rest of its
-      prompt fits the step's budget (V0 does not chunk a swap-in), and completes it then.
-    - `readmit_victims`: a request preempted in a step may be admitted again in that step
-      (the lesson); false: it re-enters the queue after the step's admissions (vLLM V0's
-      chunked scheduler extends `waiting` with its victims after `_schedule_prefills`).
-    - `async_scheduling` (vLLM V1's flag, under `running_loop`): vLLM's `AsyncScheduler` as
-      the engine core's batch queue runs it: each step is decided while the one before it
-      runs, so the requests that step finishes still hold their blocks and places in that
-      decision, and a request arriving while a step runs waits for the decision after
-      (conformance/RULES.md A1-A6).
-    - `enable_priority_scheduling` (SGLang's flag, under `future_tokens`): a request that
-      finds the batch full preempts running requests whose `priority` is worse (larger) by
-      more than `priority_scheduling_preemption_threshold`; the queue order is `policy`.
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+
+    def problem(self, value: float) -> str | None:
+        """What is wrong with `value` ("must be >= 1"), or None."""
+        for op, holds, bound in ((">=", operator.ge, self.ge), (">", operator.gt, self.gt),
+                                 ("<=", operator.le, self.le), ("<", operator.lt, self.lt)):
+            if bound is not None and not holds(value, bound):  # NaN holds none
+                return f"must be {op} {bound:,}"
+        return None
+
+
+COUNT = Range(ge=1, le=MAX_COUNT)
+"""A pool, budget, sequence or step count."""
+NON_NEGATIVE_COUNT = Range(ge=0, le=MAX_COUNT)
+POSITIVE = Range(gt=0, le=MAX_FLOAT)
+NON_NEGATIVE = Range(ge=0, le=MAX_FLOAT)
+FRACTION = Range(ge=0, lt=1)
+
+
+def knob(default: Any, doc: str, values: Range | None = None, *,
+         choices: Iterable[str] = (), scenario: bool = True) -> Any:
+    """One engine knob, declared once: its default, the numbers or `choices` it takes (an enum
+    knob's are its enum's values) and what it means (markdown: the docs' key table, `kvsched
+    keys`). `scenario: False`: set by the engine from another key, never written in a file."""
+    return field(default=default, metadata=MappingProxyType(
+        {"doc": doc, "range": values, "choices": tuple(choices), "scenario": scenario}))
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Limits and rules of one simulated engine; the defaults are the lesson's demo engine.
+
+    Each rule is one orthogonal switch, so that vLLM V0, vLLM V1 and SGLang are combinations
+    of them (`kvsched.presets`). Every knob is declared once, here (`knob`): the scenario's
+    `engine:` keys (`kvsched.schema.EngineSpec`), their bounds, `kvsched keys` and the key
+    table in docs/scenarios.md are made from these declarations.
     """
 
-    max_num_batched_tokens: int = 2048
-    max_num_seqs: int = 256
-    block_size: int = 16
-    num_blocks: int = 180
-    watermark: float = 0.01
-    preemption: PreemptionMode = PreemptionMode.RECOMPUTE
-    max_steps: int = 5_000_000
-    victim: Victim = Victim.LAST_ADMITTED
-    requeue: Requeue = Requeue.FRONT
-    mix_prefill_decode: bool = True
-    admit_after_preempt: bool = True
-    chunked_prefill: bool = False
-    long_prefill_token_threshold: int = 0
-    on_unschedulable: Unschedulable = Unschedulable.STARVE
-    step_order: StepOrder = StepOrder.DECODE_FIRST
-    max_model_len: int | None = None
-    null_block: bool = False
-    scheduler_reserve_full_isl: bool = True
-    preemption_warning: bool = False
-    swapped_fifo: bool = False
-    delay_factor: float = 0.0
-    max_queued_requests: int | None = None
-    enable_prefix_caching: bool = False
-    prefix_accounting: PrefixAccounting = PrefixAccounting.V1
-    prefix_cache: str = PREFIX_CACHES[0]
-    admission_rule: AdmissionRule = AdmissionRule.BLOCKS
-    max_prefill_tokens: int = 16384
-    schedule_conservativeness: float = 1.0
-    rejection_texts: RejectionTexts = RejectionTexts.KVSCHED
-    max_num_partial_prefills: int = 1
-    max_long_partial_prefills: int = 1
-    enable_priority_scheduling: bool = False
-    priority_scheduling_preemption_threshold: int = 10
-    append_free_block: bool = False
-    priority_preemption: bool = False
-    priority_orders_queue: bool = True
-    swap_in_front: bool = False
-    prefill_past_swapped: bool = False
-    swap_in_after_preempt: bool = True
-    readmit_victims: bool = True
-    swap_prefills: bool = False
-    async_scheduling: bool = False
-    # A host-memory tier under the prefix cache (`kvsched.kvcache.offload`): evicted cached
-    # blocks kept there (0: none), loaded back at `kv_offload_gbps` (gigabits per second),
-    # a block being `kv_offload_block_bytes` (None: the time model's, a roofline's).
-    kv_offload_blocks: int = 0
-    kv_offload_gbps: float = 0.0
-    kv_offload_block_bytes: float | None = None
+    max_num_batched_tokens: int = knob(
+        2048, "token budget of one step: prefill + recompute + decode tokens", COUNT)
+    max_num_seqs: int = knob(
+        256, "most requests running (decoding or mid-prefill) at once", COUNT)
+    block_size: int = knob(16, "tokens per KV block", COUNT)
+    num_blocks: int = knob(
+        180, "KV pool size; `auto` with a roofline time: what the GPUs hold (see `time`)", COUNT)
+    watermark: float = knob(
+        0.01, "admissions leave `floor(watermark * num_blocks)` blocks free; decode growth "
+        "ignores it", FRACTION)
+    preemption: PreemptionMode = knob(
+        PreemptionMode.RECOMPUTE, "`recompute` (drop the KV, re-prefill prompt + generated "
+        "later) or `swap` (copy blocks to host and back)")
+    max_steps: int = knob(
+        5_000_000, "safety stop on executed steps; requests left are `unfinished`", COUNT)
+    victim: Victim = knob(
+        Victim.LAST_ADMITTED, "who is preempted: `last_admitted`, `lowest_priority` (max "
+        "priority value, then latest arrival, then the earliest admitted: vLLM V1's `max` over "
+        "its running list), `fewest_generated` (then longest prompt), `by_policy` (vLLM V1), "
+        "`queue_tail` (vLLM V0 chunked: the last prefill under way, else the request whose "
+        "prefill completed last)")
+    requeue: Requeue = knob(
+        Requeue.FRONT, "where a preempted request re-enters: `front` (ahead of everything "
+        "never started, newest victim first) or `back` (ordered by the policy as a new "
+        "arrival)")
+    mix_prefill_decode: bool = knob(
+        True, "prefills and decodes share a step; `false`: a step that prefills runs no decode")
+    admit_after_preempt: bool = knob(
+        True, "a step that preempted may still admit waiting requests")
+    chunked_prefill: bool = knob(
+        False, "split prompts into chunks that fit the budget left after the decodes")
+    long_prefill_token_threshold: int = knob(
+        0, "with chunking, cap one request's chunk per step (0: no cap)", NON_NEGATIVE_COUNT)
+    on_unschedulable: Unschedulable = knob(
+        Unschedulable.STARVE, "a request that can never run: `starve` (kept queued, as the "
+        "lesson) or `reject` at arrival with the reason")
+    step_order: StepOrder = knob(
+        StepOrder.DECODE_FIRST, "`decode_first` (decodes, then chunks under way, then "
+        "admissions), `prefill_first` (what `mix_prefill_decode: false` spells), "
+        "`running_loop` (vLLM V1: running requests in admission order, decodes and chunks "
+        "alike, blocks per chunk)")
+    max_model_len: int | None = knob(
+        None, "a prompt of `max_model_len` tokens or more is `rejected` at arrival with vLLM's "
+        "message; outputs stop at `max_model_len` tokens", Range(ge=2))
+    null_block: bool = knob(
+        False, "one of `num_blocks` is never usable (vLLM V1's null block: `num_blocks` is what "
+        "vLLM logs); the watermark still counts from `num_blocks`")
+    scheduler_reserve_full_isl: bool = knob(
+        True, "under `running_loop`: admit only if the whole prompt (+ outputs when resumed) "
+        "fits the free blocks now")
+    preemption_warning: bool = knob(
+        False, "vLLM V0's preemption warning as a `warning` event on the 1st, 51st, 101st ... "
+        "preemption")
+    swapped_fifo: bool = knob(
+        False, "swapped-out requests wait in their own first-in-first-out queue ahead of the "
+        "waiting queue (vLLM V0); false: on the preempted stack, newest first")
+    delay_factor: float = knob(
+        0.0, "vLLM V0: prompts are admitted only once the oldest waiting request has waited "
+        "more than `delay_factor` x the last prompt step's latency, or when nothing runs",
+        NON_NEGATIVE)
+    max_queued_requests: int | None = knob(
+        None, "SGLang's limit: an arrival that finds this many requests waiting is `rejected` "
+        "(preempted requests waiting count too)", COUNT)
+    enable_prefix_caching: bool = knob(
+        False, "KV blocks get identity: a request finds the full blocks of its prefix that "
+        "earlier requests computed, and its own on resume (see "
+        "[Prefix caching](engine.md#prefix-caching))")
+    prefix_accounting: PrefixAccounting = knob(
+        PrefixAccounting.V1, "what a hit changes at admission: `v1` cached tokens are not "
+        "scheduled and only fresh blocks plus unheld hit blocks count against the free ones; "
+        "`v0` cached tokens are free for the budget, every prompt block is counted, partial "
+        "chunks round down to whole blocks")
+    prefix_cache: str = knob(
+        PREFIX_CACHES[0], "which cache: `hashed` (vLLM's hashed full blocks, free queue of "
+        "uncached then least recently freed cached blocks) or `radix` (SGLang's radix tree: "
+        "duplicates computed twice go back to the pool, least recently used unlocked leaves "
+        "evicted first; pages are blocks of `block_size`)", choices=PREFIX_CACHES)
+    admission_rule: AdmissionRule = knob(
+        AdmissionRule.BLOCKS, "`blocks`: an admission needs its prompt's blocks above the "
+        "watermark; `future_tokens` (SGLang's `PrefillAdder`, not with `running_loop`): it "
+        "also needs room for the decode tokens the running requests are still expected to "
+        "write, with the batch-full latch (see "
+        "[`sglang`](presets.md#sglang-sglang-0523-admission-checked-against-sglangs-own-classes))")
+    max_prefill_tokens: int = knob(
+        16384, "under `future_tokens`: prompt tokens one step may prefill (pages rounded up); "
+        "without chunking the first request of a step may exceed it", COUNT)
+    schedule_conservativeness: float = knob(
+        1.0, "under `future_tokens`: SGLang's flag; the initial `new_token_ratio` is "
+        "`min(0.7 x it, 1)`", POSITIVE)
+    rejection_texts: RejectionTexts = knob(
+        RejectionTexts.KVSCHED, "whose words a `rejected` request's reason uses: `kvsched`, or "
+        "`vllm_v0` (vLLM 0.8.5's scheduler warnings; a prompt of exactly `max_model_len` then "
+        "runs, and outputs stop one token later: once the sequence exceeds `max_model_len`)")
+    max_num_partial_prefills: int = knob(
+        1, "vLLM V0's chunked mode (needs `chunked_prefill` and `step_order: decode_first`): at "
+        "most this many prefills under way; each chunk of a step is at most "
+        "`max_num_batched_tokens // ` the prefills that step could run; 1 = off", COUNT)
+    max_long_partial_prefills: int = knob(
+        1, "of those, at most this many long ones (over `long_prefill_token_threshold`, which "
+        "then only classifies, default 4% of `max_model_len`): a long head waits and shorter "
+        "prompts behind it pass", COUNT)
+    enable_priority_scheduling: bool = knob(
+        False, "SGLang's flag, under `future_tokens`: a request that finds the batch full "
+        "preempts running requests whose `priority` is worse (larger) by more than "
+        "`priority_scheduling_preemption_threshold` (10); the queue order stays `policy` (use "
+        "`priority`)")
+    priority_scheduling_preemption_threshold: int = knob(
+        10, "SGLang's: the priority gap a running request must exceed to be preempted for a "
+        "waiting one", NON_NEGATIVE_COUNT)
+    append_free_block: bool = knob(
+        False, "vLLM V0's `can_append_slots`: a decode needs a free block even when its last "
+        "block has room (and, with chunking, so does a chunk under way unless its prompt ends "
+        "on a block boundary); else the tail is preempted")
+    priority_preemption: bool = knob(
+        False, "vLLM V0 with `policy: priority`, chunking off: the queue keeps arrival order "
+        "and is sorted by (priority, arrival) only in a step that admits no prefill, after "
+        "worse running requests are preempted from the (sorted) tail until the head fits")
+    priority_orders_queue: bool = knob(
+        True, "false: the queue policy orders nothing, requests wait in arrival order (V0's "
+        "chunked scheduler never sorts)")
+    swap_in_front: bool = knob(
+        False, "a request swapped in joins the front of the running queue (it becomes the last "
+        "victim)")
+    prefill_past_swapped: bool = knob(
+        False, "prompts are admitted while requests wait swapped out (after the step's "
+        "swap-ins)")
+    swap_in_after_preempt: bool = knob(
+        True, "false: no swap-in in a step that preempted")
+    readmit_victims: bool = knob(
+        True, "false: a request preempted in a step re-enters the queue after that step's "
+        "admissions")
+    swap_prefills: bool = knob(
+        False, "with `preemption: swap`, a request preempted mid-prefill is swapped out too, "
+        "its chunks kept, and swapped back in only when the rest of its prompt fits the "
+        "step's budget")
+    async_scheduling: bool = knob(
+        False, "vLLM V1's flag (`--async-scheduling`, on by default in `vllm serve` 0.33), "
+        "`running_loop` only: each step is decided while the step before it runs, as vLLM's "
+        "`AsyncScheduler` behind the engine core's batch queue: the requests that step "
+        "finishes still hold their blocks and places in the decision (not scheduled, possible "
+        "victims), an arrival while a step runs waits for the decision after, and a decision "
+        "that schedules nothing costs no time. First tokens and finishes are seen at the end "
+        "of the step that computed them, as before; see "
+        "[`vllm_v1`](presets.md#vllm_v1-vllm-0330-v1-engine-checked-against-the-real-scheduler)")
+    kv_offload_blocks: int = knob(
+        0, "blocks of the host-memory tier under the prefix cache (`kvsched.kvcache.offload`) "
+        "that evicted cached blocks go to (0: none); from `kv_offload.host_blocks`",
+        NON_NEGATIVE_COUNT, scenario=False)
+    kv_offload_gbps: float = knob(
+        0.0, "the host tier's link, gigabits per second; from `kv_offload.bandwidth_gbps`",
+        NON_NEGATIVE, scenario=False)
+    kv_offload_block_bytes: float | None = knob(
+        None, "one block's KV bytes on the host link (None: the time model's, a roofline's); "
+        "from `kv_offload.block_bytes`", POSITIVE, scenario=False)
 
     def __post_init__(self) -> None:
-        for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_blocks",
-                     "max_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_steps > MAX_STEPS:
-            raise ValueError(f"max_steps must be <= {MAX_STEPS:,} (2**62), got "
-                             f"{self.max_steps:,}")
-        for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_blocks"):
-            if getattr(self, name) > MAX_COUNT:
-                raise ValueError(f"{name} must be <= {MAX_COUNT:,} (2**40), got "
-                                 f"{getattr(self, name):,}")
-        if not 0 <= self.watermark < 1:
-            raise ValueError(f"watermark must be in [0, 1), got {self.watermark}")
-        if self.long_prefill_token_threshold < 0:
-            raise ValueError("long_prefill_token_threshold must be >= 0")
-        if self.max_model_len is not None and self.max_model_len < 2:
-            raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
-        if not self.delay_factor >= 0:
-            raise ValueError(f"delay_factor must be >= 0, got {self.delay_factor}")
-        if self.max_queued_requests is not None and self.max_queued_requests < 1:
-            raise ValueError(f"max_queued_requests must be >= 1, got {self.max_queued_requests}")
-        if self.max_prefill_tokens < 1:
-            raise ValueError(f"max_prefill_tokens must be >= 1, got {self.max_prefill_tokens}")
-        if not self.schedule_conservativeness > 0:
-            raise ValueError("schedule_conservativeness must be > 0, got "
-                             f"{self.schedule_conservativeness}")
-        if self.kv_offload_blocks < 0 or self.kv_offload_gbps < 0:
-            raise ValueError("kv_offload_blocks and kv_offload_gbps must be >= 0")
+        for name, values in _RANGES.items():
+            value = getattr(self, name)
+            problem = None if value is None else values.problem(value)
+            if problem:
+                raise ValueError(f"{name} {problem}, got {value:,}")
+        for name, kind in _ENUMS.items():  # library callers may give an enum's string value
+            object.__setattr__(self, name, kind(getattr(self, name)))
+        for name, choices in _CHOICES.items():
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be {' or '.join(choices)}, got "
+                                 f"{getattr(self, name)!r}")
         if self.kv_offload_blocks and not (self.enable_prefix_caching
                                            and self.kv_offload_gbps > 0):
             raise ValueError("a host tier (kv_offload_blocks) needs enable_prefix_caching and "
                              "kv_offload_gbps > 0")
-        if self.max_num_partial_prefills < 1 or self.max_long_partial_prefills < 1:
-            raise ValueError("max_num_partial_prefills and max_long_partial_prefills must be "
-                             ">= 1")
-        # Accept the enums' string values from library callers too.
-        object.__setattr__(self, "preemption", PreemptionMode(self.preemption))
-        object.__setattr__(self, "victim", Victim(self.victim))
-        object.__setattr__(self, "requeue", Requeue(self.requeue))
-        object.__setattr__(self, "on_unschedulable", Unschedulable(self.on_unschedulable))
-        object.__setattr__(self, "prefix_accounting", PrefixAccounting(self.prefix_accounting))
-        if self.prefix_cache not in PREFIX_CACHES:
-            raise ValueError(f"prefix_cache must be {' or '.join(PREFIX_CACHES)}, got "
-                             f"{self.prefix_cache!r}")
-        object.__setattr__(self, "admission_rule", AdmissionRule(self.admission_rule))
-        object.__setattr__(self, "rejection_texts", RejectionTexts(self.rejection_texts))
         order = effective_step_order(self.step_order, self.mix_prefill_decode)
         object.__setattr__(self, "step_order", order)
         values = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -307,6 +353,18 @@ class EngineConfig:
         # round() first so that 0.29 * 100 gives 29, not 28.999999999999996 -> 28.
         return math.floor(round(self.watermark * self.num_blocks, 9))
 
+
+KNOBS: tuple[Any, ...] = fields(EngineConfig)
+"""Every knob's declaration (a `dataclasses.Field`; `knob` put its doc, range and choices in
+`metadata`), in order."""
+
+KNOB_TYPES: Mapping[str, Any] = MappingProxyType(get_type_hints(EngineConfig))
+"""Each knob's type (`int`, `float | None`, an enum...)."""
+
+_RANGES = {k.name: k.metadata["range"] for k in KNOBS if k.metadata["range"] is not None}
+_ENUMS = {name: kind for name, kind in KNOB_TYPES.items()
+          if isinstance(kind, type) and issubclass(kind, StrEnum)}
+_CHOICES = {k.name: k.metadata["choices"] for k in KNOBS if k.metadata["choices"]}
 
 ENGINE_DEFAULTS: Mapping[str, Any] = MappingProxyType(
     {name: field.default for name, field in EngineConfig.__dataclass_fields__.items()})

@@ -1,25 +1,30 @@
-"""The documentation's generated sections, made from the declarations they describe: the
-`engine:` key table (the keys and order of `kvsched.schema.EngineSpec`, each default as the
-spec declares it and the presets that set another value, from `kvsched.presets.PRESETS`) and
-`kvsched presets`' text (`kvsched.presets.describe`).
+"""The engine keys' reference and the documentation's generated sections, made from the one
+declaration of each key (`kvsched.config.EngineConfig`'s knobs, through
+`kvsched.schema.EngineSpec`): the `engine:` key table (each key's default, the presets that set
+another value, from `kvsched.presets.PRESETS`, the values it takes and what it means), `kvsched
+keys`' text, and `kvsched presets`' text (`kvsched.presets.describe`).
 
 A generated section stands between `<!-- generated: NAME -->` and `<!-- end: NAME -->`.
-The meaning column of the key table is prose: it is carried over by key from the section as
-it stands, and a key without one is an error. `tools/doc_tables.py` rewrites the sections;
-tests/test_doc_tables.py holds the docs equal to what this module makes."""
+`tools/doc_tables.py` rewrites the sections; tests/test_doc_tables.py holds the docs equal to
+what this module makes."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from typing import Any
+import textwrap
+import types
+from collections.abc import Callable, Iterable
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+from pydantic import BaseModel
 
 from kvsched.presets import PRESETS, describe
 from kvsched.schema import EngineSpec
 
 _SECTION = re.compile(
     r"(<!-- generated: (?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- end: (?P=name) -->)", re.S)
-_ROW = re.compile(r"^\| `(?P<key>[a-z_]+)` \| [^|]* \| (?P<meaning>.*) \|$")
+_LINK = re.compile(r"\[([^]]+)\]\(([a-z_-]+\.md)(#[^)]*)?\)")
+_BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
 
 
 def value_text(value: Any) -> str:
@@ -51,18 +56,56 @@ def default_text(key: str) -> str:
     return text
 
 
-def engine_keys(current: str) -> str:
-    """The `engine:` key table; `current`: the section as it stands (for the meanings)."""
-    meanings = {m["key"]: m["meaning"] for m in map(_ROW.match, current.splitlines()) if m}
-    missing = [key for key in EngineSpec.model_fields if key not in meanings]
-    if missing:
-        raise ValueError(f"engine keys without a meaning in the docs: {', '.join(missing)}")
-    unknown = [key for key in meanings if key not in EngineSpec.model_fields]
-    if unknown:
-        raise ValueError(f"rows for keys the engine does not have: {', '.join(unknown)}")
-    rows = [f"| `{key}` | {default_text(key)} | {meanings[key]} |"
-            for key in EngineSpec.model_fields]
-    return "\n".join(["| key | default | meaning |", "|---|---|---|", *rows]) + "\n"
+def values_text(key: str) -> str:
+    """The values `key` takes: its choices, `true, false`, or a number's bounds."""
+    info = EngineSpec.model_fields[key]
+    return _values(info.annotation, info.metadata)
+
+
+def _values(kind: Any, constraints: Iterable[Any]) -> str:
+    origin = get_origin(kind)
+    if origin is Literal:
+        return ", ".join(map(str, get_args(kind)))
+    if origin is Annotated:
+        inner, *more = get_args(kind)
+        return _values(inner, [c for m in more for c in getattr(m, "metadata", [m])])
+    if origin in (Union, types.UnionType):
+        members = [m for m in get_args(kind) if m is not type(None)]
+        return " or ".join(_values(m, constraints) for m in members) + " or none"
+    if kind is bool:
+        return "true, false"
+    if isinstance(kind, type) and issubclass(kind, BaseModel):
+        return "a mapping {" + ", ".join(kind.model_fields) + "}"
+    bounds = [f"{op} {_bound(getattr(c, name))}" for c in constraints
+              for name, op in _BOUNDS if getattr(c, name, None) is not None]
+    noun = "an integer" if kind is int else "a number"
+    return noun + (" " + " and ".join(bounds) if bounds else "")
+
+
+def _bound(value: float) -> str:
+    whole = isinstance(value, float) and value.is_integer() and value >= 100_000
+    return f"{value:,.0f}" if whole else value_text(value)
+
+
+def engine_keys(current: str = "") -> str:
+    """The `engine:` key table, in markdown (the section as it stands is not read)."""
+    rows = [f"| `{key}` | {default_text(key)} | {values_text(key)} | "
+            f"{EngineSpec.model_fields[key].description} |" for key in EngineSpec.model_fields]
+    return "\n".join(["| key | default | values | meaning |", "|---|---|---|---|", *rows]) + "\n"
+
+
+def keys_text(keys: Iterable[str] = ()) -> str:
+    """`kvsched keys`: each engine key (or those of `keys`) with its default, the values it
+    takes and what it means, for a terminal (links as their text and page)."""
+    out = []
+    for key in list(keys) or list(EngineSpec.model_fields):
+        meaning = _LINK.sub(lambda m: f"{m[1]} (docs/{m[2]})",
+                            str(EngineSpec.model_fields[key].description).replace("`", ""))
+        out += [f"{key}: {default_text(key).replace('`', '')}",
+                textwrap.fill(f"values: {values_text(key)}", 92, initial_indent="  ",
+                              subsequent_indent="    "),
+                textwrap.fill(meaning, 92, initial_indent="  ", subsequent_indent="  "), ""]
+    return "\n".join(out)
 
 
 def presets_text(current: str) -> str:

@@ -9,7 +9,8 @@ would evaluate each string when the module is imported, on every run.
 
 
 from collections.abc import Callable
-from typing import Annotated, Any, Literal, Self
+from enum import Enum
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, get_args
 
 from pydantic import (
     AfterValidator,
@@ -17,6 +18,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationInfo,
+    create_model,
     field_validator,
     model_validator,
 )
@@ -24,16 +26,12 @@ from pydantic import (
 from kvsched.admission import Estimator
 from kvsched.backpressure import Action
 from kvsched.config import (
-    PREFIX_CACHES,
-    AdmissionRule,
+    ENGINE_DEFAULTS,
+    KNOB_TYPES,
+    KNOBS,
+    MAX_COUNT,
+    MAX_FLOAT,
     EngineConfig,
-    PreemptionMode,
-    PrefixAccounting,
-    RejectionTexts,
-    Requeue,
-    StepOrder,
-    Unschedulable,
-    Victim,
     effective_step_order,
     one_of,
 )
@@ -53,14 +51,12 @@ from kvsched.presets import expand as expand_preset
 from kvsched.serve_defaults import USAGES, with_defaults
 from kvsched.workload.formats import FORMATS
 
-_ENGINE = EngineConfig()
 MAX_SYNTHETIC_REQUESTS = 10_000_000
 # Bounds on every number, so that extreme values are refused with the bound in the message
 # instead of overflowing numpy or the engine: lengths in tokens, counts and sizes, times in
 # the run's unit (steps or s), rates per time unit.
 MAX_TOKENS = 10_000_000
-MAX_COUNT = 1_000_000_000
-MAX_TIME = 1e12
+MAX_TIME = MAX_FLOAT  # times in the run's unit: the engine's bound on its factors and times
 MIN_RATE, MAX_RATE = 1e-9, 1e9
 MIN_CV, MAX_CV = 1e-3, 1e3
 MAX_SIGMA = 10.0
@@ -114,71 +110,17 @@ class KvOffloadSpec(Strict):
     block_bytes: PositiveFloat | None = None
 
 
-class EngineSpec(Strict):
-    """`engine:` — see `kvsched.config.EngineConfig` for what each knob means; `preset`
-    (`kvsched.presets`) fills in the rest. vLLM's spellings `enable_chunked_prefill` and
-    `preemption_mode`, and SGLang's `max_running_requests`, are accepted for
-    `chunked_prefill`, `preemption` and `max_num_seqs`; SGLang's `chunked_prefill_size: N`
-    means `chunked_prefill: true, max_num_batched_tokens: N` (-1: `chunked_prefill: false`)."""
+class _EngineKeys(Strict):
+    """`engine:` — each knob of `kvsched.config.EngineConfig` as a key (made from its
+    declaration by `_knob_fields`), and the keys that configure something else than the
+    engine's rules (`_OTHER_KEYS`); `preset` (`kvsched.presets`) fills in the rest. vLLM's
+    spellings `enable_chunked_prefill` and `preemption_mode`, and SGLang's
+    `max_running_requests`, are accepted for `chunked_prefill`, `preemption` and
+    `max_num_seqs`; SGLang's `chunked_prefill_size: N` means `chunked_prefill: true,
+    max_num_batched_tokens: N` (-1: `chunked_prefill: false`)."""
 
-    preset: Literal[tuple(PRESETS)] = "lesson"  # type: ignore[valid-type]
-    max_num_batched_tokens: PositiveInt = _ENGINE.max_num_batched_tokens
-    max_num_seqs: PositiveInt = _ENGINE.max_num_seqs
-    block_size: PositiveInt = _ENGINE.block_size
-    # also "auto": the pool the GPUs of `time: {kind: roofline}` hold (RunSpec resolves it)
-    num_blocks: PositiveInt = _ENGINE.num_blocks
-    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = None  # auto: 0.92
-    # the KV cache's element type (fp8: half the bytes per token): the blocks `num_blocks: auto`
-    # makes and the KV bytes a roofline step reads
-    kv_cache_dtype: one_of(KV_DTYPE_BYTES) = "auto"  # type: ignore[valid-type]
-    enforce_eager: bool = False  # vLLM's flag: no CUDA graphs, so none in the pool's budget
-    # whose defaults a preset with a GPU table takes (kvsched.serve_defaults): vLLM's API
-    # server (`vllm serve`) or its offline LLM class
-    usage: one_of(USAGES) = "serve"  # type: ignore[valid-type]
-    watermark: Annotated[float, Field(ge=0, lt=1)] = _ENGINE.watermark
-    preemption: one_of(PreemptionMode) = _ENGINE.preemption.value  # type: ignore[valid-type]
-    max_steps: PositiveInt = _ENGINE.max_steps
-    victim: one_of(Victim) = _ENGINE.victim.value  # type: ignore[valid-type]
-    requeue: one_of(Requeue) = _ENGINE.requeue.value  # type: ignore[valid-type]
-    mix_prefill_decode: bool = _ENGINE.mix_prefill_decode
-    admit_after_preempt: bool = _ENGINE.admit_after_preempt
-    chunked_prefill: bool = _ENGINE.chunked_prefill
-    long_prefill_token_threshold: NonNegativeInt = _ENGINE.long_prefill_token_threshold
-    on_unschedulable: one_of(Unschedulable) = (  # type: ignore[valid-type]
-        _ENGINE.on_unschedulable.value)
-    step_order: one_of(StepOrder) = _ENGINE.step_order.value  # type: ignore[valid-type]
-    max_model_len: Annotated[int, Field(ge=2)] | None = None
-    null_block: bool = _ENGINE.null_block
-    scheduler_reserve_full_isl: bool = _ENGINE.scheduler_reserve_full_isl
-    preemption_warning: bool = _ENGINE.preemption_warning
-    swapped_fifo: bool = _ENGINE.swapped_fifo
-    delay_factor: NonNegativeFloat = _ENGINE.delay_factor
-    max_queued_requests: PositiveInt | None = None
-    enable_prefix_caching: bool = _ENGINE.enable_prefix_caching
-    prefix_accounting: one_of(PrefixAccounting) = (  # type: ignore[valid-type]
-        _ENGINE.prefix_accounting.value)
-    prefix_cache: one_of(PREFIX_CACHES) = _ENGINE.prefix_cache  # type: ignore[valid-type]
-    admission_rule: one_of(AdmissionRule) = (  # type: ignore[valid-type]
-        _ENGINE.admission_rule.value)
-    max_prefill_tokens: PositiveInt = _ENGINE.max_prefill_tokens
-    schedule_conservativeness: PositiveFloat = _ENGINE.schedule_conservativeness
-    rejection_texts: one_of(RejectionTexts) = (  # type: ignore[valid-type]
-        _ENGINE.rejection_texts.value)
-    max_num_partial_prefills: PositiveInt = _ENGINE.max_num_partial_prefills
-    max_long_partial_prefills: PositiveInt = _ENGINE.max_long_partial_prefills
-    enable_priority_scheduling: bool = _ENGINE.enable_priority_scheduling
-    priority_scheduling_preemption_threshold: NonNegativeInt = (
-        _ENGINE.priority_scheduling_preemption_threshold)
-    append_free_block: bool = _ENGINE.append_free_block
-    priority_preemption: bool = _ENGINE.priority_preemption
-    priority_orders_queue: bool = _ENGINE.priority_orders_queue
-    swap_in_front: bool = _ENGINE.swap_in_front
-    prefill_past_swapped: bool = _ENGINE.prefill_past_swapped
-    swap_in_after_preempt: bool = _ENGINE.swap_in_after_preempt
-    readmit_victims: bool = _ENGINE.readmit_victims
-    swap_prefills: bool = _ENGINE.swap_prefills
-    async_scheduling: bool = _ENGINE.async_scheduling
-    kv_offload: KvOffloadSpec | None = None
+    if TYPE_CHECKING:  # the keys are made at import (below): mypy sees them as Any
+        def __getattr__(self, name: str) -> Any: ...
 
     @model_validator(mode="after")
     def _offload_needs_a_cache(self) -> Self:
@@ -219,9 +161,78 @@ class EngineSpec(Strict):
         host: dict[str, Any] = {} if offload is None else {
             "kv_offload_blocks": offload.host_blocks, "kv_offload_gbps": offload.bandwidth_gbps,
             "kv_offload_block_bytes": offload.block_bytes}
-        return EngineConfig(**self.model_dump(exclude={"gpu_memory_utilization", "preset",
-                                                       "usage", "kv_cache_dtype",
-                                                       "enforce_eager", "kv_offload"}), **host)
+        return EngineConfig(**self.model_dump(exclude=set(_OTHER_KEYS)), **host)
+
+
+def _knob_annotation(knob: Any) -> Any:
+    """A knob's key type: its enum's values or its choices as a `Literal`, else its Python
+    type with the knob's bounds as pydantic constraints (None allowed where the knob's is)."""
+    kind = KNOB_TYPES[knob.name]
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return one_of(kind)
+    if knob.metadata["choices"]:
+        return one_of(knob.metadata["choices"])
+    members = [t for t in get_args(kind) if t is not type(None)] or [kind]
+    values = knob.metadata["range"]
+    base = members[0] if values is None else Annotated[
+        members[0], Field(ge=values.ge, gt=values.gt, le=values.le, lt=values.lt)]
+    return base | None if len(members) < len(get_args(kind)) else base
+
+
+def _knob_fields() -> dict[str, Any]:
+    """`engine:`'s keys in order: `preset`, each knob written in a scenario (its default as
+    written there: an enum's value), the pool's GPU keys after `num_blocks`, `kv_offload`
+    last."""
+    out: dict[str, Any] = {"preset": _OTHER_KEYS["preset"]}
+    for knob in KNOBS:
+        if not knob.metadata["scenario"]:
+            continue
+        default = knob.default.value if isinstance(knob.default, Enum) else knob.default
+        out[knob.name] = (_knob_annotation(knob),
+                          Field(default, description=knob.metadata["doc"]))
+        if knob.name == "num_blocks":
+            out.update({key: _OTHER_KEYS[key] for key in POOL_KEYS})
+    out["kv_offload"] = _OTHER_KEYS["kv_offload"]
+    return out
+
+
+POOL_KEYS = ("gpu_memory_utilization", "kv_cache_dtype", "enforce_eager", "usage")
+"""The keys that size the pool in GPU memory (`num_blocks: auto`) or pick the GPU's defaults:
+read by the loader, not the engine."""
+
+_OTHER_KEYS: dict[str, Any] = {
+    "preset": (Literal[tuple(PRESETS)], Field(
+        "lesson", description="a named bundle of the keys below and above, one per engine "
+        "version (see [Engine presets](presets.md#engine-presets)); keys written beside it "
+        "override it")),
+    "gpu_memory_utilization": (Annotated[float, Field(gt=0, le=1)] | None, Field(
+        None, description="with `num_blocks: auto`: the share of the GPU memory CUDA reports "
+        "that the engine may use (none: vLLM 0.33's default, 0.92)")),
+    "kv_cache_dtype": (one_of(KV_DTYPE_BYTES), Field(
+        "auto", description="`auto` (the model's bf16) or `fp8`: half the bytes per token, so "
+        "twice the blocks with `num_blocks: auto`, and half the KV bytes a roofline step reads "
+        "(decode and prefill attention, swaps)")),
+    "enforce_eager": (bool, Field(
+        False, description="with `num_blocks: auto`: no CUDA graphs, so none in the pool's "
+        "budget (vLLM's flag)")),
+    "usage": (one_of(USAGES), Field(
+        "serve", description="whose GPU defaults a preset takes where it has them (`vllm_v1`): "
+        "`serve` (`vllm serve`) or `offline` (vLLM's `LLM` class); see "
+        "[`vllm_v1`](presets.md#vllm_v1-vllm-0330-v1-engine-checked-against-the-real-scheduler)")),
+    "kv_offload": (KvOffloadSpec | None, Field(
+        None, description="`{host_blocks, bandwidth_gbps, block_bytes}`: a host-memory tier "
+        "under the prefix cache: blocks the cache evicts go to `host_blocks` blocks of host "
+        "memory, loaded back over `bandwidth_gbps` (gigabits per second) instead of computed "
+        "(see [Prefix caching](engine.md#prefix-caching)); `block_bytes` defaults to the "
+        "roofline model's; needs `enable_prefix_caching` and a time model in seconds")),
+}
+"""The `engine:` keys that are not knobs of the engine, each declared once here."""
+
+if TYPE_CHECKING:
+    EngineSpec = _EngineKeys
+else:
+    EngineSpec = create_model("EngineSpec", __base__=_EngineKeys, __module__=__name__,
+                              __doc__=_EngineKeys.__doc__, **_knob_fields())
 
 
 def replica_engines(spec: "RunSpec") -> list[EngineSpec]:
@@ -1053,12 +1064,12 @@ def _sized(engine: dict, time: dict) -> dict:
     full = expand_preset(engine)  # the budget and seats the profile run is sized for
     try:
         blocks = kv_pool_blocks(time["model"], time["gpu"], time.get("tp", 1),
-                                engine.get("block_size") or _ENGINE.block_size,
+                                engine.get("block_size") or ENGINE_DEFAULTS["block_size"],
                                 engine.get("gpu_memory_utilization") or DEFAULT_UTILIZATION,
                                 full.get("max_num_batched_tokens",
-                                         _ENGINE.max_num_batched_tokens),
+                                         ENGINE_DEFAULTS["max_num_batched_tokens"]),
                                 full.get("max_num_seqs", full.get("max_running_requests",
-                                                                  _ENGINE.max_num_seqs)),
+                                                    ENGINE_DEFAULTS["max_num_seqs"])),
                                 _known(engine.get("kv_cache_dtype", "auto"), KV_DTYPE_BYTES),
                                 _known(time.get("weight_dtype", "bf16"), WEIGHT_DTYPE_BYTES),
                                 enforce_eager=engine.get("enforce_eager") is True)

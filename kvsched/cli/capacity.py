@@ -77,7 +77,8 @@ def capacity(
     preemption: Annotated[str | None, typer.Option(
         metavar="MODES", help="Preemption modes.")] = None,
     set_: Annotated[list[str], typer.Option(
-        "--set", metavar="KEY=V1,V2", help="Any field, fixed or as a grid axis.")] = [],  # noqa: B006
+        "--set", metavar="KEY=V1,V2",
+        help="Any field, fixed or as a grid axis (engine keys: kvsched keys).")] = [],  # noqa: B006
     variant: Variants = [],  # noqa: B006
     seed: Seed = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, metavar="N",

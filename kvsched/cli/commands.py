@@ -82,7 +82,8 @@ def run(
     seed: Seed = None,
     set_: Annotated[list[str], typer.Option(
         "--set", metavar="KEY=VALUE",
-        help="Override a field in every variant, e.g. engine.num_blocks=60.")] = [],  # noqa: B006
+        help="Override a field in every variant, e.g. engine.num_blocks=60 (engine keys: "
+             "kvsched keys).")] = [],  # noqa: B006
     variant: Variants = [],  # noqa: B006
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print a JSON list of summaries instead of tables.")] = False,
@@ -451,7 +452,8 @@ def sweep(
         metavar="MODES", help="Preemption modes: recompute,swap.")] = None,
     set_: Annotated[list[str], typer.Option(
         "--set", metavar="KEY=V1,V2",
-        help="Sweep any field, e.g. engine.watermark=0,0.01,0.05.")] = [],  # noqa: B006
+        help="Sweep any field, e.g. engine.watermark=0,0.01,0.05 (engine keys: kvsched "
+             "keys).")] = [],  # noqa: B006
     variant: Variants = [],  # noqa: B006
     seed: Seed = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", metavar="N",
@@ -634,6 +636,26 @@ def presets() -> None:
     from kvsched.presets import describe
 
     typer.echo(describe())
+
+
+@app.command(epilog="Example: kvsched keys victim requeue")
+@friendly
+def keys(
+    names: Annotated[list[str] | None, typer.Argument(
+        metavar="KEY", help="Only these keys (default: every engine key).")] = None,
+) -> None:
+    """The engine keys (engine: in a scenario, --set engine.KEY= in sweep and capacity): each
+    default, the presets' values, the values it takes and what it means."""
+    # (loaded when the command runs: `kvsched --help` stays fast)
+    from kvsched.doc_tables import keys_text
+    from kvsched.schema import ENGINE_ALIASES, EngineSpec
+
+    wanted = [ENGINE_ALIASES.get(name, name) for name in names or []]
+    unknown = [name for name in wanted if name not in EngineSpec.model_fields]
+    if unknown:
+        raise KvschedError(f"KEY: no engine key '{unknown[0]}'; expected one of "
+                           f"{', '.join(EngineSpec.model_fields)}")
+    typer.echo(keys_text(wanted).rstrip("\n"))
 
 
 @app.command(epilog="Example: kvsched scenarios")
