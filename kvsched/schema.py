@@ -10,6 +10,7 @@ would evaluate each string when the module is imported, on every run.
 
 from collections.abc import Callable
 from enum import Enum
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, get_args
 
 from pydantic import (
@@ -36,6 +37,7 @@ from kvsched.config import (
     one_of,
 )
 from kvsched.engine_keys import ENGINE_ALIASES, written_engine_keys  # noqa: F401  (re-exported)
+from kvsched.errors import KvschedError
 from kvsched.hardware import (
     KV_DTYPE_BYTES,
     WEIGHT_DTYPE_BYTES,
@@ -49,6 +51,7 @@ from kvsched.policies import check_policy_name, is_user_policy, make_policy
 from kvsched.presets import PRESETS
 from kvsched.presets import expand as expand_preset
 from kvsched.serve_defaults import USAGES, with_defaults
+from kvsched.timing import ConstantStep, LinearStep, StepClock, TimeModel
 from kvsched.workload.formats import FORMATS
 
 MAX_SYNTHETIC_REQUESTS = 10_000_000
@@ -277,13 +280,25 @@ class PolicySpec(BaseModel):
         return self
 
 
+# -- time models: each a `kind`, its keys, and `build` (the model it makes); `TimeSpec`
+# lists them
+
+
 class StepsTime(Strict):
+    """One time unit per step (`kvsched.timing.StepClock`)."""
+
     kind: Literal["steps"]
+
+    def build(self, engine: "EngineSpec") -> TimeModel:
+        return StepClock()
 
 
 class ConstantTime(Strict):
     kind: Literal["constant"]
     step_time: PositiveFloat
+
+    def build(self, engine: "EngineSpec") -> TimeModel:
+        return ConstantStep(self.step_time)
 
 
 class LinearTime(Strict):
@@ -293,6 +308,10 @@ class LinearTime(Strict):
     per_decode: NonNegativeFloat = 0.0001
     per_kv_token: NonNegativeFloat = 0.0
     per_swapped_block: NonNegativeFloat = 0.0
+
+    def build(self, engine: "EngineSpec") -> TimeModel:
+        return LinearStep(self.base, self.per_prefill_token, self.per_decode,
+                          self.per_kv_token, self.per_swapped_block)
 
 
 def _known_model(cls: type, name: str) -> str:
@@ -337,6 +356,17 @@ class RooflineTime(Strict):
     _gpu = field_validator("gpu")(_known_gpu)
     _tp = field_validator("tp")(_model_splits)
 
+    def build(self, engine: "EngineSpec") -> TimeModel:
+        # (loaded when built: the roofline's catalogues and tables cost every other run)
+        from kvsched.timing.roofline import RooflineStep
+
+        try:
+            return RooflineStep(self.model, self.gpu, self.tp, block_size=engine.block_size,
+                                weight_dtype=self.weight_dtype,
+                                kv_cache_dtype=engine.kv_cache_dtype)
+        except ValueError as exc:  # tp that does not divide the heads
+            raise KvschedError(f"time.tp: {exc}") from None
+
 
 class ProfiledTime(Strict):
     """Step times replayed from operator profiles in Vidur's CSV format (`kvsched.profiled`);
@@ -352,9 +382,18 @@ class ProfiledTime(Strict):
     _gpu = field_validator("gpu")(_maybe_known_gpu)
     _tp = field_validator("tp")(_model_splits)
 
+    def build(self, engine: "EngineSpec") -> TimeModel:
+        # (loaded when built: the profiles are read with pandas)
+        from kvsched.timing.profiled import ProfiledStep
+
+        return ProfiledStep(Path(self.profiles), self.model, self.tp)
+
 
 TimeSpec = Annotated[StepsTime | ConstantTime | LinearTime | RooflineTime | ProfiledTime,
                      Field(discriminator="kind")]
+"""The time models a scenario's `time:` may name, each by its `kind`: the registry (a new
+model is its module in `kvsched/timing/`, its spec class above with `build`, and its name
+here)."""
 
 MAX_PLAUSIBLE_STEP_TIME = 10.0  # seconds: a forward pass longer than this is a unit slip
 MAX_PLAUSIBLE_SLO = {"ttft": 60.0, "tpot": 2.0, "e2e": 3600.0}

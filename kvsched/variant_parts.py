@@ -4,40 +4,16 @@ them alike."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from kvsched.admission import Estimator, Slo, SloAdmission
-from kvsched.errors import KvschedError
 from kvsched.policies import Policy, make_policy
 from kvsched.scenario import Variant
-from kvsched.schema import ConstantTime, LinearTime, ProfiledTime, RooflineTime, RunSpec
-from kvsched.timing import ConstantStep, LinearStep, StepClock, TimeModel
+from kvsched.schema import RunSpec
+from kvsched.timing import TimeModel
 
 
 def time_model_of(spec: RunSpec) -> TimeModel:
-    time = spec.time
-    if isinstance(time, ConstantTime):
-        return ConstantStep(time.step_time)
-    if isinstance(time, LinearTime):
-        return LinearStep(time.base, time.per_prefill_token, time.per_decode, time.per_kv_token,
-                          time.per_swapped_block)
-    if isinstance(time, RooflineTime):
-        # hardware time models only (profiled reads its tables with pandas)
-        from kvsched.timing.roofline import RooflineStep
-
-        try:
-            return RooflineStep(time.model, time.gpu, time.tp,
-                                block_size=spec.engine.block_size,
-                                weight_dtype=time.weight_dtype,
-                                kv_cache_dtype=spec.engine.kv_cache_dtype)
-        except ValueError as exc:  # tp that does not divide the heads
-            raise KvschedError(f"time.tp: {exc}") from None
-    if isinstance(time, ProfiledTime):
-        # hardware time models only (profiled reads its tables with pandas)
-        from kvsched.timing.profiled import ProfiledStep
-
-        return ProfiledStep(Path(time.profiles), time.model, time.tp)
-    return StepClock()
+    """The variant's time model, as its `time:` spec builds it (`kvsched.schema.TIME_MODELS`)."""
+    return spec.time.build(spec.engine)
 
 
 def slo_of(spec: RunSpec) -> Slo | None:

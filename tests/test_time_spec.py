@@ -127,3 +127,26 @@ variants:
 """
     h100, a100 = load_scenario_text(text, "v.yaml", ".").variants
     assert h100.spec.engine.num_blocks > 2 * a100.spec.engine.num_blocks  # 80 GB vs 40 GB
+
+
+def test_every_registered_time_kind_builds_its_own_model(tmp_path):
+    """`time_model_of` asks the spec (`build`), so each kind of the registry (`TimeSpec`) makes
+    its own model: no list of kinds elsewhere to keep in step."""
+    import typing
+
+    from kvsched.schema import TimeSpec
+    from kvsched.timing import ConstantStep, LinearStep, StepClock
+
+    kinds = {typing.get_args(c.model_fields["kind"].annotation)[0]
+             for c in typing.get_args(typing.get_args(TimeSpec)[0])}
+    assert kinds == {"steps", "constant", "linear", "roofline", "profiled"}
+    write_compact(tmp_path / "p")
+    made = {kind: type(time_model_of(scenario(text, tmp_path).variants[0].spec))
+            for kind, text in [
+                ("steps", "{kind: steps}"), ("constant", "{kind: constant, step_time: 0.01}"),
+                ("linear", "{kind: linear}"),
+                ("roofline", "{kind: roofline, model: meta-llama/Llama-3.1-8B, gpu: h100-sxm}"),
+                ("profiled", f"{{kind: profiled, profiles: {tmp_path / 'p'}, "
+                             "model: meta-llama/Llama-2-7b-hf}")]}
+    assert made == {"steps": StepClock, "constant": ConstantStep, "linear": LinearStep,
+                    "roofline": RooflineStep, "profiled": ProfiledStep}
