@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any, Literal, get_type_hints
 
 from kvsched.compat import Kind, first_conflict
+from kvsched.kvcache import CACHES
 
 MAX_COUNT = 1_000_000_000
 """The largest pool, block, budget, sequence or step count a scenario or the engine takes
@@ -30,11 +31,6 @@ def one_of(choices: Iterable[str]) -> Any:
     """The `Literal` of a scenario field that takes one of `choices` (an enum's values, a
     registry's names), so that the schema repeats no enum or registry."""
     return Literal[tuple(str(choice) for choice in choices)]
-
-
-PREFIX_CACHES = ("hashed", "radix")
-"""The prefix caches an engine can run (`engine.prefix_cache`; `kvsched.kvcache.tracker.CACHES`
-builds each, and tests/test_layout.py holds the two equal)."""
 
 
 class PreemptionMode(StrEnum):
@@ -236,10 +232,8 @@ class EngineConfig:
         "`v0` cached tokens are free for the budget, every prompt block is counted, partial "
         "chunks round down to whole blocks")
     prefix_cache: str = knob(
-        PREFIX_CACHES[0], "which cache: `hashed` (vLLM's hashed full blocks, free queue of "
-        "uncached then least recently freed cached blocks) or `radix` (SGLang's radix tree: "
-        "duplicates computed twice go back to the pool, least recently used unlocked leaves "
-        "evicted first; pages are blocks of `block_size`)", choices=PREFIX_CACHES)
+        next(iter(CACHES)), "which cache: " + " or ".join(
+            f"`{name}` ({cache.summary})" for name, cache in CACHES.items()), choices=CACHES)
     admission_rule: AdmissionRule = knob(
         AdmissionRule.BLOCKS, "`blocks`: an admission needs its prompt's blocks above the "
         "watermark; `future_tokens` (SGLang's `PrefillAdder`, not with `running_loop`): it "

@@ -5,6 +5,7 @@ and every link between the pages lands on a file and a heading that exist."""
 from __future__ import annotations
 
 import re
+from typing import get_args
 from pathlib import Path
 
 import pytest
@@ -76,9 +77,12 @@ def test_every_link_lands_on_a_file_and_a_heading(page):
 
 
 def test_the_prefix_cache_choices_are_the_caches_the_engine_builds():
-    """`engine.prefix_cache` accepts exactly the caches `kvsched.kvcache.tracker` can build
-    (docs/extending.md names this as the one place a new cache kind is written twice)."""
-    from kvsched.config import PREFIX_CACHES
-    from kvsched.kvcache.tracker import CACHES
+    """`engine.prefix_cache` accepts exactly the registry's caches (`kvsched.kvcache.CACHES`,
+    the one line a new cache kind adds), and its meaning names each with its summary."""
+    from kvsched.kvcache import CACHES
 
-    assert set(PREFIX_CACHES) == set(CACHES)
+    field = EngineSpec.model_fields["prefix_cache"]
+    assert get_args(field.annotation) == tuple(CACHES) == ("hashed", "radix")
+    for name, cache in CACHES.items():
+        assert f"`{name}` ({cache.summary})" in str(field.description)
+        assert isinstance(cache.commits_running, bool)

@@ -18,8 +18,17 @@ if TYPE_CHECKING:
 
 
 class KVCache(Protocol):
+    """A cache kind: one module with a class of this protocol, and its line in
+    `kvsched.kvcache.CACHES`."""
+
     num_blocks: int
     block_size: int
+    summary: str  # one line for `engine.prefix_cache`'s meaning
+    # True: a request's blocks are cached as they are computed and stay cached when it is
+    # preempted (vLLM); False: what it computed joins the cache when it finishes, a
+    # preemption frees it uncached (SGLang; the `sglang` preset's loop then drives the
+    # cache step by step, through `RadixCache`'s methods)
+    commits_running: bool
 
     @property
     def num_free(self) -> int:
@@ -45,9 +54,10 @@ class KVCache(Protocol):
         """`owner` takes its hit blocks (shared) and `num_new` fresh ones at its tail."""
         ...
 
-    def commit(self, owner: int, prefix: Prefix | None, num_tokens: int) -> None:
+    def commit(self, owner: int, prefix: Prefix | None, num_tokens: int,
+               prompt_tokens: int = 0) -> None:
         """`owner`'s first `num_tokens` tokens are computed: its full blocks become
-        shareable."""
+        shareable (`prompt_tokens`: the prompt's end, where a tree may split the path)."""
         ...
 
     def free(self, owner: int) -> None:

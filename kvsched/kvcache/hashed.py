@@ -87,6 +87,12 @@ def _size(copy: _Copy) -> int:
 class HashedBlockCache:
     """`KVCache` with vLLM's hashed blocks and free queue."""
 
+    summary = ("vLLM's hashed full blocks, free queue of uncached then least recently freed "
+               "cached blocks")
+    # vLLM hashes a block of generated tokens in the step that fills it and keeps a
+    # preempted request's blocks cached (RULES.md P4, P7)
+    commits_running = True
+
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
@@ -294,7 +300,9 @@ class HashedBlockCache:
         for owner in owners:
             held[owner].tail += 1
 
-    def commit(self, owner: int, prefix: Prefix | None, num_tokens: int) -> None:
+    def commit(self, owner: int, prefix: Prefix | None, num_tokens: int,
+               prompt_tokens: int = 0) -> None:
+        """(`prompt_tokens`: where a tree would split the path; blocks have no path.)"""
         if prefix is None:
             return
         held = self._owners.get(owner)

@@ -73,6 +73,12 @@ def _agreement(node: _Node, prefix: Prefix, limit: int, page: int) -> int:
 class RadixCache:
     """`KVCache` with SGLang's radix tree; capacity `num_blocks * block_size` tokens."""
 
+    summary = ("SGLang's radix tree: duplicates computed twice go back to the pool, least "
+               "recently used unlocked leaves evicted first; pages are blocks of `block_size`")
+    # SGLang inserts decoded tokens when the request finishes, and a retraction frees them
+    # without inserting them
+    commits_running = False
+
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size

@@ -28,6 +28,7 @@ from typing import cast
 
 from kvsched.blocks import BlockPool
 from kvsched.config import EngineConfig
+from kvsched.kvcache import CACHES
 from kvsched.kvcache.hashed import HashedBlockCache
 from kvsched.kvcache.offload import HostTier
 from kvsched.kvcache.radix import RadixCache
@@ -56,11 +57,6 @@ def identity(seq: Seq) -> Prefix:
     return own
 
 
-CACHES: dict[str, type[HashedBlockCache] | type[RadixCache]] = {
-    "hashed": HashedBlockCache, "radix": RadixCache}
-"""The prefix caches an engine can run (`engine.prefix_cache`)."""
-
-
 class PrefixTracker:
     """Drives a prefix cache (vLLM's hashed blocks or SGLang's radix tree) alongside the
     scheduler's block counts."""
@@ -87,7 +83,7 @@ class PrefixTracker:
         # and keeps a preempted request's blocks cached (RULES.md P4, P7); SGLang (the radix
         # tree) inserts decoded tokens when the request finishes, and a retraction frees
         # them without inserting them.
-        self.eager = isinstance(cache, HashedBlockCache)
+        self.eager = cache.commits_running
         # vLLM's async scheduling hashes such a block a step later, when the request takes
         # its next block: the token that completes it is still in flight when the step that
         # computes it is decided (its num_tokens lags), RULES.md A5.
@@ -314,8 +310,7 @@ class PrefixTracker:
         if self.eager:
             self.cache.commit(seq.index, identity(seq), computed)
         else:
-            self._tree().commit(seq.index, identity(seq), computed,
-                                                seq.prompt_len)
+            self.cache.commit(seq.index, identity(seq), computed, seq.prompt_len)
         self.cache.free(seq.index)
         self.pool.free = self.cache.num_free
 
