@@ -429,13 +429,14 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
     path = _resolve(base_dir, spec.path)
     _check_regular(path, where, locate)  # before any reader opens it: a FIFO would block
     layout = trace_layout(spec)
-    clean = _clean_trace(path, layout, seed, spec)
+    clean = None if layout.reader is not None else _clean_trace(path, layout, seed, spec)
     if clean is not None:
         return _replay(spec, *clean)
     # pandas (a quarter second to import): only when a trace file is read
     import pandas as pd
 
-    table = _read_table(path, where, locate)
+    table = (_read_table(path, where, locate) if layout.reader is None
+             else _read_with(layout.reader, path, where, locate))
     for column in (layout.arrival_time, layout.prompt_len, layout.output_len):
         if column is not None and column not in table.columns:
             raise locate(where, _missing_column(column, path, table))
@@ -774,6 +775,19 @@ def _read_table(path: Path, where: tuple, locate: Locate) -> pd.DataFrame:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if isinstance(exc, (EOFError, zlib.error)):
             first = f"{first or 'the file ends early'} (a truncated or corrupt compressed file?)"
+        raise locate(where, f"cannot parse '{path}': {excerpt(first, 120)}") from None
+
+
+def _read_with(reader: str, path: Path, where: tuple, locate: Locate) -> pd.DataFrame:
+    """A format's own reader (`TraceLayout.reader`, "module:function") over `path`."""
+    # (a format's reader module: loaded only when a file of that format is read)
+    import importlib
+
+    module, _, name = reader.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)(path)
+    except (ValueError, OSError, UnicodeDecodeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise locate(where, f"cannot parse '{path}': {excerpt(first, 120)}") from None
 
 

@@ -1,7 +1,9 @@
 """The trace formats a `workload: {kind: trace}` reads: where each keeps a request's fields,
 one `FORMATS` entry per format. A new format whose columns carry what kvsched reads is one
-entry here: `TraceWorkload.format` takes its choices from `FORMATS`. Data only, importing
-nothing of kvsched: the schema reads it while it is itself being imported."""
+entry here: `TraceWorkload.format` takes its choices from `FORMATS`; one whose file needs
+parsing of its own (rows to drop, nested records) is also one module with its `reader`
+(`kvsched.workload.burstgpt`). Data only, importing nothing of kvsched: the schema reads it
+while it is itself being imported."""
 
 from __future__ import annotations
 
@@ -29,6 +31,9 @@ class TraceLayout:
     # A conversation's next turn: the id of its previous turn, and the pause after it.
     after: str | None = None
     think_time: str | None = None
+    # "module:function" reading a file of this format into a pandas DataFrame with the
+    # columns above (a ValueError names what is wrong); None: pandas reads CSV or JSON lines
+    reader: str | None = None
 
 
 FORMATS = {
@@ -41,6 +46,8 @@ FORMATS = {
     "mooncake": TraceLayout("timestamp", "input_length", "output_length", arrival_unit="ms",
                             hash_ids="hash_ids"),
     "vidur": TraceLayout("arrived_at", "num_prefill_tokens", "num_decode_tokens"),
+    "burstgpt": TraceLayout("Timestamp", "Request tokens", "Response tokens",
+                            session="Session ID", reader="kvsched.workload.burstgpt:read"),
     # Length-only files as Sarathi-Serve and Vidur ship them (ShareGPT, arXiv summaries...).
     "lengths": TraceLayout(None, "num_prefill_tokens", "num_decode_tokens"),
 }
