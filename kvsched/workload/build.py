@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -246,15 +245,13 @@ def _synthetic(spec: SyntheticWorkload, rng: np.random.Generator, base_dir: Path
     system: list[Segment | None] = [None] * n if spec.system_prompts is None else \
         _system_prompts(spec, n, rng, base_dir, locate, labels)
     if spec.sessions is None:
-        requests = []
-        for k, segment in enumerate(system):
-            request = Request(f"r{k}", float(arrivals[k]), int(prompts[k]), int(outputs[k]),
-                              int(priorities[k]), labels[k])
-            if segment is not None:  # the system prompt goes before the drawn prompt
-                request = replace(request, prompt_len=request.prompt_len + segment[1],
-                                  prefix=Prefix((segment,)))
-            requests.append(request)
-        return requests
+        # the system prompt goes before the drawn prompt
+        return [Request(f"r{k}", arrival, prompt if segment is None else prompt + segment[1],
+                        output, priority, label,
+                        prefix=None if segment is None else Prefix((segment,)))
+                for k, (arrival, prompt, output, priority, label, segment) in enumerate(
+                    zip(arrivals.tolist(), prompts.tolist(), outputs.tolist(),
+                        priorities.tolist(), labels, system, strict=True))]
     return _sessions(spec, arrivals, prompts, outputs, priorities, labels, system, rng,
                      base_dir, locate)
 
