@@ -53,11 +53,15 @@ class Request:
     think_time: float = 0.0
 
     def __post_init__(self) -> None:
+        if (0 < self.prompt_len <= MAX_LEN and 0 < self.output_len <= MAX_LEN
+                and 0 <= self.arrival_time <= MAX_TIME and self.prefix is None
+                and self.think_time == 0.0):
+            return  # the common request, checked in one test (a trace makes millions)
         if self.prompt_len < 1:
             raise ValueError(f"request {self.request_id}: prompt_len must be >= 1")
         if self.output_len < 1:
             raise ValueError(f"request {self.request_id}: output_len must be >= 1")
-        if max(self.prompt_len, self.output_len) > MAX_LEN:
+        if self.prompt_len > MAX_LEN or self.output_len > MAX_LEN:
             raise ValueError(f"request {self.request_id}: prompt_len and output_len must be "
                              f"<= {MAX_LEN:,} (2**40)")
         if not 0 <= self.arrival_time <= MAX_TIME:  # also refuses NaN
