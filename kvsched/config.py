@@ -12,10 +12,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, Literal, get_type_hints
+from typing import Any, Literal, get_args, get_type_hints
 
 from kvsched.compat import Kind, first_conflict
-from kvsched.kvcache import CACHES
 
 MAX_COUNT = 1_000_000_000
 """The largest pool, block, budget, sequence or step count a scenario or the engine takes
@@ -25,6 +24,19 @@ lengths have their own bound, `kvsched.request.MAX_LEN`)."""
 MAX_FLOAT = 1e12
 """The largest factor or time a knob takes (so extreme values are refused, with the bound in
 the message, instead of overflowing)."""
+
+
+PREFIX_CACHES: Mapping[str, tuple[str, str]] = MappingProxyType({
+    "hashed": ("kvsched.kvcache.hashed:HashedBlockCache",
+               "vLLM's hashed full blocks, free queue of uncached then least recently freed "
+               "cached blocks"),
+    "radix": ("kvsched.kvcache.radix:RadixCache",
+              "SGLang's radix tree: duplicates computed twice go back to the pool, least "
+              "recently used unlocked leaves evicted first; pages are blocks of `block_size`"),
+})
+"""The prefix caches an engine can run (`engine.prefix_cache`), the registry: each kind's
+class (a `kvsched.kvcache.base.KVCache`, loaded when a run uses it) and one line for the
+knob's meaning. A new kind is its module in kvsched/kvcache/ and its line here."""
 
 
 def one_of(choices: Iterable[str]) -> Any:
@@ -128,8 +140,19 @@ class Range:
         for op, holds, bound in ((">=", operator.ge, self.ge), (">", operator.gt, self.gt),
                                  ("<=", operator.le, self.le), ("<", operator.lt, self.lt)):
             if bound is not None and not holds(value, bound):  # NaN holds none
-                return f"must be {op} {bound:,}"
+                return f"must be {op} {shown(bound)}"
         return None
+
+
+def shown(value: Any) -> str:
+    """A number as a bound or an error shows it: `1,000,000,000`, `0.01` (a whole float as an
+    integer), anything else as `repr`."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2 ** 63:
+        value = int(value)
+    try:
+        return f"{value:,}"
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 COUNT = Range(ge=1, le=MAX_COUNT)
@@ -141,12 +164,14 @@ FRACTION = Range(ge=0, lt=1)
 
 
 def knob(default: Any, doc: str, values: Range | None = None, *,
-         choices: Iterable[str] = (), scenario: bool = True) -> Any:
+         choices: Iterable[str] = (), scenario: bool = True, also: str = "") -> Any:
     """One engine knob, declared once: its default, the numbers or `choices` it takes (an enum
     knob's are its enum's values) and what it means (markdown: the docs' key table, `kvsched
-    keys`). `scenario: False`: set by the engine from another key, never written in a file."""
+    keys`). `scenario: False`: set by the engine from another key, never written in a file;
+    `also`: a word a scenario may write instead, which the loader resolves (`auto`)."""
     return field(default=default, metadata=MappingProxyType(
-        {"doc": doc, "range": values, "choices": tuple(choices), "scenario": scenario}))
+        {"doc": doc, "range": values, "choices": tuple(choices), "scenario": scenario,
+         "also": also}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +190,8 @@ class EngineConfig:
         256, "most requests running (decoding or mid-prefill) at once", COUNT)
     block_size: int = knob(16, "tokens per KV block", COUNT)
     num_blocks: int = knob(
-        180, "KV pool size; `auto` with a roofline time: what the GPUs hold (see `time`)", COUNT)
+        180, "KV pool size; `auto` with a roofline time: what the GPUs hold (see `time`)", COUNT,
+        also="auto")
     watermark: float = knob(
         0.01, "admissions leave `floor(watermark * num_blocks)` blocks free; decode growth "
         "ignores it", FRACTION)
@@ -232,8 +258,9 @@ class EngineConfig:
         "`v0` cached tokens are free for the budget, every prompt block is counted, partial "
         "chunks round down to whole blocks")
     prefix_cache: str = knob(
-        next(iter(CACHES)), "which cache: " + " or ".join(
-            f"`{name}` ({cache.summary})" for name, cache in CACHES.items()), choices=CACHES)
+        "hashed", "which cache: " + " or ".join(
+            f"`{name}` ({summary})" for name, (_, summary) in PREFIX_CACHES.items()),
+        choices=PREFIX_CACHES)
     admission_rule: AdmissionRule = knob(
         AdmissionRule.BLOCKS, "`blocks`: an admission needs its prompt's blocks above the "
         "watermark; `future_tokens` (SGLang's `PrefillAdder`, not with `running_loop`): it "
@@ -315,9 +342,11 @@ class EngineConfig:
     def __post_init__(self) -> None:
         for name, values in _RANGES.items():
             value = getattr(self, name)
-            problem = None if value is None else values.problem(value)
+            if value is None and name in _OPTIONAL:
+                continue
+            problem = "must be a number" if value is None else values.problem(value)
             if problem:
-                raise ValueError(f"{name} {problem}, got {value:,}")
+                raise ValueError(f"{name} {problem}, got {shown(value)}")
         for name, kind in _ENUMS.items():  # library callers may give an enum's string value
             object.__setattr__(self, name, kind(getattr(self, name)))
         for name, choices in _CHOICES.items():
@@ -356,6 +385,7 @@ KNOB_TYPES: Mapping[str, Any] = MappingProxyType(get_type_hints(EngineConfig))
 """Each knob's type (`int`, `float | None`, an enum...)."""
 
 _RANGES = {k.name: k.metadata["range"] for k in KNOBS if k.metadata["range"] is not None}
+_OPTIONAL = {name for name, kind in KNOB_TYPES.items() if type(None) in get_args(kind)}
 _ENUMS = {name: kind for name, kind in KNOB_TYPES.items()
           if isinstance(kind, type) and issubclass(kind, StrEnum)}
 _CHOICES = {k.name: k.metadata["choices"] for k in KNOBS if k.metadata["choices"]}

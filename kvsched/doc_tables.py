@@ -59,7 +59,9 @@ def default_text(key: str) -> str:
 def values_text(key: str) -> str:
     """The values `key` takes: its choices, `true, false`, or a number's bounds."""
     info = EngineSpec.model_fields[key]
-    return _values(info.annotation, info.metadata)
+    extra = info.json_schema_extra
+    also = extra.get("also") if isinstance(extra, dict) else None
+    return _values(info.annotation, info.metadata) + (f" or {also}" if also else "")
 
 
 def _values(kind: Any, constraints: Iterable[Any]) -> str:
@@ -87,7 +89,7 @@ def _bound(value: float) -> str:
     return f"{value:,.0f}" if whole else value_text(value)
 
 
-def engine_keys(current: str = "") -> str:
+def engine_keys(_current: str = "") -> str:
     """The `engine:` key table, in markdown (the section as it stands is not read)."""
     rows = [f"| `{key}` | {default_text(key)} | {values_text(key)} | "
             f"{EngineSpec.model_fields[key].description} |" for key in EngineSpec.model_fields]

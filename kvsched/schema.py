@@ -191,8 +191,10 @@ def _knob_fields() -> dict[str, Any]:
         if not knob.metadata["scenario"]:
             continue
         default = knob.default.value if isinstance(knob.default, Enum) else knob.default
-        out[knob.name] = (_knob_annotation(knob),
-                          Field(default, description=knob.metadata["doc"]))
+        also = knob.metadata["also"]
+        out[knob.name] = (_knob_annotation(knob), Field(
+            default, description=knob.metadata["doc"],
+            json_schema_extra={"also": also} if also else None))
         if knob.name == "num_blocks":
             out.update({key: _OTHER_KEYS[key] for key in POOL_KEYS})
     out["kv_offload"] = _OTHER_KEYS["kv_offload"]

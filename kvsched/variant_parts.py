@@ -12,7 +12,7 @@ from kvsched.timing import TimeModel
 
 
 def time_model_of(spec: RunSpec) -> TimeModel:
-    """The variant's time model, as its `time:` spec builds it (`kvsched.schema.TIME_MODELS`)."""
+    """The variant's time model, as its `time:` spec builds it (`kvsched.schema.TimeSpec`)."""
     return spec.time.build(spec.engine)
 
 

@@ -57,3 +57,22 @@ def test_a_file_that_is_not_burstgpts_is_one_line(tmp_path):
     assert result.exit_code == 2, result.output
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and "not a BurstGPT file" in lines[0] and "burst.csv" in lines[0]
+
+
+def test_an_error_names_the_files_line_past_dropped_rows(tmp_path):
+    """Rows the reader dropped still count: the bad row is named by its line in the file."""
+    rows = [*ROWS[:2], (50, "s4", 1.0, "GPT-4", 300, 0, 300, "API log"),
+            (60, "s5", 1.0, "ChatGPT", 0, 12, 12, "API log")]  # line 5: no prompt
+    path = tmp_path / "b.yaml"
+    path.write_text(scenario_text(write(tmp_path, rows)))
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2, result.output
+    assert "burst.csv line 5: column 'Request tokens'" in result.stderr, result.stderr
+
+
+def test_the_session_column_as_the_readme_spells_it(tmp_path):
+    trace = write(tmp_path)
+    trace.write_text(trace.read_text().replace("Session ID", "SessionID", 1))
+    scenario = load_scenario_text(scenario_text(trace), "b.yaml", tmp_path)
+    requests = build_requests(scenario.variants[0].spec.workload, 0, tmp_path)
+    assert [r.session for r in requests] == ["s1", "s1", "s3"]

@@ -5,8 +5,8 @@ and every link between the pages lands on a file and a heading that exist."""
 from __future__ import annotations
 
 import re
-from typing import get_args
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
@@ -77,12 +77,16 @@ def test_every_link_lands_on_a_file_and_a_heading(page):
 
 
 def test_the_prefix_cache_choices_are_the_caches_the_engine_builds():
-    """`engine.prefix_cache` accepts exactly the registry's caches (`kvsched.kvcache.CACHES`,
-    the one line a new cache kind adds), and its meaning names each with its summary."""
-    from kvsched.kvcache import CACHES
+    """`engine.prefix_cache` accepts exactly the registry's kinds
+    (`kvsched.config.PREFIX_CACHES`, the one line a new cache kind adds), its meaning names
+    each with its line, and each line names a class that says how it caches."""
+    import importlib
+
+    from kvsched.config import PREFIX_CACHES
 
     field = EngineSpec.model_fields["prefix_cache"]
-    assert get_args(field.annotation) == tuple(CACHES) == ("hashed", "radix")
-    for name, cache in CACHES.items():
-        assert f"`{name}` ({cache.summary})" in str(field.description)
-        assert isinstance(cache.commits_running, bool)
+    assert get_args(field.annotation) == tuple(PREFIX_CACHES) == ("hashed", "radix")
+    for name, (where, summary) in PREFIX_CACHES.items():
+        assert f"`{name}` ({summary})" in str(field.description)
+        module, _, cls = where.partition(":")
+        assert isinstance(getattr(importlib.import_module(module), cls).commits_running, bool)

@@ -650,7 +650,9 @@ def keys(
     from kvsched.doc_tables import keys_text
     from kvsched.schema import ENGINE_ALIASES, EngineSpec
 
-    wanted = [ENGINE_ALIASES.get(name, name) for name in names or []]
+    wanted = [key for name in names or []
+              for key in (("chunked_prefill", "max_num_batched_tokens")
+                          if name == "chunked_prefill_size" else (ENGINE_ALIASES.get(name, name),))]
     unknown = [name for name in wanted if name not in EngineSpec.model_fields]
     if unknown:
         raise KvschedError(f"KEY: no engine key '{unknown[0]}'; expected one of "

@@ -8,27 +8,27 @@ gives them all back. Blocks shared by several owners are counted once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from kvsched.prefix import Prefix
 
 if TYPE_CHECKING:
+    from kvsched.kvcache.offload import HostTier
     from kvsched.sequence import Seq
 
 
 class KVCache(Protocol):
-    """A cache kind: one module with a class of this protocol, and its line in
-    `kvsched.kvcache.CACHES`."""
+    """A cache kind: a class with these members (what `kvsched.kvcache.tracker` asks of it),
+    in its own module, and its line in `kvsched.config.PREFIX_CACHES`."""
 
     num_blocks: int
     block_size: int
-    summary: str  # one line for `engine.prefix_cache`'s meaning
     # True: a request's blocks are cached as they are computed and stay cached when it is
     # preempted (vLLM); False: what it computed joins the cache when it finishes, a
     # preemption frees it uncached (SGLang; the `sglang` preset's loop then drives the
-    # cache step by step, through `RadixCache`'s methods)
+    # cache step by step, through `RadixCache`'s own methods)
     commits_running: bool
+    spill: HostTier | None  # where evicted blocks go (`engine.kv_offload`), set by the tracker
 
     @property
     def num_free(self) -> int:
@@ -40,18 +40,29 @@ class KVCache(Protocol):
         """Blocks that hold a reusable prefix (in use or free)."""
         ...
 
-    def match(self, prefix: Prefix | None, num_tokens: int) -> int:
-        """Tokens of the first `num_tokens` of `prefix` already cached, in whole blocks and
-        at most `num_tokens - 1` (the last token is always computed, for its logits)."""
+    @property
+    def evicted_blocks(self) -> int:
+        """Cached blocks evicted so far."""
         ...
 
-    def can_allocate(self, prefix: Prefix | None, hit_tokens: int, num_new: int) -> bool:
-        """Whether `num_new` fresh blocks can be had after taking the hit blocks."""
+    def match(self, prefix: Prefix | None, num_tokens: int, whole: bool = False) -> int:
+        """Tokens of the first `num_tokens` of `prefix` already cached, in whole blocks and
+        at most `num_tokens - 1` (the last token is always computed, for its logits);
+        `whole`: all of them (vLLM V0's count, asked only of a cache that commits while
+        running)."""
+        ...
+
+    def idle_hits(self, prefix: Prefix | None, hit_tokens: int) -> int:
+        """Free blocks a hit of `hit_tokens` takes (hit blocks no owner holds)."""
         ...
 
     def allocate(self, owner: int, prefix: Prefix | None, hit_tokens: int,
                  num_new: int) -> None:
         """`owner` takes its hit blocks (shared) and `num_new` fresh ones at its tail."""
+        ...
+
+    def grow_each(self, owners: list[int]) -> None:
+        """Each of `owners` takes one fresh block, in that order."""
         ...
 
     def commit(self, owner: int, prefix: Prefix | None, num_tokens: int,
@@ -60,12 +71,13 @@ class KVCache(Protocol):
         shareable (`prompt_tokens`: the prompt's end, where a tree may split the path)."""
         ...
 
+    def shrink(self, owner: int, num_blocks: int) -> None:
+        """`owner` gives back its last `num_blocks` blocks."""
+        ...
+
     def free(self, owner: int) -> None:
         """`owner` gives back every block, tail first (freed tail blocks are evicted
         first)."""
-        ...
-
-    def blocks_of(self, owner: int) -> Sequence[int]:
         ...
 
 

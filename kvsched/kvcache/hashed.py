@@ -87,8 +87,6 @@ def _size(copy: _Copy) -> int:
 class HashedBlockCache:
     """`KVCache` with vLLM's hashed blocks and free queue."""
 
-    summary = ("vLLM's hashed full blocks, free queue of uncached then least recently freed "
-               "cached blocks")
     # vLLM hashes a block of generated tokens in the step that fills it and keeps a
     # preempted request's blocks cached (RULES.md P4, P7)
     commits_running = True

@@ -73,8 +73,6 @@ def _agreement(node: _Node, prefix: Prefix, limit: int, page: int) -> int:
 class RadixCache:
     """`KVCache` with SGLang's radix tree; capacity `num_blocks * block_size` tokens."""
 
-    summary = ("SGLang's radix tree: duplicates computed twice go back to the pool, least "
-               "recently used unlocked leaves evicted first; pages are blocks of `block_size`")
     # SGLang inserts decoded tokens when the request finishes, and a retraction frees them
     # without inserting them
     commits_running = False

@@ -24,12 +24,11 @@ the next step, as SGLang's `stash_chunked_request`).
 
 from __future__ import annotations
 
-from typing import cast
+import importlib
 
 from kvsched.blocks import BlockPool
-from kvsched.config import EngineConfig
-from kvsched.kvcache import CACHES
-from kvsched.kvcache.hashed import HashedBlockCache
+from kvsched.config import PREFIX_CACHES, EngineConfig
+from kvsched.kvcache.base import KVCache
 from kvsched.kvcache.offload import HostTier
 from kvsched.kvcache.radix import RadixCache
 from kvsched.prefix import Prefix, common_prefix
@@ -65,7 +64,7 @@ class PrefixTracker:
                  "_evicted_seen", "_computed", "_middle", "_fresh", "host",
                  "host_first_tokens", "host_tokens")
 
-    def __init__(self, cache: HashedBlockCache | RadixCache, pool: BlockPool,
+    def __init__(self, cache: KVCache, pool: BlockPool,
                  host: HostTier | None = None) -> None:
         self.cache = cache
         # the same cache when it is the radix tree, typed: the compiled build calls it
@@ -125,8 +124,7 @@ class PrefixTracker:
         if admission and self.stepped:
             return self._tree().match(identity(seq), seq.prompt_len + seq.generated, True)
         if whole and self.eager:
-            return cast(HashedBlockCache, self.cache).match(
-                identity(seq), seq.prompt_len + seq.generated, True)
+            return self.cache.match(identity(seq), seq.prompt_len + seq.generated, True)
         return self.cache.match(identity(seq), seq.prompt_len + seq.generated)
 
     def refresh(self, seqs: list[Seq]) -> None:
@@ -349,5 +347,6 @@ def make_tracker(config: EngineConfig, pool: BlockPool) -> PrefixTracker | None:
         return None
     host = (HostTier(config.kv_offload_blocks, config.block_size) if config.kv_offload_blocks
             else None)
-    return PrefixTracker(CACHES[config.prefix_cache](config.usable_blocks, config.block_size),
-                         pool, host)
+    module, _, name = PREFIX_CACHES[config.prefix_cache][0].partition(":")
+    kind = getattr(importlib.import_module(module), name)
+    return PrefixTracker(kind(config.usable_blocks, config.block_size), pool, host)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -394,7 +395,8 @@ def _empirical_column(spec: EmpiricalLen, base_dir: Path, where: tuple,
     table = _read_table(path, (*where, "path"), locate)
     if spec.column not in table.columns:
         raise locate((*where, "column"), _missing_column(spec.column, path, table))
-    values = _numbers(table[spec.column], path, spec.column, (*where, "path"), locate,
+    values = _numbers(table[spec.column], TraceFile.of(path, table), spec.column,
+                      (*where, "path"), locate,
                       minimum=1, whole=True, maximum=MAX_TOKENS)
     if not len(values):
         raise locate((*where, "path"), f"{path}: column '{spec.column}' is empty")
@@ -434,6 +436,7 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
 
     table = (_read_table(path, where, locate) if layout.reader is None
              else _read_with(layout.reader, path, where, locate))
+    source = TraceFile.of(path, table)
     for column in (layout.arrival_time, layout.prompt_len, layout.output_len):
         if column is not None and column not in table.columns:
             raise locate(where, _missing_column(column, path, table))
@@ -451,16 +454,16 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
         assert spec.arrival is not None
         arrivals = _process_times(spec.arrival, len(table), np.random.default_rng(seed))
     else:
-        arrivals = _arrival_seconds(table[layout.arrival_time], layout.arrival_unit, path,
+        arrivals = _arrival_seconds(table[layout.arrival_time], layout.arrival_unit, source,
                                     where, locate)
-    prompts = _numbers(table[layout.prompt_len], path, layout.prompt_len, where, locate,
+    prompts = _numbers(table[layout.prompt_len], source, layout.prompt_len, where, locate,
                        minimum=1, whole=True, maximum=MAX_TOKENS)
-    outputs = _numbers(table[layout.output_len], path, layout.output_len, where, locate,
+    outputs = _numbers(table[layout.output_len], source, layout.output_len, where, locate,
                        minimum=1, whole=True, maximum=MAX_TOKENS)
     n = len(table)
     priorities = np.zeros(n, dtype=np.int64)
     if layout.priority is not None and layout.priority in table.columns:
-        priorities = _numbers(table[layout.priority], path, layout.priority, where, locate,
+        priorities = _numbers(table[layout.priority], source, layout.priority, where, locate,
                               minimum=-MAX_PRIORITY, whole=True,
                               maximum=MAX_PRIORITY).astype(np.int64)
     labels: list[str | None] = [None] * n
@@ -476,10 +479,10 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
     prefixes: list[Prefix | None] = [None] * n
     if layout.hash_ids is not None and layout.hash_ids in table.columns:
         prefixes = _hash_prefixes(table[layout.hash_ids], prompts, spec.hash_block_tokens,
-                                  path, where, locate, exact=spec.format == "mooncake")
+                                  source, where, locate, exact=spec.format == "mooncake")
     if layout.prefix_group is not None or layout.prefix_len is not None:
         # (a row may have block ids or a group, not both: `_group_prefixes` checks)
-        grouped = _group_prefixes(table, layout, prompts, path, where, locate, prefixes)
+        grouped = _group_prefixes(table, layout, prompts, source, where, locate, prefixes)
         prefixes = [a if b is None else b for a, b in zip(prefixes, grouped, strict=True)]
     afters: list[str | None] = [None] * n
     if layout.after is not None and layout.after in table.columns:
@@ -487,11 +490,11 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
     thinks = np.zeros(n)  # in the unit of the arrival column (seconds for timestamps)
     think_unit = UNIT_SECONDS.get(layout.arrival_unit, 1.0)
     if layout.think_time is not None and layout.think_time in table.columns:
-        thinks = _numbers(table[layout.think_time].fillna(0), path, layout.think_time, where,
+        thinks = _numbers(table[layout.think_time].fillna(0), source, layout.think_time, where,
                           locate, minimum=0, whole=False, maximum=MAX_TIME)
         alone = np.flatnonzero((thinks > 0) & np.array([a is None for a in afters]))
         if len(alone):
-            raise locate(where, f"{path} {_row(path, alone[0])}: column '{layout.think_time}' "
+            raise locate(where, f"{source} {source.line(alone[0])}: column '{layout.think_time}' "
                                 f"is set but '{layout.after}' is empty; a think time follows "
                                 f"a previous turn")
 
@@ -500,9 +503,9 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
     requests = []
     for i in rows:
         if ids[i] in seen:
-            raise locate(where, f"{path} {_row(path, i)}: duplicate request id '{ids[i]}'")
+            raise locate(where, f"{source} {source.line(i)}: duplicate request id '{ids[i]}'")
         if afters[i] is not None and afters[i] not in seen:
-            raise locate(where, f"{path} {_row(path, i)}: column '{layout.after}': "
+            raise locate(where, f"{source} {source.line(i)}: column '{layout.after}': "
                                 f"'{excerpt(afters[i])}' is no earlier request of the "
                                 f"replayed rows; expected the id of an earlier one")
         seen.add(ids[i])
@@ -565,14 +568,14 @@ def _replay(spec: TraceWorkload, arrivals: np.ndarray, prompts: np.ndarray,
                           outputs[rows], id_numbers=rows)
 
 
-def _hash_prefixes(column: pd.Series, prompts: np.ndarray, block_tokens: int, path: Path,
+def _hash_prefixes(column: pd.Series, prompts: np.ndarray, block_tokens: int, path: TraceFile,
                    where: tuple, locate: Locate, exact: bool) -> list[Prefix | None]:
     """Each row's block ids as segments of `block_tokens` tokens (the last one cut to the
     prompt where the ids reach its end). `exact` (Mooncake): a row needs exactly
     ceil(prompt / block_tokens) ids; else at most that many, and an empty cell or list is
     no shared prefix. A CSV cell holds the ids as text: `[1, 2, 3]`, `1 2 3` or `1;2;3`."""
     name = str(column.name)
-    text = path.suffix.lower() not in (".jsonl", ".ndjson", ".json")
+    text = path.path.suffix.lower() not in JSON_SUFFIXES
     blocks = _Blocks(block_tokens)
     prefixes: list[Prefix | None] = []
     for row, (cell, prompt) in enumerate(zip(column.tolist(), prompts.astype(np.int64).tolist(),
@@ -580,7 +583,7 @@ def _hash_prefixes(column: pd.Series, prompts: np.ndarray, block_tokens: int, pa
         ids = _block_ids(cell, text)
         if ids is None or (not exact and ids == ()):
             if exact or not _is_empty(cell):
-                raise locate(where, f"{path} {_row(path, row)}: column '{name}': expected a "
+                raise locate(where, f"{path} {path.line(row)}: column '{name}': expected a "
                                     f"list of block ids, got '{excerpt(cell)}'")
             prefixes.append(None)
             continue
@@ -631,9 +634,9 @@ def _is_empty(cell: object) -> bool:
     return isinstance(cell, str) and cell.strip() in ("", "[]")
 
 
-def _bad_hash_ids(ids: Sequence, prompt: int, block_tokens: int, need: int, path: Path, row: int,
-                  name: str, exact: bool) -> str:
-    where = f"{path} {_row(path, row)}: column '{name}'"
+def _bad_hash_ids(ids: Sequence, prompt: int, block_tokens: int, need: int, path: TraceFile,
+                  row: int, name: str, exact: bool) -> str:
+    where = f"{path} {path.line(row)}: column '{name}'"
     if exact and len(ids) != need:
         return (f"{where}: expected ceil({prompt} / {block_tokens}) = {need} block ids "
                 f"(hash_block_tokens {block_tokens}), got {len(ids)}")
@@ -644,7 +647,7 @@ def _bad_hash_ids(ids: Sequence, prompt: int, block_tokens: int, need: int, path
 
 
 def _group_prefixes(table: pd.DataFrame, layout: TraceLayout, prompts: np.ndarray,
-                    path: Path, where: tuple, locate: Locate,
+                    path: TraceFile, where: tuple, locate: Locate,
                     blocks: Sequence[Prefix | None]) -> list[Prefix | None]:
     """Rows of a `prefix_group` share their first `prefix_len` tokens; a `prefix_len` of 0
     without a group is no shared prefix (what a dataframe writes). A row with block ids
@@ -664,7 +667,7 @@ def _group_prefixes(table: pd.DataFrame, layout: TraceLayout, prompts: np.ndarra
     prefixes: list[Prefix | None] = []
     for row in range(n):
         name, given = names.iloc[row], lengths.iloc[row]
-        line = f"{path} {_row(path, row)}"
+        line = f"{path} {path.line(row)}"
         if pd.isna(name):
             if not pd.isna(given) and values[row] != 0:
                 raise locate(where, f"{line}: column '{len_column}' is "
@@ -686,14 +689,14 @@ def _group_prefixes(table: pd.DataFrame, layout: TraceLayout, prompts: np.ndarra
         if length > prompts[row]:
             raise locate(where, f"{line}: column '{len_column}': {int(length)} is more than "
                                 f"the prompt ({int(prompts[row])} tokens)")
-        problem = groups.check(str(name), int(length), _row(path, row))
+        problem = groups.check(str(name), int(length), path.line(row))
         if problem:
             raise locate(where, f"{line}: {problem}")
         prefixes.append(groups.prefix(str(name), int(length)))
     return prefixes
 
 
-def _arrival_seconds(column: pd.Series, unit: str, path: Path, where: tuple,
+def _arrival_seconds(column: pd.Series, unit: str, path: TraceFile, where: tuple,
                      locate: Locate) -> np.ndarray:
     # pandas (a quarter second to import): only when a trace file is read
     import pandas as pd
@@ -702,7 +705,7 @@ def _arrival_seconds(column: pd.Series, unit: str, path: Path, where: tuple,
         stamps = pd.to_datetime(column, errors="coerce", format="ISO8601")
         bad = np.flatnonzero(stamps.isna().to_numpy())
         if len(bad):
-            raise locate(where, f"{path} {_row(path, bad[0])}: column '{column.name}': "
+            raise locate(where, f"{path} {path.line(bad[0])}: column '{column.name}': "
                                 f"expected a timestamp, got '{excerpt(column.iloc[bad[0]])}'")
         seconds = (stamps - stamps.min()).dt.total_seconds().to_numpy()
         return np.asarray(seconds, dtype=float)
@@ -711,7 +714,7 @@ def _arrival_seconds(column: pd.Series, unit: str, path: Path, where: tuple,
     return values * UNIT_SECONDS[unit]
 
 
-def _numbers(column: pd.Series, path: Path, name: str, where: tuple, locate: Locate, *,
+def _numbers(column: pd.Series, path: TraceFile, name: str, where: tuple, locate: Locate, *,
              minimum: float | None, whole: bool, maximum: float | None = None) -> np.ndarray:
     """The column as numbers, or an error naming the first bad row."""
     # pandas (a quarter second to import): only when a trace file is read
@@ -734,7 +737,7 @@ def _numbers(column: pd.Series, path: Path, name: str, where: tuple, locate: Loc
              if len(rows := np.flatnonzero(bad))]
     if first:
         row, message = min(first)
-        raise locate(where, f"{path} {_row(path, row)}: column '{name}': {message}, "
+        raise locate(where, f"{path} {path.line(row)}: column '{name}': {message}, "
                             f"got '{excerpt(column.iloc[row])}'")
     return values
 
@@ -758,7 +761,7 @@ def _read_table(path: Path, where: tuple, locate: Locate) -> pd.DataFrame:
     import pandas as pd
 
     _check_regular(path, where, locate)
-    lines = path.suffix.lower() in (".jsonl", ".ndjson", ".json")
+    lines = path.suffix.lower() in JSON_SUFFIXES
     try:
         if lines:
             return pd.read_json(path, lines=True)
@@ -814,10 +817,33 @@ def _first_bad_json_line(path: Path) -> str | None:
     return None
 
 
-def _row(path: Path, index: int | np.integer) -> str:
-    """The file line of data row `index` (CSV files have a header line)."""
-    header = 0 if path.suffix.lower() in (".jsonl", ".ndjson", ".json") else 1
-    return f"line {int(index) + 1 + header}"
+JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
+"""JSON-lines files: no header line."""
+
+
+@dataclass(frozen=True)
+class TraceFile:
+    """A file of rows as its errors name them: its path, and, when a format's reader kept only
+    some rows (`TraceLayout.reader`), the file's data row of each table row."""
+
+    path: Path
+    kept: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, path: Path, table: pd.DataFrame) -> TraceFile:
+        """`table`'s index says which data rows a reader kept, unless it is 0, 1, 2..."""
+        index = table.index.to_numpy()
+        whole = len(index) == 0 or (index.dtype.kind in "iu" and index[0] == 0
+                                    and bool((np.diff(index) == 1).all()))
+        return cls(path, None if whole else index)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def line(self, row: int | np.integer) -> str:
+        """The file line of table row `row` (CSV files have a header line)."""
+        data_row = int(row) if self.kept is None else int(self.kept[int(row)])
+        return f"line {data_row + 1 + (self.path.suffix.lower() not in JSON_SUFFIXES)}"
 
 
 def _missing_column(column: str, path: Path, table: pd.DataFrame) -> str:

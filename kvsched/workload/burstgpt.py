@@ -11,13 +11,15 @@ from pathlib import Path
 import pandas as pd
 
 RESPONSE = "Response tokens"
+SESSION = "Session ID"  # the README announces it as `SessionID`: either is read
 
 
 def read(path: Path) -> pd.DataFrame:
-    """The rows of a BurstGPT CSV that got a response, in file order."""
-    table = pd.read_csv(path)
+    """The rows of a BurstGPT CSV that got a response, in file order; the index keeps each
+    row's place in the file (errors name the file's line)."""
+    table = pd.read_csv(path).rename(columns={"SessionID": SESSION})
     if RESPONSE not in table.columns:
         raise ValueError(f"no '{RESPONSE}' column: not a BurstGPT file (columns: "
                          f"{', '.join(map(str, table.columns))})")
     answered = pd.to_numeric(table[RESPONSE], errors="coerce") != 0
-    return table[answered].reset_index(drop=True)
+    return table[answered]
