@@ -12,9 +12,11 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from kvsched import _moved
 from kvsched import compiled as _compiled
 
 _compiled.install()  # a compiled module's build is taken only while it matches its source
+_moved.install()  # the old paths of moved modules (kvsched.capacity...) give the new modules
 
 __version__ = "0.1.0"
 

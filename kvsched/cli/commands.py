@@ -252,8 +252,8 @@ def _unit_warnings(scenario: "Scenario", names: list[str],
     KV pool each `num_blocks: auto` variant derived from its GPU."""
     # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.schema import derived_pool, unit_warnings
-    from kvsched.serve_defaults import defaults_line
-    from kvsched.trace_notes import timestamp_slip, traces_of
+    from kvsched.timing.serve_defaults import defaults_line
+    from kvsched.workload.trace_notes import timestamp_slip, traces_of
 
     messages = [m for v in scenario.variants for m in unit_warnings(v.spec)]
     messages += [slip for trace in traces_of(scenario, workloads, names)
@@ -273,7 +273,7 @@ def _idle_warnings(result: "ScenarioRun", workloads: "dict[str, Sequence[Request
     """After a run: replays of hours that kept the engine almost idle (a trace in ms?)."""
     # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.schema import TraceWorkload
-    from kvsched.trace_notes import idle_slip
+    from kvsched.workload.trace_notes import idle_slip
 
     messages = []
     for run in result.runs:
@@ -582,8 +582,8 @@ def validate(scenarios: Files) -> None:
     each trace holds (requests, span, mean rate)."""
     # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.schema import derived_pool, unit_warnings
-    from kvsched.serve_defaults import defaults_line
-    from kvsched.trace_notes import span_line, timestamp_slip, traces_of
+    from kvsched.timing.serve_defaults import defaults_line
+    from kvsched.workload.trace_notes import span_line, timestamp_slip, traces_of
 
     bad = 0
     for path in scenarios:
@@ -798,7 +798,7 @@ def step_time(
 ) -> None:
     """How long one step takes on this model and GPU (the roofline time model)."""
     # (loaded when the command runs: `kvsched --help` stays fast)
-    from kvsched.roofline import BatchShape
+    from kvsched.timing.roofline import BatchShape
 
     roofline = _roofline(model, gpu, tp, weight_dtype, kv_cache_dtype)
     if batches is None:
@@ -904,7 +904,7 @@ def _roofline(model: str, gpu: str, tp: int, weight_dtype: str = "bf16",
               kv_cache_dtype: str = "auto") -> Any:
     """The roofline, its ValueErrors (tp that does not divide the heads) as input errors."""
     # (loaded when the command runs: `kvsched --help` stays fast)
-    from kvsched.roofline import RooflineStep
+    from kvsched.timing.roofline import RooflineStep
 
     try:
         return RooflineStep(model, gpu, tp, weight_dtype=str(weight_dtype),
@@ -921,7 +921,7 @@ def fit_linear_command(model: ModelOpt, gpu: GpuOpt, tp: TpOpt = 1,
                        kv_cache_dtype: KvDtypeOpt = KvCacheDtype.AUTO) -> None:
     """Fit `time: {kind: linear}` coefficients to the roofline over a grid of batches."""
     # (loaded when the command runs: `kvsched --help` stays fast)
-    from kvsched.stepfit import fit_linear
+    from kvsched.timing.stepfit import fit_linear
 
     fit = fit_linear(_roofline(model, gpu, tp, weight_dtype, kv_cache_dtype))
     linear = fit.model
