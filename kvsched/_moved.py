@@ -35,6 +35,7 @@ MOVED = {
     "kvsched.slo_watch": "kvsched.analysis.slo_watch",
     "kvsched.loop": "kvsched.cluster.loop",
     "kvsched.cluster_run": "kvsched.cluster.run",
+    "kvsched.conformance": "kvsched.decisions",
     "kvsched.pd": "kvsched.cluster.pd",
     "kvsched.transfer": "kvsched.cluster.transfer",
     "kvsched.csvout": "kvsched.records.csvout",

@@ -192,7 +192,8 @@ MOVED = {"kvsched.roofline": "kvsched.timing.roofline",
          "kvsched.metric_names": "kvsched.records.metric_names",
          "kvsched.record_mode": "kvsched.records.mode",
          "kvsched.loop": "kvsched.cluster.loop", "kvsched.cluster_run": "kvsched.cluster.run",
-         "kvsched.pd": "kvsched.cluster.pd", "kvsched.transfer": "kvsched.cluster.transfer"}
+         "kvsched.pd": "kvsched.cluster.pd", "kvsched.transfer": "kvsched.cluster.transfer",
+         "kvsched.conformance": "kvsched.decisions"}
 """Modules that moved, by the old path a branch written before the move may import, and where
 each lives now. `kvsched._moved.MOVED` is the table that keeps them working; this list is the
 promise it is held to."""
