@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvsched import __version__
-from kvsched.analysis.diagnosis import Incident, Thresholds, diagnose, incident_flags
 from kvsched.backpressure import Action, Backpressure
 from kvsched.errors import ScenarioError
 from kvsched.paths import RUN, replace_dir, write_error
 from kvsched.records import BATCH_COLUMNS, EVENT_COLUMNS, REQUEST_COLUMNS, RunResult
 from kvsched.records.csvout import RowCsv, StepCsv, cell_text, write_rows
+from kvsched.records.diagnosis import Incident, Thresholds, diagnose, incident_flags
 from kvsched.records.metric_names import read
 from kvsched.records.table import rows_of
 from kvsched.report import summary_rows, write_json

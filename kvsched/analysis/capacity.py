@@ -28,11 +28,12 @@ from typing import Any
 import pandas as pd
 
 from kvsched.analysis.capacity_grid import search_steps
-from kvsched.analysis.diagnosis import INCIDENT_KEYS
 from kvsched.analysis.slo_watch import SloWatch
+from kvsched.analysis.sweep import Axis, SweepSource, grid, grid_spec
 from kvsched.backends import Backend, process_pool, run_jobs, stop_pool
 from kvsched.errors import KvschedError, ScenarioError
 from kvsched.paths import CAPACITY, replace_dir
+from kvsched.records.diagnosis import INCIDENT_KEYS
 from kvsched.records.metric_names import VLLM_NAMES, refusal, resolve
 from kvsched.records.metrics import CLUSTER_KEYS, OFFLOAD_KEYS, PD_KEYS, SUMMARY_KEYS
 from kvsched.report import write_csv, write_json
@@ -47,7 +48,6 @@ from kvsched.scenario import (
 )
 from kvsched.schema import Fixed, SyntheticWorkload, TraceWorkload
 from kvsched.steplog import StepLog
-from kvsched.sweep import Axis, SweepSource, grid, grid_spec
 
 MAX_FACTOR = 1024.0  # the search looks no further than 1024x (or 1/1024x) the given rate
 DEFAULT_TOLERANCE = 0.02

@@ -43,11 +43,11 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 if TYPE_CHECKING:  # the commands import what they use: `kvsched --help` stays fast
     from collections.abc import Sequence
 
+    from kvsched.analysis.sweep import Axis
     from kvsched.cli.progress import RunTally
     from kvsched.request import Request
     from kvsched.runner import ScenarioRun
     from kvsched.scenario import Scenario
-    from kvsched.sweep import Axis
 
 def shipped_scenarios_dir() -> Path:
     local = Path("scenarios")
@@ -207,7 +207,7 @@ def column_names(text: str | None, scenarios: "list[Scenario]", names: list[str]
     from difflib import get_close_matches
 
     # (loaded when the command runs: `kvsched --help` stays fast)
-    from kvsched.analysis.diagnosis import INCIDENT_KEYS
+    from kvsched.records.diagnosis import INCIDENT_KEYS
     from kvsched.records.metric_names import VLLM_NAMES, refusal, resolve
     from kvsched.records.metrics import CLUSTER_KEYS, OFFLOAD_KEYS, PD_KEYS, SUMMARY_KEYS
     from kvsched.scenario import is_known_metric, known_classes, time_unit_of
@@ -486,11 +486,7 @@ def sweep(
     )
 
     # (loaded when the command runs: `kvsched --help` stays fast)
-    from kvsched.cli.capacity import backend_of
-    from kvsched.cli.progress import CountTally, run_heartbeat
-    from kvsched.report import sweep_table
-    from kvsched.scenario import load_scenario
-    from kvsched.sweep import (
+    from kvsched.analysis.sweep import (
         OPTION_PATHS,
         SweepSource,
         check_size,
@@ -499,6 +495,10 @@ def sweep(
         run_sweep,
         write_sweep,
     )
+    from kvsched.cli.capacity import backend_of
+    from kvsched.cli.progress import CountTally, run_heartbeat
+    from kvsched.report import sweep_table
+    from kvsched.scenario import load_scenario
 
     if jobs < 1:
         raise KvschedError(f"--jobs: expected a number of processes >= 1, got {jobs}")
