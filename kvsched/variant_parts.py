@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvsched.admission import Estimator, Slo, SloAdmission
+from kvsched.admission import Estimator, SloAdmission
 from kvsched.errors import KvschedError
 from kvsched.policies import Policy, make_policy
+from kvsched.records.slo import Slo
 from kvsched.scenario import Variant
 from kvsched.schema import ConstantTime, LinearTime, ProfiledTime, RooflineTime, RunSpec
 from kvsched.timing import ConstantStep, LinearStep, StepClock, TimeModel

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from kvsched.admission import Slo, SloAdmission
+from kvsched.admission import SloAdmission
 from kvsched.backpressure import Backpressure
 from kvsched.cluster.loop import collector_off, put_record
 from kvsched.cluster.pd import Disaggregation, Phases, pd_summary
@@ -38,6 +38,7 @@ from kvsched.kinds import unended_turn
 from kvsched.policies.base import Policy
 from kvsched.records import RequestRecord, RunResult
 from kvsched.records.metrics import host_summary, summarize
+from kvsched.records.slo import Slo
 from kvsched.records.table import RecordTable
 from kvsched.request import Request, Status
 from kvsched.routers import EngineView, Router, RouteRequest

@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from kvsched.admission import Slo
 from kvsched.histogram import GapHistogram
 from kvsched.quantile import percentiles
 from kvsched.records.rows import RequestRecord
+from kvsched.records.slo import Slo
 from kvsched.records.table import STATUS_CODE, STATUSES, Columns, columns_of
 from kvsched.steplog import StepStats
 
