@@ -195,7 +195,10 @@ MOVED = {"kvsched.roofline": "kvsched.timing.roofline",
          "kvsched.record_mode": "kvsched.records.mode",
          "kvsched.loop": "kvsched.cluster.loop", "kvsched.cluster_run": "kvsched.cluster.run",
          "kvsched.pd": "kvsched.cluster.pd", "kvsched.transfer": "kvsched.cluster.transfer",
-         "kvsched.conformance": "kvsched.decisions"}
+         "kvsched.conformance": "kvsched.decisions",
+         "kvsched.plots_sweep": "kvsched.plots.sweep",
+         "kvsched.plots_capacity": "kvsched.plots.capacity",
+         "kvsched.plot_folders": "kvsched.plots.folders"}
 """Modules that moved, by the old path a branch written before the move may import, and where
 each lives now. `kvsched._moved.MOVED` is the table that keeps them working; this list is the
 promise it is held to."""
@@ -270,6 +273,18 @@ def test_the_records_package_hands_on_what_the_records_module_held():
     assert "RunResult" in public and "STEP_COLUMNS" in public
     for name in public:
         assert getattr(kvsched.records, name) is getattr(kvsched.records.rows, name), name
+
+
+def test_the_plots_package_hands_on_what_the_plots_module_held():
+    """`kvsched.plots` was one module (now `kvsched.plots.run`) and is a package: every public
+    name of that module is still found there."""
+    import kvsched.plots
+    import kvsched.plots.run
+
+    public = [name for name in vars(kvsched.plots.run) if not name.startswith("_")]
+    assert "plot_run_folder" in public and "save_png" in public
+    for name in public:
+        assert getattr(kvsched.plots, name) is getattr(kvsched.plots.run, name), name
 
 
 def test_the_cluster_package_hands_on_what_the_cluster_module_held():

@@ -463,7 +463,7 @@ def write_capacity(folder: Path, results: Sequence[Capacity], targets: Sequence[
                    plot: bool = False) -> None:
     """`capacity.csv`, `capacity_probes.csv`, `capacity.json` (the scenario, grid, SLOs,
     tolerance and time unit: the marker of a capacity folder) and with `plot`
-    `capacity.png` (`kvsched.plots_capacity`, which `kvsched plot` redraws it with), staged
+    `capacity.png` (`kvsched.plots.capacity`, which `kvsched plot` redraws it with), staged
     beside `folder` and renamed into its place: a previous search of the same name is
     replaced whole (anything else there is refused, left as it is), and an OS error (disk
     full...) leaves nothing partial."""
@@ -480,8 +480,8 @@ def write_capacity(folder: Path, results: Sequence[Capacity], targets: Sequence[
         write_json(spec, staged / "capacity.json")
         if plot:
             # matplotlib: only when pictures are drawn
-            from kvsched.plots import save_png
-            from kvsched.plots_capacity import draw_capacity
+            from kvsched.plots.capacity import draw_capacity
+            from kvsched.plots.run import save_png
 
             figure = draw_capacity(answers, probes, slo, tolerance, spec["time_unit"],
                                    f"{folder.name} ({source.source})",

@@ -328,7 +328,7 @@ def _extra_files(drawn: list[str], plot: bool, report: bool, folder: Path,
     to `drawn`; a drawing problem must not cost the run its records."""
     if plot:
         # matplotlib: only when pictures are drawn
-        from kvsched.plots import plot_run_folder
+        from kvsched.plots.run import plot_run_folder
 
         try:
             drawn += [path.name for path in plot_run_folder(folder)]
@@ -547,7 +547,7 @@ def sweep(
         write_sweep(folder, frame, axes, source)
         if plot:
             # matplotlib: only when pictures are drawn
-            from kvsched.plots_sweep import plot_sweep_folder
+            from kvsched.plots.sweep import plot_sweep_folder
 
             beat.status = f"drawing {folder}/sweep.png"
             plot_sweep_folder(folder)
@@ -669,7 +669,7 @@ def plot(
 ) -> None:
     """Draw the pictures of a past run, sweep or capacity search from its CSV files."""
     # matplotlib: only when pictures are drawn
-    from kvsched.plot_folders import plot_folder
+    from kvsched.plots.folders import plot_folder
 
     work_begins()  # (drawing a long run's pictures takes seconds and makes garbage)
     for path in plot_folder(folder):

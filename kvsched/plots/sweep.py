@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from kvsched.errors import KvschedError
-from kvsched.plots import (
+from kvsched.plots.run import (
     COLORS,
     DPI,
     LINE_MARKERS,
