@@ -29,7 +29,7 @@ _EXPORTS = {
     "RequestRecord": "kvsched.records", "RunResult": "kvsched.records",
     "Request": "kvsched.request", "Status": "kvsched.request",
     "simulate": "kvsched.simulator",
-    "RecordMode": "kvsched.steplog", "StepLog": "kvsched.steplog",
+    "RecordMode": "kvsched.records.steplog", "StepLog": "kvsched.records.steplog",
     "ConstantStep": "kvsched.timing", "LinearStep": "kvsched.timing",
     "StepClock": "kvsched.timing",
 }
@@ -63,7 +63,7 @@ if TYPE_CHECKING:
         RequestRecord,
         RunResult,
     )
+    from kvsched.records.steplog import RecordMode, StepLog
     from kvsched.request import Request, Status
     from kvsched.simulator import simulate
-    from kvsched.steplog import RecordMode, StepLog
     from kvsched.timing import ConstantStep, LinearStep, StepClock

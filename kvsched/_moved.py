@@ -47,6 +47,7 @@ MOVED = {
     "kvsched.metrics": "kvsched.records.metrics",
     "kvsched.record_mode": "kvsched.records.mode",
     "kvsched.record_table": "kvsched.records.table",
+    "kvsched.steplog": "kvsched.records.steplog",
     "kvsched.plot_folders": "kvsched.plots.folders",
     "kvsched.plots_capacity": "kvsched.plots.capacity",
     "kvsched.plots_sweep": "kvsched.plots.sweep",

@@ -22,10 +22,10 @@ from kvsched.policies.fcfs import Fcfs
 from kvsched.records import RunResult
 from kvsched.records.metrics import summarize
 from kvsched.records.slo import Slo
+from kvsched.records.steplog import StepLog, Timeline
 from kvsched.records.table import RecordTable
 from kvsched.request import Request
 from kvsched.request_columns import RequestColumns
-from kvsched.steplog import StepLog, Timeline
 from kvsched.timing import StepClock, TimeModel
 from kvsched.turns import check_turns
 

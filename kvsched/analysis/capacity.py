@@ -36,6 +36,7 @@ from kvsched.paths import CAPACITY, replace_dir
 from kvsched.records.diagnosis import INCIDENT_KEYS
 from kvsched.records.metric_names import VLLM_NAMES, refusal, resolve
 from kvsched.records.metrics import CLUSTER_KEYS, OFFLOAD_KEYS, PD_KEYS, SUMMARY_KEYS
+from kvsched.records.steplog import StepLog
 from kvsched.report import write_csv, write_json
 from kvsched.runner import requests_of, run_variant, select, staging
 from kvsched.scenario import (
@@ -47,7 +48,6 @@ from kvsched.scenario import (
     unknown_value,
 )
 from kvsched.schema import Fixed, SyntheticWorkload, TraceWorkload
-from kvsched.steplog import StepLog
 
 MAX_FACTOR = 1024.0  # the search looks no further than 1024x (or 1/1024x) the given rate
 DEFAULT_TOLERANCE = 0.02

@@ -26,10 +26,10 @@ from kvsched.policies.base import Policy
 from kvsched.records import RunResult
 from kvsched.records.metrics import host_summary, summarize
 from kvsched.records.slo import Slo
+from kvsched.records.steplog import StepLog, Timeline
 from kvsched.records.table import RecordTable
 from kvsched.request import Request, Status
 from kvsched.sequence import Seq, SeqState
-from kvsched.steplog import StepLog, Timeline
 from kvsched.timing import TimeModel
 from kvsched.turns import ARRIVAL_SLACK, ArrivalQueue
 

@@ -40,11 +40,11 @@ from kvsched.policies.base import Policy
 from kvsched.records import RequestRecord, RunResult
 from kvsched.records.metrics import host_summary, summarize
 from kvsched.records.slo import Slo
+from kvsched.records.steplog import StepLog, StepStats, replica_chunk
 from kvsched.records.table import RecordTable
 from kvsched.request import Request, Status
 from kvsched.routers import EngineView, Router, RouteRequest
 from kvsched.sequence import Seq
-from kvsched.steplog import StepLog, StepStats, replica_chunk
 from kvsched.timing import TimeModel
 from kvsched.turns import ARRIVAL_SLACK, ArrivalQueue, check_turns
 
