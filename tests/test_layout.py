@@ -137,6 +137,38 @@ def test_no_import_cycle():
     assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
 
 
+def part_of(name: str) -> str:
+    """The part a module belongs to: its subpackage (`kvsched.records` for
+    `kvsched.records.rows`), or itself at the package's top (`kvsched.runner`)."""
+    return ".".join(name.split(".")[:2])
+
+
+def part_graph() -> dict[str, set[str]]:
+    """Which parts import which, through any of their modules."""
+    graph: dict[str, set[str]] = {}
+    for name, targets in import_graph().items():
+        graph.setdefault(part_of(name), set())
+        for target in targets:
+            if part_of(target) != part_of(name):
+                graph[part_of(name)].add(part_of(target))
+                graph.setdefault(part_of(target), set())
+    return graph
+
+
+PART_LOOPS_LEFT = [["kvsched.scenario", "kvsched.schema", "kvsched.workload"]]
+"""Parts that still import each other round a loop, each for a reason (docs/extending.md,
+"Where the parts live"): the schema reads the trace formats' registry
+(`kvsched.workload.formats`) while the workload's builder reads the schema's specs; the
+schema is being rewritten (one declaration per knob), and stays as it is until then."""
+
+
+def test_no_two_parts_import_each_other():
+    """Beyond the modules, the parts (a subpackage, or a module at the package's top) stand
+    in layers: none imports another that imports it back, through any of their modules,
+    but the loops named in PART_LOOPS_LEFT (and one that is mended leaves that list)."""
+    assert cycles(part_graph()) == PART_LOOPS_LEFT
+
+
 def _has_reason(lines: list[str], node: ast.stmt) -> bool:
     """A comment on the import's lines, or on the line above the run of imports (and `try:`
     lines) it starts or belongs to."""
