@@ -62,7 +62,7 @@ VLLM_VERSION := 0.33.0
 CONFORMANCE_OUT ?= $(OUT)/conformance
 CONFORMANCE_N ?= 200
 CONFORMANCE_SEED ?= 1
-KVSCHED_FN ?= kvsched.conformance:vllm_v1_decisions
+KVSCHED_FN ?= kvsched.decisions:vllm_v1_decisions
 
 conformance-install: $(CSTAMP)
 
@@ -133,7 +133,7 @@ CVENV0 := .venv-conformance-v0
 CBIN0 := $(CVENV0)/bin
 CSTAMP0 := $(CVENV0)/.installed-stamp
 VLLM_V0_VERSION := 0.8.5
-V0_FN ?= kvsched.conformance:vllm_v0_decisions
+V0_FN ?= kvsched.decisions:vllm_v0_decisions
 
 conformance-v0-install: $(CSTAMP0)
 
@@ -192,9 +192,9 @@ conformance-sglang: install $(SGSTAMP)
 		--seed $(SGLANG_SEED) --out $(CONFORMANCE_OUT)/sglang/radix-s$(SGLANG_SEED).json
 	$(BIN)/python -m conformance.sglang_compare $(CONFORMANCE_OUT)/sglang/rounds-s$(SGLANG_SEED).json \
 		$(CONFORMANCE_OUT)/sglang/radix-s$(SGLANG_SEED).json
-	@echo "== kvsched (kvsched.conformance:sglang_decisions) vs SGLang's scheduling loop"
+	@echo "== kvsched (kvsched.decisions:sglang_decisions) vs SGLang's scheduling loop"
 	$(BIN)/python -m conformance.compare $(CONFORMANCE_OUT)/sglang/loop-s$(SGLANG_SEED) \
-		--kvsched kvsched.conformance:sglang_decisions --quiet
+		--kvsched kvsched.decisions:sglang_decisions --quiet
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -30,8 +30,8 @@ def compiled_modules() -> tuple[str, ...]:
 
 def remove_stale_builds() -> None:
     """Delete the builds of modules that are no longer compiled (moved into a package, or
-    dropped): an extension file beside a module's old path would be imported in place of
-    the source that now stands there (a compatibility re-export)."""
+    dropped): an extension file left at a module's old path is dead weight, and would be
+    imported by a checkout without the old-path table (`kvsched/_moved.py`)."""
     wanted = {name.replace(".", "/") for name in compiled_modules()} | {"kvsched/_fastcore"}
     for path in Path(__file__).with_name("kvsched").rglob("*"):
         if path.suffix not in (".so", ".pyd"):

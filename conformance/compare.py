@@ -42,7 +42,7 @@ STEP_FIELDS = ("scheduled", "preempted", "finished", "rejected")
 REQUEST_FIELDS = ("first_token_step", "finish_step", "num_preemptions", "status")
 HIT_FIELDS = ("prefix_hit_tokens", "cached_tokens")  # with prefix caching on
 CACHE_STEP_FIELDS = ("hits", "cached_blocks", "evicted_blocks")  # if the side gives them
-DEFAULT_KVSCHED = "kvsched.conformance:vllm_v1_decisions"
+DEFAULT_KVSCHED = "kvsched.decisions:vllm_v1_decisions"
 RECORD_FORMATS = ("kvsched-vllm-v1-record/", "kvsched-vllm-v0-record/",
                   "kvsched-sglang-record/")
 # V0 records (conformance/vllm_v0_driver.py) also say who was swapped out and in.

@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from kvsched.conformance import (
+from kvsched.decisions import (
     sglang_priority_round_decisions,
     sglang_radix_outcomes,
     sglang_ratio_values,

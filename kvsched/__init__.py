@@ -12,9 +12,11 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from kvsched import _moved
 from kvsched import compiled as _compiled
 
 _compiled.install()  # a compiled module's build is taken only while it matches its source
+_moved.install()  # the old paths of moved modules (kvsched.capacity...) give the new modules
 
 __version__ = "0.1.0"
 
@@ -27,7 +29,7 @@ _EXPORTS = {
     "RequestRecord": "kvsched.records", "RunResult": "kvsched.records",
     "Request": "kvsched.request", "Status": "kvsched.request",
     "simulate": "kvsched.simulator",
-    "RecordMode": "kvsched.steplog", "StepLog": "kvsched.steplog",
+    "RecordMode": "kvsched.records.steplog", "StepLog": "kvsched.records.steplog",
     "ConstantStep": "kvsched.timing", "LinearStep": "kvsched.timing",
     "StepClock": "kvsched.timing",
 }
@@ -61,7 +63,7 @@ if TYPE_CHECKING:
         RequestRecord,
         RunResult,
     )
+    from kvsched.records.steplog import RecordMode, StepLog
     from kvsched.request import Request, Status
     from kvsched.simulator import simulate
-    from kvsched.steplog import RecordMode, StepLog
     from kvsched.timing import ConstantStep, LinearStep, StepClock

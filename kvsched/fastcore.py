@@ -27,10 +27,10 @@ from kvsched.partial_prefills import make_partial_prefills
 from kvsched.policies.base import Policy
 from kvsched.policies.fcfs import Fcfs
 from kvsched.records.fastcsv import _fastcore, available, format_csv, format_runs, read_csv  # noqa: F401  (kept here for callers)
+from kvsched.records.steplog import SEGMENT_FIELDS, SegmentBlock, StepLog
 from kvsched.records.table import RecordTable
 from kvsched.request_columns import RequestColumns
 from kvsched.reservation import make_reservation
-from kvsched.steplog import SEGMENT_FIELDS, SegmentBlock, StepLog
 from kvsched.timing import LinearStep, TimeModel, constant_duration
 
 _LARGE = 2 ** 62

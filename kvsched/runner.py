@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvsched import __version__
-from kvsched.analysis.diagnosis import Incident, Thresholds, diagnose, incident_flags
 from kvsched.backpressure import Action, Backpressure
 from kvsched.errors import ScenarioError
 from kvsched.paths import RUN, replace_dir, write_error
 from kvsched.records import BATCH_COLUMNS, EVENT_COLUMNS, REQUEST_COLUMNS, RunResult
 from kvsched.records.csvout import RowCsv, StepCsv, cell_text, write_rows
+from kvsched.records.diagnosis import Incident, Thresholds, diagnose, incident_flags
 from kvsched.records.metric_names import read
+from kvsched.records.steplog import RecordMode, StepLog
 from kvsched.records.table import rows_of
 from kvsched.report import summary_rows, write_json
 from kvsched.request import Request
@@ -33,7 +34,6 @@ from kvsched.schema import (
     TraceWorkload,
 )
 from kvsched.simulator import Abort, simulate
-from kvsched.steplog import RecordMode, StepLog
 from kvsched.timing.serve_defaults import derived_defaults
 from kvsched.variant_parts import admission_of, policy_of, slo_of, time_model_of
 from kvsched.workload import build_requests, count_requests

@@ -20,10 +20,10 @@ from typing import Annotated, Any, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from kvsched.analysis.diagnosis import INCIDENT_KEYS
 from kvsched.compat import first_conflict
 from kvsched.config import ENGINE_DEFAULTS
 from kvsched.errors import ScenarioError, excerpt
+from kvsched.records.diagnosis import INCIDENT_KEYS
 from kvsched.records.metric_names import VLLM_NAMES, refusal, resolve
 from kvsched.records.metrics import CLASS_KEYS, CLUSTER_KEYS, OFFLOAD_KEYS, PD_KEYS, SUMMARY_KEYS
 from kvsched.schema import (

@@ -6,7 +6,7 @@ from kvsched.engine.mechanism import Scheduler
 from kvsched.engine.plan import Event, StepPlan
 from kvsched.engine.stretch import MAX_STRETCH
 from kvsched.engine.texts import V0_PREEMPTION_WARNING, model_len_rejection, v0_rejection
-from kvsched.steplog import Stretch
+from kvsched.records.steplog import Stretch
 
 __all__ = ["MAX_STRETCH", "V0_PREEMPTION_WARNING", "Event", "GapTracker", "Scheduler",
            "StepPlan", "Stretch", "model_len_rejection", "v0_rejection"]

@@ -38,20 +38,25 @@ from kvsched.config import (
 )
 from kvsched.engine_keys import ENGINE_ALIASES, written_engine_keys  # noqa: F401  (re-exported)
 from kvsched.errors import KvschedError
-from kvsched.hardware import (
+from kvsched.paths import name_problem, scenario_name_problem
+from kvsched.policies import check_policy_name, is_user_policy, make_policy
+from kvsched.presets import PRESETS
+from kvsched.presets import expand as expand_preset
+from kvsched.timing import ConstantStep, LinearStep, StepClock, TimeModel
+from kvsched.timing.hardware import (
     KV_DTYPE_BYTES,
     WEIGHT_DTYPE_BYTES,
     UnknownHardware,
     load_gpu,
     load_model,
 )
-from kvsched.kvpool import DEFAULT_UTILIZATION, PoolDoesNotFit, kv_pool_blocks, pool_breakdown
-from kvsched.paths import name_problem, scenario_name_problem
-from kvsched.policies import check_policy_name, is_user_policy, make_policy
-from kvsched.presets import PRESETS
-from kvsched.presets import expand as expand_preset
-from kvsched.serve_defaults import USAGES, with_defaults
-from kvsched.timing import ConstantStep, LinearStep, StepClock, TimeModel
+from kvsched.timing.kvpool import (
+    DEFAULT_UTILIZATION,
+    PoolDoesNotFit,
+    kv_pool_blocks,
+    pool_breakdown,
+)
+from kvsched.timing.serve_defaults import USAGES, with_defaults
 from kvsched.workload.formats import FORMATS
 
 MAX_SYNTHETIC_REQUESTS = 10_000_000

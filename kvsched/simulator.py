@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvsched import fastcore
-from kvsched.admission import Slo, SloAdmission
+from kvsched.admission import SloAdmission
 from kvsched.backpressure import Backpressure
 from kvsched.config import EngineConfig
 from kvsched.events import (  # noqa: F401  (DIAGNOSIS_EVENTS: kept here for callers)
@@ -21,10 +21,11 @@ from kvsched.policies.base import Policy
 from kvsched.policies.fcfs import Fcfs
 from kvsched.records import RunResult
 from kvsched.records.metrics import summarize
+from kvsched.records.slo import Slo
+from kvsched.records.steplog import StepLog, Timeline
 from kvsched.records.table import RecordTable
 from kvsched.request import Request
 from kvsched.request_columns import RequestColumns
-from kvsched.steplog import StepLog, Timeline
 from kvsched.timing import StepClock, TimeModel
 from kvsched.turns import check_turns
 

@@ -4,8 +4,9 @@ them alike."""
 
 from __future__ import annotations
 
-from kvsched.admission import Estimator, Slo, SloAdmission
+from kvsched.admission import Estimator, SloAdmission
 from kvsched.policies import Policy, make_policy
+from kvsched.records.slo import Slo
 from kvsched.scenario import Variant
 from kvsched.schema import RunSpec
 from kvsched.timing import TimeModel

@@ -17,9 +17,10 @@ import yaml
 from typer.testing import CliRunner
 
 from kvsched import EngineConfig, LinearStep, Request, RunResult, simulate
-from kvsched.admission import Slo, SloAdmission
+from kvsched.admission import SloAdmission
 from kvsched.cli import app
 from kvsched.errors import ScenarioError
+from kvsched.records.slo import Slo
 from kvsched.runner import run_scenario
 from kvsched.scenario import load_scenario
 

@@ -9,10 +9,10 @@ from test_capacity import ROOT, SMALL
 from typer.testing import CliRunner
 
 from kvsched.analysis.capacity import SloTarget, capacity_frame, run_capacity
+from kvsched.analysis.sweep import SweepSource, parse_axis, run_sweep
 from kvsched.backends import Backend, run_jobs
 from kvsched.cli import app
 from kvsched.errors import KvschedError
-from kvsched.sweep import SweepSource, parse_axis, run_sweep
 
 ray = pytest.importorskip("ray")
 

@@ -9,11 +9,11 @@ import pytest
 from typer.testing import CliRunner
 
 from kvsched.analysis.capacity import SloTarget, holds, run_capacity, run_probe, scaled, search
+from kvsched.analysis.sweep import SweepSource, parse_axis
 from kvsched.cli import app
 from kvsched.errors import ScenarioError
 from kvsched.runner import requests_of, run_variant
 from kvsched.scenario import load_scenario, load_scenario_text
-from kvsched.sweep import SweepSource, parse_axis
 
 ROOT = Path(__file__).resolve().parents[1]
 POOL60 = ROOT / "scenarios" / "pool60.yaml"

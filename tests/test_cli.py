@@ -14,10 +14,10 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
+from kvsched.analysis.sweep import parse_axis
 from kvsched.cli import app
 from kvsched.records import EVENT_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS
 from kvsched.records.metrics import SUMMARY_KEYS
-from kvsched.sweep import parse_axis
 
 REPO = Path(__file__).resolve().parent.parent
 COMMANDS = ("run", "sweep", "validate", "policies", "scenarios")  # the list

@@ -16,10 +16,10 @@ from test_capacity import SMALL
 from typer.testing import CliRunner
 
 from kvsched.analysis.capacity import Probe, SloTarget, run_capacity
+from kvsched.analysis.sweep import SweepSource
 from kvsched.cli import app
 from kvsched.cli import progress as cli_progress
 from kvsched.cli.progress import CountTally, Heartbeat, ProbeTally, RunTally, elapsed_text
-from kvsched.sweep import SweepSource
 
 ROOT = Path(__file__).resolve().parents[1]
 

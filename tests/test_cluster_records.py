@@ -200,13 +200,13 @@ def test_a_streamed_cluster_run_writes_the_bytes_of_an_in_memory_one(tmp_path, m
     """`kvsched run` streams each replica's steps and events in chunks (made small here, so
     that every replica hands on many) and joins them: the files are byte for byte those
     written from a run that kept everything in memory."""
-    import kvsched.steplog
+    import kvsched.records.steplog
     from kvsched.cluster.run import write_cluster_records
+    from kvsched.records.steplog import RecordMode
     from kvsched.runner import run_variant
     from kvsched.scenario import load_scenario
-    from kvsched.steplog import RecordMode
 
-    monkeypatch.setattr(kvsched.steplog, "CHUNK", 64)  # replica chunks of 256 segments
+    monkeypatch.setattr(kvsched.records.steplog, "CHUNK", 64)  # replica chunks of 256 segments
     path = tmp_path / "stream.yaml"
     path.write_text(STREAMED)
     variants = load_scenario(path).variants

@@ -1,7 +1,7 @@
 """kvsched's `vllm_v1` preset with prefix caching against recorded vLLM 0.33 runs.
 
 Each fixture of tests/fixtures/vllm_v1_prefix/ (caching on; see tests/test_conformance_prefix.py
-for how they were recorded) must come out of `kvsched.conformance:vllm_v1_decisions` exactly as
+for how they were recorded) must come out of `kvsched.decisions:vllm_v1_decisions` exactly as
 vLLM decided it: per step who ran with how many tokens and who was preempted, per request its
 first-token and finish steps, preemptions, status, hit at first admission (`prefix_hit_tokens`)
 and hits over its life (`cached_tokens`). Needs `engine.enable_prefix_caching` and the hashed
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from conformance import compare as cmp  # noqa: E402
-from kvsched.conformance import vllm_v1_decisions  # noqa: E402
+from kvsched.decisions import vllm_v1_decisions  # noqa: E402
 
 PATHS = sorted((ROOT / "tests" / "fixtures" / "vllm_v1_prefix").glob("*.json"))
 

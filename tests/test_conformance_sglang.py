@@ -12,7 +12,7 @@ import pytest
 
 from conformance.compare import compare, side_by_side
 from conformance.sglang_compare import compare_radix, compare_record
-from kvsched.conformance import (
+from kvsched.decisions import (
     sglang_decisions,
     sglang_priority_round_decisions,
     sglang_round_decisions,

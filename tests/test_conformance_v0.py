@@ -4,7 +4,7 @@ Needs no vLLM: the fixtures in tests/fixtures/vllm_v0/ were recorded by
 conformance/vllm_v0_driver.py in .venv-conformance-v0 (`make conformance-v0`). Each one is
 compared step by step (who ran with how many tokens, who was preempted, swapped out or in,
 finished, rejected) and request by request (first-token step, finish step, preemptions,
-status) with `kvsched.conformance:vllm_v0_decisions`.
+status) with `kvsched.decisions:vllm_v0_decisions`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from conformance import compare as cmp  # noqa: E402
-from kvsched.conformance import vllm_v0_decisions, vllm_v0_engine  # noqa: E402
+from kvsched.decisions import vllm_v0_decisions, vllm_v0_engine  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "vllm_v0"
 PATHS = sorted(FIXTURES.glob("*.json"))

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from conformance import compare as cmp  # noqa: E402
-from kvsched.conformance import vllm_v0_decisions  # noqa: E402
+from kvsched.decisions import vllm_v0_decisions  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "vllm_v0_prefix"
 PATHS = sorted(FIXTURES.glob("*.json"))

@@ -16,9 +16,10 @@ import yaml
 from typer.testing import CliRunner
 
 from kvsched import EngineConfig, Request, RunResult, make_policy, simulate
-from kvsched.admission import Slo, SloAdmission
-from kvsched.analysis.diagnosis import KINDS, Incident, Thresholds, diagnose
+from kvsched.admission import SloAdmission
 from kvsched.cli import app
+from kvsched.records.diagnosis import KINDS, Incident, Thresholds, diagnose
+from kvsched.records.slo import Slo
 from kvsched.runner import run_scenario
 from kvsched.scenario import load_scenario
 

@@ -27,9 +27,9 @@ from kvsched import (
 )
 from kvsched.cli import app
 from kvsched.records.floatfmt import FORMAT
+from kvsched.records.steplog import RecordMode, StepLog
 from kvsched.records.table import RecordTable
 from kvsched.request_columns import RequestColumns
-from kvsched.steplog import RecordMode, StepLog
 
 pytestmark = pytest.mark.skipif(not fastcore.available(),
                                 reason="the compiled loop is not built (no C compiler)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvsched import EngineConfig, Request, StepClock, simulate
-from kvsched.admission import Slo
+from kvsched.records.slo import Slo
 
 # Prefill-first, two sequences at a time: c's and d's prefills (steps 2 and 3) hold b's
 # decode back, so b's TPOT is 5/3 while a's and d's are 1; c has one token.

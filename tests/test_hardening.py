@@ -256,9 +256,9 @@ def test_read_only_out(small, tmp_path, monkeypatch, command):
 @pytest.mark.parametrize("command", ["run", "sweep"])
 def test_disk_full_leaves_nothing_partial(small, tmp_path, monkeypatch, command):
     """ENOSPC while writing: one line, no staging folder or .summary.csv.<pid> left behind."""
+    import kvsched.analysis.sweep
     import kvsched.report
     import kvsched.runner
-    import kvsched.sweep
 
     out = tmp_path / "out"
     calls = {"n": 0}
@@ -280,7 +280,7 @@ def test_disk_full_leaves_nothing_partial(small, tmp_path, monkeypatch, command)
         real_rows(path, header, rows)
 
     monkeypatch.setattr(kvsched.runner, "write_rows", full_rows)
-    monkeypatch.setattr(kvsched.sweep, "write_csv", full_frame)
+    monkeypatch.setattr(kvsched.analysis.sweep, "write_csv", full_frame)
     args = ["run", small] if command == "run" else ["sweep", small, "--blocks", "30,60"]
     line = one_error(invoke(*args, "--out", out))
     assert "No space left on device" in line and "disk full" in line
@@ -316,7 +316,7 @@ def test_sigterm_while_writing_removes_the_staging_folder(small, tmp_path):
 
 PATCHED_SWEEP = """\
 import os, sys, time
-import kvsched.sweep as sweep
+from kvsched.analysis import sweep
 where = sys.argv[2]
 def hang(job):
     open(os.path.join(where, f"worker-{os.getpid()}"), "w").close()

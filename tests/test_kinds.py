@@ -6,9 +6,9 @@ from __future__ import annotations
 import pickle
 
 from kvsched import EngineConfig, Request, simulate
-from kvsched.analysis.diagnosis import KINDS, Thresholds, starvation
 from kvsched.events import DIAGNOSIS_EVENTS
 from kvsched.kinds import EventKind, IncidentKind, Reason, Why, why_of
+from kvsched.records.diagnosis import KINDS, Thresholds, starvation
 
 
 def test_event_kinds_are_the_words_events_csv_holds():

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from kvsched.cli import app
 from kvsched.errors import KvschedError
-from kvsched.plot_folders import plot_folder
-from kvsched.plots import (
+from kvsched.plots.folders import plot_folder
+from kvsched.plots.run import (
     class_names,
     latency_points,
     plot_run_folder,
@@ -23,7 +23,7 @@ from kvsched.plots import (
     ttft_cdf,
     wide_range,
 )
-from kvsched.plots_sweep import SweepAxis, read_sweep, sweep_lines, sweep_x_axis
+from kvsched.plots.sweep import SweepAxis, read_sweep, sweep_lines, sweep_x_axis
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -296,7 +296,7 @@ def test_wide_range_means_more_than_two_decades():
 def test_lifecycle_series_counts_to_the_end_of_the_run(starve_run):
     """Requests over the run's clock: everyone arrives, the starved are counted by arrival,
     and arrived = finished + waiting-or-running at every time."""
-    from kvsched.plots import lifecycle_series
+    from kvsched.plots.run import lifecycle_series
 
     requests = pd.read_csv(starve_run / "narrow" / "requests.csv")
     series = lifecycle_series(requests)
@@ -312,7 +312,7 @@ def test_lifecycle_series_counts_to_the_end_of_the_run(starve_run):
 def test_timeline_reaches_the_end_of_the_run_and_scales_the_pool(starve_run):
     """narrow starves requests long after its last step: the timeline's bottom panel runs to
     the last arrival, and the KV panel is scaled to what was used (pool far above)."""
-    from kvsched.plots import draw_timeline, read_variant
+    from kvsched.plots.run import draw_timeline, read_variant
 
     records = read_variant(starve_run / "narrow")
     fig = draw_timeline(records)
@@ -333,7 +333,7 @@ def test_timeline_reaches_the_end_of_the_run_and_scales_the_pool(starve_run):
 def test_swap_thrash_and_slo_are_drawn(tmp_path):
     """Under swap, the blocks moved and the thrash ratio are drawn; an SLO is a line in
     ttft.png and latency.png; identical variants get different line styles."""
-    from kvsched.plots import draw_timeline, draw_ttft, read_run
+    from kvsched.plots.run import draw_timeline, draw_ttft, read_run
 
     text = (SCENARIOS / "pool60.yaml").read_text() + "slo: {ttft: 5}\n"
     path = tmp_path / "p.yaml"
@@ -356,7 +356,7 @@ def test_swap_thrash_and_slo_are_drawn(tmp_path):
 
 def test_sweep_title_names_every_swept_axis(sweep_folder):
     """The sweep picture's title names the axis along x and the ones that make the lines."""
-    from kvsched.plots_sweep import draw_sweep
+    from kvsched.plots.sweep import draw_sweep
 
     info, axes, frame = read_sweep(sweep_folder)
     title = draw_sweep(axes, frame, "t").get_suptitle()
@@ -370,7 +370,7 @@ def test_compact_and_summary_records_still_draw(tmp_path):
     from typer.testing import CliRunner
 
     from kvsched.cli import app
-    from kvsched.plots import expand_compact, read_csv
+    from kvsched.plots.run import expand_compact, read_csv
 
     scenario = tmp_path / "s.yaml"
     scenario.write_text(
@@ -397,7 +397,7 @@ def test_compact_and_summary_records_still_draw(tmp_path):
 
 def test_ttft_share_ends_at_the_part_of_all_requests_with_a_token(starve_run):
     """Drawn over all the requests: a variant that starves ends below 1, at its share."""
-    from kvsched.plots import ttft_share
+    from kvsched.plots.run import ttft_share
 
     requests = pd.read_csv(starve_run / "narrow" / "requests.csv")
     share = ttft_share(requests)
@@ -410,7 +410,7 @@ def test_ttft_share_ends_at_the_part_of_all_requests_with_a_token(starve_run):
 def test_ttft_png_shows_what_each_variant_completed_and_its_incidents(starve_run):
     """Beside the curves, a bar per variant stacks its requests by outcome (the counts of
     requests.csv) and names the diagnosis' incidents."""
-    from kvsched.plots import draw_ttft, read_run, request_outcomes
+    from kvsched.plots.run import draw_ttft, read_run, request_outcomes
 
     variants = read_run(starve_run)
     figure = draw_ttft(variants)
@@ -434,7 +434,7 @@ def test_ttft_png_shows_what_each_variant_completed_and_its_incidents(starve_run
 
 
 def test_latency_png_titles_say_completed_and_incidents(starve_run):
-    from kvsched.plots import draw_latency, read_run
+    from kvsched.plots.run import draw_latency, read_run
 
     variants = read_run(starve_run)
     titles = [ax.get_title() for ax in draw_latency(variants).axes[:2]]

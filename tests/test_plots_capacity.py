@@ -12,7 +12,7 @@ import pytest
 from test_capacity import SMALL
 from test_plots import assert_sensible_png, invoke
 
-from kvsched.plots_capacity import draw_capacity, overlapping, read_capacity, search_frames
+from kvsched.plots.capacity import draw_capacity, overlapping, read_capacity, search_frames
 
 POOL60 = Path(__file__).resolve().parent.parent / "scenarios" / "pool60.yaml"
 

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_plots import assert_sensible_png, invoke
 
-from kvsched.plots_sweep import (
+from kvsched.plots.sweep import (
     COUNT_COLUMNS,
     SweepAxis,
     draw_sweep,

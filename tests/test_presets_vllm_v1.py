@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from conformance import v1_rules_model
 from conformance.compare import compare, load, record_paths, side_by_side
 from kvsched import Request, StepClock, make_policy, simulate
-from kvsched.conformance import vllm_v1_decisions
+from kvsched.decisions import vllm_v1_decisions
 from kvsched.preset_engine import engine_config
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm_v1"

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from test_invariants import SETTINGS, configs, workloads
 
 from kvsched import EngineConfig, LinearStep, Request, make_policy, simulate
-from kvsched.admission import Slo
 from kvsched.records.metrics import summarize
+from kvsched.records.slo import Slo
 from kvsched.records.table import RecordTable, columns_of, rows_of
 from kvsched.request_columns import RequestColumns
 from kvsched.workload import build_requests

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 from kvsched import STEP_COLUMNS, ConstantStep, EngineConfig, Request, StepLog, simulate
 from kvsched.cli import app
 from kvsched.records.csvout import StepCsv, write_rows
+from kvsched.records.steplog import COMPACT_COLUMNS, RecordMode
 from kvsched.simulator import DIAGNOSIS_EVENTS
-from kvsched.steplog import COMPACT_COLUMNS, RecordMode
 
 ENGINE = EngineConfig(num_blocks=64, max_num_batched_tokens=256)
 

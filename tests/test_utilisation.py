@@ -10,8 +10,8 @@ import pytest
 from kvsched import EngineConfig, LinearStep, Request, simulate
 from kvsched.records import STEP_COLUMNS
 from kvsched.records.csvout import StepCsv
+from kvsched.records.steplog import COMPACT_COLUMNS, RecordMode, compact_row
 from kvsched.scheduler import Stretch
-from kvsched.steplog import COMPACT_COLUMNS, RecordMode, compact_row
 from kvsched.timing.roofline import BatchShape, RooflineStep
 
 CONFIG = EngineConfig(max_num_batched_tokens=512, block_size=16, num_blocks=400,

@@ -28,13 +28,15 @@ from typing import Any
 import pandas as pd
 
 from kvsched.analysis.capacity_grid import search_steps
-from kvsched.analysis.diagnosis import INCIDENT_KEYS
 from kvsched.analysis.slo_watch import SloWatch
+from kvsched.analysis.sweep import Axis, SweepSource, grid, grid_spec
 from kvsched.backends import Backend, process_pool, run_jobs, stop_pool
 from kvsched.errors import KvschedError, ScenarioError
 from kvsched.paths import CAPACITY, replace_dir
+from kvsched.records.diagnosis import INCIDENT_KEYS
 from kvsched.records.metric_names import VLLM_NAMES, refusal, resolve
 from kvsched.records.metrics import CLUSTER_KEYS, OFFLOAD_KEYS, PD_KEYS, SUMMARY_KEYS
+from kvsched.records.steplog import StepLog
 from kvsched.report import write_csv, write_json
 from kvsched.runner import requests_of, run_variant, select, staging
 from kvsched.scenario import (
@@ -46,8 +48,6 @@ from kvsched.scenario import (
     unknown_value,
 )
 from kvsched.schema import Fixed, SyntheticWorkload, TraceWorkload
-from kvsched.steplog import StepLog
-from kvsched.sweep import Axis, SweepSource, grid, grid_spec
 
 MAX_FACTOR = 1024.0  # the search looks no further than 1024x (or 1/1024x) the given rate
 DEFAULT_TOLERANCE = 0.02
@@ -463,7 +463,7 @@ def write_capacity(folder: Path, results: Sequence[Capacity], targets: Sequence[
                    plot: bool = False) -> None:
     """`capacity.csv`, `capacity_probes.csv`, `capacity.json` (the scenario, grid, SLOs,
     tolerance and time unit: the marker of a capacity folder) and with `plot`
-    `capacity.png` (`kvsched.plots_capacity`, which `kvsched plot` redraws it with), staged
+    `capacity.png` (`kvsched.plots.capacity`, which `kvsched plot` redraws it with), staged
     beside `folder` and renamed into its place: a previous search of the same name is
     replaced whole (anything else there is refused, left as it is), and an OS error (disk
     full...) leaves nothing partial."""
@@ -480,8 +480,8 @@ def write_capacity(folder: Path, results: Sequence[Capacity], targets: Sequence[
         write_json(spec, staged / "capacity.json")
         if plot:
             # matplotlib: only when pictures are drawn
-            from kvsched.plots import save_png
-            from kvsched.plots_capacity import draw_capacity
+            from kvsched.plots.capacity import draw_capacity
+            from kvsched.plots.run import save_png
 
             figure = draw_capacity(answers, probes, slo, tolerance, spec["time_unit"],
                                    f"{folder.name} ({source.source})",

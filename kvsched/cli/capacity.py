@@ -104,8 +104,8 @@ def capacity(
 
     # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.analysis.capacity import SloTarget, capacity_frame, run_capacity, write_capacity
+    from kvsched.analysis.sweep import OPTION_PATHS, SweepSource, parse_axis, parse_set_axis
     from kvsched.scenario import load_scenario
-    from kvsched.sweep import OPTION_PATHS, SweepSource, parse_axis, parse_set_axis
 
     check_name(name)
     check_out(out)

@@ -43,11 +43,11 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 if TYPE_CHECKING:  # the commands import what they use: `kvsched --help` stays fast
     from collections.abc import Sequence
 
+    from kvsched.analysis.sweep import Axis
     from kvsched.cli.progress import RunTally
     from kvsched.request import Request
     from kvsched.runner import ScenarioRun
     from kvsched.scenario import Scenario
-    from kvsched.sweep import Axis
 
 def shipped_scenarios_dir() -> Path:
     local = Path("scenarios")
@@ -208,7 +208,7 @@ def column_names(text: str | None, scenarios: "list[Scenario]", names: list[str]
     from difflib import get_close_matches
 
     # (loaded when the command runs: `kvsched --help` stays fast)
-    from kvsched.analysis.diagnosis import INCIDENT_KEYS
+    from kvsched.records.diagnosis import INCIDENT_KEYS
     from kvsched.records.metric_names import VLLM_NAMES, refusal, resolve
     from kvsched.records.metrics import CLUSTER_KEYS, OFFLOAD_KEYS, PD_KEYS, SUMMARY_KEYS
     from kvsched.scenario import is_known_metric, known_classes, time_unit_of
@@ -253,8 +253,8 @@ def _unit_warnings(scenario: "Scenario", names: list[str],
     KV pool each `num_blocks: auto` variant derived from its GPU."""
     # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.schema import derived_pool, unit_warnings
-    from kvsched.serve_defaults import defaults_line
-    from kvsched.trace_notes import timestamp_slip, traces_of
+    from kvsched.timing.serve_defaults import defaults_line
+    from kvsched.workload.trace_notes import timestamp_slip, traces_of
 
     messages = [m for v in scenario.variants for m in unit_warnings(v.spec)]
     messages += [slip for trace in traces_of(scenario, workloads, names)
@@ -274,7 +274,7 @@ def _idle_warnings(result: "ScenarioRun", workloads: "dict[str, Sequence[Request
     """After a run: replays of hours that kept the engine almost idle (a trace in ms?)."""
     # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.schema import TraceWorkload
-    from kvsched.trace_notes import idle_slip
+    from kvsched.workload.trace_notes import idle_slip
 
     messages = []
     for run in result.runs:
@@ -329,7 +329,7 @@ def _extra_files(drawn: list[str], plot: bool, report: bool, folder: Path,
     to `drawn`; a drawing problem must not cost the run its records."""
     if plot:
         # matplotlib: only when pictures are drawn
-        from kvsched.plots import plot_run_folder
+        from kvsched.plots.run import plot_run_folder
 
         try:
             drawn += [path.name for path in plot_run_folder(folder)]
@@ -488,11 +488,7 @@ def sweep(
     )
 
     # (loaded when the command runs: `kvsched --help` stays fast)
-    from kvsched.cli.capacity import backend_of
-    from kvsched.cli.progress import CountTally, run_heartbeat
-    from kvsched.report import sweep_table
-    from kvsched.scenario import load_scenario
-    from kvsched.sweep import (
+    from kvsched.analysis.sweep import (
         OPTION_PATHS,
         SweepSource,
         check_size,
@@ -501,6 +497,10 @@ def sweep(
         run_sweep,
         write_sweep,
     )
+    from kvsched.cli.capacity import backend_of
+    from kvsched.cli.progress import CountTally, run_heartbeat
+    from kvsched.report import sweep_table
+    from kvsched.scenario import load_scenario
 
     if jobs < 1:
         raise KvschedError(f"--jobs: expected a number of processes >= 1, got {jobs}")
@@ -549,7 +549,7 @@ def sweep(
         write_sweep(folder, frame, axes, source)
         if plot:
             # matplotlib: only when pictures are drawn
-            from kvsched.plots_sweep import plot_sweep_folder
+            from kvsched.plots.sweep import plot_sweep_folder
 
             beat.status = f"drawing {folder}/sweep.png"
             plot_sweep_folder(folder)
@@ -584,8 +584,8 @@ def validate(scenarios: Files) -> None:
     each trace holds (requests, span, mean rate)."""
     # (loaded when the command runs: `kvsched --help` stays fast)
     from kvsched.schema import derived_pool, unit_warnings
-    from kvsched.serve_defaults import defaults_line
-    from kvsched.trace_notes import span_line, timestamp_slip, traces_of
+    from kvsched.timing.serve_defaults import defaults_line
+    from kvsched.workload.trace_notes import span_line, timestamp_slip, traces_of
 
     bad = 0
     for path in scenarios:
@@ -693,7 +693,7 @@ def plot(
 ) -> None:
     """Draw the pictures of a past run, sweep or capacity search from its CSV files."""
     # matplotlib: only when pictures are drawn
-    from kvsched.plot_folders import plot_folder
+    from kvsched.plots.folders import plot_folder
 
     work_begins()  # (drawing a long run's pictures takes seconds and makes garbage)
     for path in plot_folder(folder):
@@ -822,7 +822,7 @@ def step_time(
 ) -> None:
     """How long one step takes on this model and GPU (the roofline time model)."""
     # (loaded when the command runs: `kvsched --help` stays fast)
-    from kvsched.roofline import BatchShape
+    from kvsched.timing.roofline import BatchShape
 
     roofline = _roofline(model, gpu, tp, weight_dtype, kv_cache_dtype)
     if batches is None:
@@ -928,7 +928,7 @@ def _roofline(model: str, gpu: str, tp: int, weight_dtype: str = "bf16",
               kv_cache_dtype: str = "auto") -> Any:
     """The roofline, its ValueErrors (tp that does not divide the heads) as input errors."""
     # (loaded when the command runs: `kvsched --help` stays fast)
-    from kvsched.roofline import RooflineStep
+    from kvsched.timing.roofline import RooflineStep
 
     try:
         return RooflineStep(model, gpu, tp, weight_dtype=str(weight_dtype),
@@ -945,7 +945,7 @@ def fit_linear_command(model: ModelOpt, gpu: GpuOpt, tp: TpOpt = 1,
                        kv_cache_dtype: KvDtypeOpt = KvCacheDtype.AUTO) -> None:
     """Fit `time: {kind: linear}` coefficients to the roofline over a grid of batches."""
     # (loaded when the command runs: `kvsched --help` stays fast)
-    from kvsched.stepfit import fit_linear
+    from kvsched.timing.stepfit import fit_linear
 
     fit = fit_linear(_roofline(model, gpu, tp, weight_dtype, kv_cache_dtype))
     linear = fit.model

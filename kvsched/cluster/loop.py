@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvsched.admission import Slo, SloAdmission
+from kvsched.admission import SloAdmission
 from kvsched.backpressure import Backpressure
 from kvsched.config import EngineConfig
 from kvsched.engine.replica import Engine
@@ -25,10 +25,11 @@ from kvsched.kinds import unended_turn
 from kvsched.policies.base import Policy
 from kvsched.records import RunResult
 from kvsched.records.metrics import host_summary, summarize
+from kvsched.records.slo import Slo
+from kvsched.records.steplog import StepLog, Timeline
 from kvsched.records.table import RecordTable
 from kvsched.request import Request, Status
 from kvsched.sequence import Seq, SeqState
-from kvsched.steplog import StepLog, Timeline
 from kvsched.timing import TimeModel
 from kvsched.turns import ARRIVAL_SLACK, ArrivalQueue
 

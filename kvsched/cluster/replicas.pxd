@@ -1,7 +1,7 @@
 cimport cython
 from kvsched.engine.replica cimport Engine
 from kvsched.sequence cimport Seq
-from kvsched.steplog cimport StepLog, Stretch
+from kvsched.records.steplog cimport StepLog, Stretch
 from kvsched.turns cimport ArrivalQueue
 
 cdef class _Replica:

@@ -26,24 +26,25 @@ from typing import Any
 
 import numpy as np
 
-from kvsched.admission import Slo, SloAdmission
+from kvsched.admission import SloAdmission
 from kvsched.backpressure import Backpressure
 from kvsched.cluster.loop import collector_off, put_record
 from kvsched.cluster.pd import Disaggregation, Phases, pd_summary
 from kvsched.config import EngineConfig
 from kvsched.engine.replica import Engine
 from kvsched.engine.view import RouteLike
+from kvsched.events import EventSink, EventStream
 from kvsched.histogram import GapHistogram
 from kvsched.kinds import unended_turn
 from kvsched.policies.base import Policy
 from kvsched.records import RequestRecord, RunResult
 from kvsched.records.metrics import host_summary, summarize
+from kvsched.records.slo import Slo
+from kvsched.records.steplog import StepLog, StepStats, replica_chunk
 from kvsched.records.table import RecordTable
 from kvsched.request import Request, Status
 from kvsched.routers import EngineView, Router, RouteRequest
 from kvsched.sequence import Seq
-from kvsched.simulator import EventSink, EventStream
-from kvsched.steplog import StepLog, StepStats, replica_chunk
 from kvsched.timing import TimeModel
 from kvsched.turns import ARRIVAL_SLACK, ArrivalQueue, check_turns
 

@@ -28,6 +28,13 @@ from kvsched.cluster.transfer import Link
 from kvsched.errors import KvschedError
 from kvsched.records import EVENT_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS
 from kvsched.records.csvout import RowCsv, StepCsv, write_rows
+from kvsched.records.steplog import (
+    COMPACT_COLUMNS,
+    RecordMode,
+    StepLog,
+    compact_row,
+    replica_chunk,
+)
 from kvsched.request import Request
 from kvsched.routers import Router, load_router, make_router
 from kvsched.scenario import Variant
@@ -38,13 +45,6 @@ from kvsched.schema import (
     RouterSpec,
     RunSpec,
     replica_engines,
-)
-from kvsched.steplog import (
-    COMPACT_COLUMNS,
-    RecordMode,
-    StepLog,
-    compact_row,
-    replica_chunk,
 )
 from kvsched.variant_parts import admission_of, policy_of, slo_of, time_model_of
 

@@ -4,7 +4,7 @@ from kvsched.blocks cimport BlockPool
 from kvsched.engine.mechanism cimport Scheduler
 from kvsched.engine.plan cimport StepPlan
 from kvsched.sequence cimport Seq
-from kvsched.steplog cimport Stretch
+from kvsched.records.steplog cimport Stretch
 
 cdef class Engine:
     cdef public object config

@@ -22,8 +22,8 @@ from kvsched.kinds import EventKind
 from kvsched.policies.base import Policy
 from kvsched.prefix import Prefix
 from kvsched.records import StepOutcome
+from kvsched.records.steplog import Stretch
 from kvsched.sequence import Seq
-from kvsched.steplog import Stretch
 from kvsched.timing import TimeModel, constant_duration, stretch_pricer
 
 _outcome = tuple.__new__

@@ -3,7 +3,7 @@ from kvsched.blocks cimport BlockPool
 from kvsched.engine.mechanism cimport Scheduler
 from kvsched.kvcache.tracker cimport PrefixTracker
 from kvsched.sequence cimport Seq
-from kvsched.steplog cimport Stretch
+from kvsched.records.steplog cimport Stretch
 
 @cython.locals(prefix=PrefixTracker, running=dict, n=cython.longlong, limit=cython.longlong, kv=cython.longlong, durations=list, ends=list, at=cython.double, t=cython.longlong, pool=BlockPool, spare=cython.longlong, block_due=dict, block_size=cython.longlong, tick=cython.longlong, num_blocks=cython.longlong, blocks_used=cython.longlong, horizon=cython.longlong, used=list, last=cython.longlong, filled=cython.longlong, due_ticks=list, cached_start=cython.longlong, due=list, growing=list, seq=Seq, later=list, k=cython.longlong, first=cython.longlong, stretch=Stretch, bound=cython.longlong, crossed=list, cached=cython.longlong, done=cython.longlong, epoch=cython.longlong)
 cpdef Stretch decode_stretch(Scheduler sched, long long step, double now, object step_time, object pricer, double next_arrival, long long max_steps)

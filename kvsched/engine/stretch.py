@@ -16,7 +16,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from kvsched.engine.head_of_line import hol_floor
-from kvsched.steplog import Stretch
+from kvsched.records.steplog import Stretch
 from kvsched.timing import Pricer
 from kvsched.turns import ARRIVAL_SLACK
 

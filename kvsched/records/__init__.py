@@ -4,10 +4,11 @@
   names, `StepOutcome`, `RequestRecord`, `RunResult`); its names are this package's face, as
   when `kvsched.records` was that one module;
 - `table`: a run's request records as columns; `metrics`: the summary of a run, and
-  `metric_names`: vLLM's benchmark names for its keys;
+  `metric_names`: vLLM's benchmark names for its keys; `diagnosis`: what went wrong in a
+  run, with evidence (its incidents);
+- `steplog`: the step records as a run keeps them (exact rows and decode stretches, the
+  step sums, the timeline), compiled with the engine, which cimports its types;
 - `csvout`: the CSV files, through `floatfmt` (`%.10g` a column at a time) and `fastcsv`
-  (the C writer and reader, when built); `mode`: how much of the step record a run writes.
-
-The step log itself (`kvsched.steplog`) is compiled with the engine, and stays beside it."""
+  (the C writer and reader, when built); `mode`: how much of the step record a run writes."""
 
 from kvsched.records.rows import *  # noqa: F403

@@ -27,7 +27,7 @@ from kvsched.floatsum import fold
 from kvsched.records import fastcsv
 from kvsched.records.floatfmt import cell_text, format_floats, formatted
 from kvsched.records.rows import STEP_COLUMNS
-from kvsched.steplog import COMPACT_COLUMNS, RecordMode, Segment, SegmentBlock, Stretch
+from kvsched.records.steplog import COMPACT_COLUMNS, RecordMode, Segment, SegmentBlock, Stretch
 
 _STEP_FLOATS = frozenset({"time", "duration", "thrash_ratio", "mfu", "mbu"})
 _CONSTANT = (3, 4, 5, 6, 7, 8, 9, 12, 13, 15, 16, 17, 18)

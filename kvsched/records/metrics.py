@@ -27,12 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from kvsched.admission import Slo
 from kvsched.histogram import GapHistogram
 from kvsched.quantile import percentiles
 from kvsched.records.rows import RequestRecord
+from kvsched.records.slo import Slo
+from kvsched.records.steplog import StepStats
 from kvsched.records.table import STATUS_CODE, STATUSES, Columns, columns_of
-from kvsched.steplog import StepStats
 
 LATE_KEYS = (
     "ttft_p90", "tpot_mean", "tpot_p50", "tpot_p90", "tpot_p95", "tpot_p99",

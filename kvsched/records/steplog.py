@@ -18,8 +18,8 @@ from operator import attrgetter, mul
 import numpy as np
 
 from kvsched.floatsum import fold
-from kvsched.records import STEP_COLUMNS
 from kvsched.records.mode import RecordMode as RecordMode  # (importable from here too)
+from kvsched.records.rows import STEP_COLUMNS
 
 
 class Stretch:

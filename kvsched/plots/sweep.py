@@ -20,9 +20,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from kvsched.analysis.diagnosis import KINDS
 from kvsched.errors import KvschedError
-from kvsched.plots import (
+from kvsched.plots.run import (
     COLORS,
     DPI,
     LINE_MARKERS,
@@ -37,6 +36,7 @@ from kvsched.plots import (
     save_png,
     wide_range,
 )
+from kvsched.records.diagnosis import KINDS
 from kvsched.report import fmt
 
 SWEEP_METRICS = ("ttft_p50", "ttft_p99", "throughput", "num_preemptions")

@@ -43,12 +43,12 @@ from typing import Any
 
 import numpy as np
 
-from kvsched.admission import Slo
 from kvsched.floatsum import fold
 from kvsched.kinds import EventKind, IncidentKind, why_of
 from kvsched.quantile import median, percentiles
 from kvsched.records import RequestRecord, RunResult
 from kvsched.records.metrics import slo_met
+from kvsched.records.slo import Slo
 from kvsched.records.table import (
     STATUS_CODE,
     STATUSES,

@@ -1,14 +1,15 @@
 """`kvsched plot`'s dispatch: the pictures a folder gets by what it holds (a run, a sweep or a
-capacity search), drawn by `kvsched.plots`, `kvsched.plots_sweep` or `kvsched.plots_capacity`."""
+capacity search), drawn by `kvsched.plots.run`, `kvsched.plots.sweep` or
+`kvsched.plots.capacity`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from kvsched.errors import KvschedError
-from kvsched.plots import plot_run_folder
-from kvsched.plots_capacity import plot_capacity_folder
-from kvsched.plots_sweep import plot_sweep_folder
+from kvsched.plots.capacity import plot_capacity_folder
+from kvsched.plots.run import plot_run_folder
+from kvsched.plots.sweep import plot_sweep_folder
 
 
 def plot_folder(folder: Path) -> list[Path]:

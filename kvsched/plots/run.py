@@ -1,6 +1,6 @@
 """Pictures of a past run, drawn from the records it wrote (PNG, matplotlib's Agg), and
-what the pictures of sweeps (`kvsched.plots_sweep`) and capacity searches
-(`kvsched.plots_capacity`) share with them.
+what the pictures of sweeps (`kvsched.plots.sweep`) and capacity searches
+(`kvsched.plots.capacity`) share with them.
 
 A run folder `<out>/<scenario>/` gets `timeline-<variant>.png`, `ttft.png` and `latency.png`.
 The series are prepared by pure functions (`timeline_series`, `ttft_cdf`, `ttft_share`,

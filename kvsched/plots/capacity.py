@@ -22,7 +22,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from kvsched.errors import KvschedError
-from kvsched.plots import DPI, _color, read_csv, read_json, save_png, wide_range
+from kvsched.plots.run import DPI, _color, read_csv, read_json, save_png, wide_range
 from kvsched.report import fmt, picked_title
 
 FAILS = "#c00000"

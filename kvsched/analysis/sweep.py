@@ -17,14 +17,14 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from kvsched.analysis.diagnosis import diagnose, incident_flags
 from kvsched.backends import Backend, run_jobs
 from kvsched.errors import KvschedError, ScenarioError, excerpt
 from kvsched.paths import SWEEP, replace_dir
+from kvsched.records.diagnosis import diagnose, incident_flags
+from kvsched.records.steplog import StepLog
 from kvsched.report import write_csv, write_json
 from kvsched.runner import policy_of, run_variant, select, slo_of, staging, thresholds_of
 from kvsched.scenario import Assignment, Scenario, load_scenario_text
-from kvsched.steplog import StepLog
 
 OPTION_PATHS = {
     "budget": "engine.max_num_batched_tokens",

@@ -1,4 +1,8 @@
-"""kvsched's `vllm_v1` preset on the conformance harness's step clock.
+"""kvsched's decisions as the conformance harness asks for them, on its step clock: the
+`vllm_v1`, `vllm_v0` and `sglang` presets answering the questions that the drivers of the real
+engines (top-level `conformance/`) recorded, for `conformance/compare.py` and
+`conformance/sglang_compare.py` to hold side by side. (It was `kvsched.conformance`, a second
+meaning of the harness's name; that path still imports: `kvsched/_moved.py`.)
 
 `vllm_v1_decisions(config, workload)` answers what `conformance/compare.py` asks (see
 conformance/README.md): per step, who ran with how many tokens, who was preempted, who

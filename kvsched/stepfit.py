@@ -1,4 +1,0 @@
-"""Kept for compatibility: this module moved to `kvsched.timing.stepfit` (the time models'
-package); old imports keep working."""
-
-from kvsched.timing.stepfit import *  # noqa: F403
