@@ -267,7 +267,9 @@ class StepCsv:
             else:
                 arrays.append(format_floats(values))
         if self.replica is not None:
-            arrays.append(pa.repeat(self.replica, len(arrays[0])).cast(pa.int64()))
+            # (not pa.repeat: its scalar asks whether the value is a pandas object, which
+            # imports pandas, a tenth of a second)
+            arrays.append(int64s(np.full(len(arrays[0]), self.replica, dtype=np.int64)))
         writer.write_table(pa.Table.from_arrays(arrays, schema=self._schema))
 
     def close(self) -> None:
