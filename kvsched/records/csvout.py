@@ -378,10 +378,13 @@ def _stretch_columns(stretches: list[Stretch], num_blocks: int) -> list[Any]:
     zeros = np.zeros(n, dtype=np.int64)
     decoded_column = ints(decoded)
     used_column = ints(used)
+    mfu_column: Any = mfu  # [None, ...] without a hardware time model
+    mbu_column: Any = mbu
     if mfu[0] is not None:  # (one time model per run: every stretch has them, or none)
-        mfu, mbu = np.array(mfu, dtype=np.float64), np.array(mbu, dtype=np.float64)
+        mfu_column = np.array(mfu, dtype=np.float64)
+        mbu_column = np.array(mbu, dtype=np.float64)
     return [ints(steps), ints(counts), np.array(starts, dtype=np.float64),
             np.array(durations, dtype=np.float64), ints(running), ints(waiting), zeros, zeros,
             decoded_column, zeros, decoded_column, used_column, num_blocks - used_column,
-            zeros, zeros, ints(finished), zeros, zeros, np.zeros(n), zeros, mfu, mbu,
-            ints(cached), ints(evicted)]
+            zeros, zeros, ints(finished), zeros, zeros, np.zeros(n), zeros, mfu_column,
+            mbu_column, ints(cached), ints(evicted)]
