@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from kvsched.backpressure import Action, Backpressure
+from kvsched.cluster.loop import collector_off
 from kvsched.cluster.pd import Disaggregation, PdDecider, Phases
 from kvsched.cluster.replicas import ClusterResult, ReplicaSetup, run_cluster
 from kvsched.cluster.transfer import Link
@@ -269,13 +270,17 @@ def _tagged(path: Path, index: int) -> Iterator[tuple[float, int, tuple]]:
 
 def _merge_events(path: Path, parts: list[Path]) -> None:
     """events.csv from the replicas' spooled events, merged as `cluster._merged_events`
-    merges them in memory (by time, ties by replica); the spools removed."""
+    merges them in memory (by time, ties by replica); the spools removed. The collector is
+    off meanwhile: the chunks of tuples it reads and writes live across a few of its passes,
+    which then count them as long-lived and walk everything the run holds (two full passes,
+    0.17 s of R5's 3.2 s)."""
     streams = [_tagged(part, index) for index, part in enumerate(parts)]
     merged = heapq.merge(*streams, key=lambda t: (t[0], t[1]))
     writer = RowCsv(path, (*EVENT_COLUMNS, "replica"))
     try:
-        for batch in iter(lambda: list(islice(merged, 1 << 15)), []):
-            writer([(*event, index) for _, index, event in batch])
+        with collector_off():
+            for batch in iter(lambda: list(islice(merged, 1 << 15)), []):
+                writer([(*event, index) for _, index, event in batch])
     finally:
         writer.close()
     for part in parts:

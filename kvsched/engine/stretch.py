@@ -110,7 +110,9 @@ def decode_stretch(sched: Scheduler, step: int, now: float, step_time: float | N
         # in order (a boundary crossed moves that request's next one a block later).
         # vLLM hashes a block as a decode fills it: the pass before the request's next
         # one crosses into a new block (`filled`: a bucket is also visited for that).
-        filled = 1 if prefix is not None and prefix.eager else 0
+        # Async scheduling (`lagged`) hashes it when the next block is taken: nothing to
+        # visit for it then.
+        filled = 1 if prefix is not None and prefix.eager and not prefix.lagged else 0
         due_ticks = sorted([t for t in block_due if t <= horizon + filled])
     cached_start = prefix.num_cached if prefix is not None else 0
     while due_ticks:

@@ -60,8 +60,10 @@ class _Copy:
     def __init__(self, node: _Node | None, owners: list[_Owner]) -> None:
         self.node = node
         self.owners = owners
-        self.prev: _Copy = self
-        self.next: _Copy = self
+        # Out of the free queue: _DETACHED, not itself (a copy that pointed at itself would
+        # be a cycle, which only the garbage collector frees: R1 left 38k of them)
+        self.prev: _Copy = _DETACHED
+        self.next: _Copy = _DETACHED
 
 
 class _Owner:
@@ -76,6 +78,12 @@ class _Owner:
         self.covered = 0
         self.tail = 0
         self.committed = 0
+
+
+_DETACHED = _Copy.__new__(_Copy)
+"""What a copy out of the free queue links to (one object, a cycle of its own)."""
+_DETACHED.node, _DETACHED.owners = None, []
+_DETACHED.prev = _DETACHED.next = _DETACHED
 
 
 def _size(copy: _Copy) -> int:
@@ -97,6 +105,7 @@ class HashedBlockCache:
         self.root = _Node(None, (), None, 0, 0)
         self._uncached_free = num_blocks
         self._lru = _Copy(None, [])  # the free queue's sentinel: next is evicted first
+        self._lru.prev = self._lru.next = self._lru
         self._lru_blocks = 0
         self._num_cached = 0
         self._owners: dict[int, _Owner] = {}
@@ -179,7 +188,7 @@ class HashedBlockCache:
         """A free copy leaves the free queue (touched by a hit, or evicted)."""
         copy.prev.next = copy.next
         copy.next.prev = copy.prev
-        copy.prev = copy.next = copy
+        copy.prev = copy.next = _DETACHED
         self._lru_blocks -= _size(copy)
 
     def _evict(self, num_blocks: int) -> None:

@@ -42,3 +42,6 @@ cdef class StepLog:
 
     cpdef row(self, object row)
     cpdef stretch(self, Stretch stretch)
+
+@cython.locals(s=Stretch, times=list, duration=cython.double, mfu=list, mbu=list, flops=cython.double, bytes_moved=cython.double, k=Py_ssize_t, total=cython.longlong, blocks=cython.longlong)
+cpdef tuple compact_fields(list stretches)

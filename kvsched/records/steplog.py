@@ -13,7 +13,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import repeat
-from operator import attrgetter, mul
+from operator import attrgetter
 
 import numpy as np
 
@@ -256,18 +256,64 @@ def stretch_rows(stretch: Stretch, num_blocks: int) -> Iterator[tuple]:
 
 def compact_row(stretch: Stretch, num_blocks: int) -> tuple:
     """A stretch as one COMPACT_COLUMNS row."""
-    n, steps = stretch.num_decodes, stretch.num_steps
-    used = stretch.blocks_used[-1]
-    duration = fold(stretch.durations)
-    mfu = mbu = None
-    if stretch.mfu is not None and stretch.mbu is not None:
-        mfu = fold(map(mul, stretch.mfu, stretch.durations)) / duration
-        mbu = fold(map(mul, stretch.mbu, stretch.durations)) / duration
-    return (stretch.step, steps, stretch.starts[0], duration,
-            stretch.num_running, stretch.num_waiting, 0, 0, n * steps, 0, n * steps, used,
-            num_blocks - used, 0, 0, stretch.num_finished, 0, 0, 0.0, 0, mfu, mbu,
-            stretch.cached_blocks[-1] if stretch.cached_blocks else 0,
-            sum(stretch.evicted_blocks) if stretch.evicted_blocks else 0)
+    (step, steps, start, duration, running, waiting, decoded, used, finished, mfu, mbu, cached,
+     evicted) = [column[0] for column in compact_fields([stretch])]
+    return (step, steps, start, duration, running, waiting, 0, 0, decoded, 0, decoded, used,
+            num_blocks - used, 0, 0, finished, 0, 0, 0.0, 0, mfu, mbu, cached, evicted)
+
+
+def compact_fields(stretches: list[Stretch]) -> tuple[list, ...]:
+    """What the COMPACT_COLUMNS rows of `stretches` hold that is not a constant, a list per
+    field in one pass over them: step, num_steps, time (the first start), duration (the
+    durations' sum, in step order), num_running, num_waiting, decoded tokens, blocks_used
+    (as the last batch ran), num_finished, mfu and mbu (means weighted by the durations;
+    None without a hardware time model), cached_blocks (after the last step) and
+    evicted_blocks (summed)."""
+    steps: list[int] = []
+    counts: list[int] = []
+    starts: list[float] = []
+    durations: list[float] = []
+    running: list[int] = []
+    waiting: list[int] = []
+    decoded: list[int] = []
+    used: list[int] = []
+    finished: list[int] = []
+    mfus: list[float | None] = []
+    mbus: list[float | None] = []
+    cached: list[int] = []
+    evicted: list[int] = []
+    for s in stretches:
+        steps.append(s.step)
+        counts.append(s.num_steps)
+        starts.append(s.starts[0])
+        times = s.durations
+        duration = fold(times)
+        durations.append(duration)
+        running.append(s.num_running)
+        waiting.append(s.num_waiting)
+        decoded.append(s.num_decodes * s.num_steps)
+        used.append(s.blocks_used[-1])
+        finished.append(s.num_finished)
+        mfu, mbu = s.mfu, s.mbu
+        if mfu is not None and mbu is not None:  # (fold(map(mul, mfu, times)), inlined)
+            flops = bytes_moved = 0.0
+            for k in range(len(times)):
+                flops += mfu[k] * times[k]
+            for k in range(len(times)):
+                bytes_moved += mbu[k] * times[k]
+            mfus.append(flops / duration)
+            mbus.append(bytes_moved / duration)
+        else:
+            mfus.append(None)
+            mbus.append(None)
+        cached.append(s.cached_blocks[-1] if s.cached_blocks else 0)
+        total = 0
+        if s.evicted_blocks:
+            for blocks in s.evicted_blocks:
+                total += blocks
+        evicted.append(total)
+    return (steps, counts, starts, durations, running, waiting, decoded, used, finished, mfus,
+            mbus, cached, evicted)
 
 
 @dataclass(frozen=True, slots=True)

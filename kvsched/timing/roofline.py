@@ -53,7 +53,10 @@ class BatchShape:
     @property
     def num_tokens(self) -> int:
         """Tokens through the dense layers: every prefill token and one per decode."""
-        return sum(chunk for chunk, _ in self.prefill_chunks) + self.num_decodes
+        tokens = self.num_decodes
+        for chunk, _ in self.prefill_chunks:  # (a loop, not sum() of a generator: per step)
+            tokens += chunk
+        return tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,7 +304,9 @@ class RooflineStep:
     def memory_bytes(self, shape: BatchShape) -> float:
         """Bytes one GPU must move in the step at least (for memory-bandwidth utilisation):
         its shard of the weights, LM head included, and the KV the attention reads."""
-        kv_tokens = shape.decode_kv_tokens + sum(c + k for c, k in shape.prefill_chunks)
+        kv_tokens = shape.decode_kv_tokens
+        for c, k in shape.prefill_chunks:
+            kv_tokens += c + k
         return self._costs.memory_bytes(kv_tokens)
 
     def utilisation(self, shape: BatchShape, seconds: float) -> tuple[float, float]:
@@ -322,7 +327,9 @@ class RooflineStep:
 
     def flops(self, shape: BatchShape) -> float:
         """Useful FLOPs of the step on one GPU (for MFU): dense layers, attention, LM head."""
-        pairs = fold(c * (k + (c + 1) / 2) for c, k in shape.prefill_chunks)  # causal, useful
+        pairs = 0.0  # causal, useful: summed left to right (a fold, written out: per step)
+        for c, k in shape.prefill_chunks:
+            pairs += c * (k + (c + 1) / 2)
         return self._costs.flops(shape.num_tokens, pairs + shape.decode_kv_tokens,
                                  len(shape.prefill_chunks) + shape.num_decodes)
 
