@@ -347,8 +347,8 @@ def _model_splits(cls: type, tp: int, info: ValidationInfo) -> int:
 
 
 class RooflineTime(Strict):
-    """Step times from the model and the GPU (`kvsched.roofline`); `model` is a Hugging Face id
-    of the catalogue or the path of a config.json."""
+    """Step times from the model and the GPU (`kvsched.timing.roofline`); `model` is a Hugging
+    Face id of the catalogue or the path of a config.json."""
 
     kind: Literal["roofline"]
     model: str
@@ -376,7 +376,7 @@ class RooflineTime(Strict):
 
 
 class ProfiledTime(Strict):
-    """Step times replayed from operator profiles in Vidur's CSV format (`kvsched.profiled`);
+    """Step times replayed from operator profiles in Vidur's CSV format (`kvsched.timing.profiled`);
     `gpu`, the GPU they were measured on, is optional: a preset's GPU defaults need it."""
 
     kind: Literal["profiled"]
@@ -868,7 +868,7 @@ class BackpressureSpec(Strict):
 
 
 class DiagnosisSpec(Strict):
-    """`diagnosis:` detector thresholds (see kvsched.analysis.diagnosis) and the baseline
+    """`diagnosis:` detector thresholds (see kvsched.records.diagnosis) and the baseline
     variant."""
 
     baseline: str | None = None  # default: the scenario's first variant
@@ -980,7 +980,7 @@ class ClusterSpec(Strict):
     count of replicas like the variant's engine, or a list of overrides (a mixed fleet).
     `signal_delay`: the router sees each replica as it was this long ago (time units).
     `imbalance_ttft_ratio` and `imbalance_queue`: the imbalance detector's thresholds (see
-    `kvsched.analysis.diagnosis.imbalance`)."""
+    `kvsched.records.diagnosis.imbalance`)."""
 
     replicas: Annotated[list[ReplicaSpec], Field(min_length=1)] = [ReplicaSpec()]
     # (made unvalidated: validating it here would import every router with the schema)
@@ -1172,7 +1172,7 @@ def _auto_replica_pools(data: dict, engine: dict, auto: bool) -> dict:
 
 def _gpu_batch_defaults(data: dict) -> dict:
     """The variant's engine and each fleet entry with a time model of its own take their
-    preset's defaults for their GPU (`kvsched.serve_defaults`) under the keys written."""
+    preset's defaults for their GPU (`kvsched.timing.serve_defaults`) under the keys written."""
     engine, time = data.get("engine"), data.get("time")
     if isinstance(engine, dict):
         data = {**data, "engine": with_defaults(engine, time)}

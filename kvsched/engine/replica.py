@@ -1,6 +1,6 @@
 """One replica: its scheduler, time model, thrash monitor and admission gate.
 
-The loop (`kvsched.loop.run_loop`, or `kvsched.cluster` for several replicas) owns the
+The loop (`kvsched.cluster.loop.run_loop`, or `kvsched.cluster.replicas` for several) owns the
 clock and the arrivals; an `Engine` only answers "run your next step starting at `now`"
 (`step`) and "run, in one move, the pure-decode steps that would follow" (`stretch`).
 """
