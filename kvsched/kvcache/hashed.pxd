@@ -47,7 +47,7 @@ cdef class HashedBlockCache:
     cpdef grow_each(self, list owners)
     @cython.locals(held=_Owner, size=cython.longlong, full=cython.longlong, done=cython.longlong, top=cython.longlong)
     cpdef commit(self, object owner, object prefix, long long num_tokens, long long prompt_tokens=*)
-    @cython.locals(parent=_Node, child=_Node, copy=_Copy, position=cython.longlong, size=cython.longlong, stop=cython.longlong)
+    @cython.locals(copies=list, last=_Copy, parent=_Node, child=_Node, copy=_Copy, position=cython.longlong, size=cython.longlong, stop=cython.longlong)
     cpdef _attach(self, _Owner held, object prefix, long long start, long long end)
     @cython.locals(held=_Owner, copy=_Copy)
     cpdef free(self, object owner)

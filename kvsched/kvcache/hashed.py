@@ -334,12 +334,14 @@ class HashedBlockCache:
         new copies on the nodes that already hold them (after the older ones), and a new
         node beyond; its own leaf simply grows."""
         copies = held.copies
-        parent = copies[-1].node if copies else self.root
+        last = copies[-1] if copies else None  # (typed: its fields read as C values)
+        parent = last.node if last is not None else self.root
         assert parent is not None and parent.end == start
         position, size = start, self.block_size
         while position < end:
-            if (parent.parent is not None and not parent.children and len(parent.copies) == 1
-                    and parent.copies[0] is copies[-1] and len(copies[-1].owners) == 1):
+            if (last is not None and parent.parent is not None and not parent.children
+                    and len(parent.copies) == 1 and parent.copies[0] is last
+                    and len(last.owners) == 1):
                 parent.end = end  # its own leaf: it grows in place
                 parent.chain = prefix
                 return
@@ -359,6 +361,7 @@ class HashedBlockCache:
             copy = _Copy(child, [held])  # a second copy of these blocks: after the first
             child.copies.append(copy)
             copies.append(copy)
+            last = copy
             position, parent = stop, child
 
     def free(self, owner: int) -> None:
