@@ -1,7 +1,8 @@
 """The engine's knobs: budgets, KV pool, and the rules where real schedulers differ.
 
 Each rule is one orthogonal switch, so that vLLM V0, vLLM V1 and SGLang are combinations of
-them (see the table in README.md, section "The engine").
+them (`kvsched.presets`; every knob's meaning: `kvsched keys`, or the key table in
+docs/scenarios.md, both made from the declarations here).
 """
 
 from __future__ import annotations
@@ -390,7 +391,6 @@ _ENUMS = {name: kind for name, kind in KNOB_TYPES.items()
           if isinstance(kind, type) and issubclass(kind, StrEnum)}
 _CHOICES = {k.name: k.metadata["choices"] for k in KNOBS if k.metadata["choices"]}
 
-ENGINE_DEFAULTS: Mapping[str, Any] = MappingProxyType(
-    {name: field.default for name, field in EngineConfig.__dataclass_fields__.items()})
+ENGINE_DEFAULTS: Mapping[str, Any] = MappingProxyType({k.name: k.default for k in KNOBS})
 """Each engine key's default, for `kvsched.compat.first_conflict`'s rows that compare a key
 with its own (`DEFAULT`)."""
