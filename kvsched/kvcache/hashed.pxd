@@ -1,5 +1,7 @@
 cimport cython
 
+cdef class _Owner
+
 cdef class _Node:
     cdef public _Node parent
     cdef public object key
@@ -7,6 +9,7 @@ cdef class _Node:
     cdef public long long start, end
     cdef public dict children
     cdef public list copies
+    cdef public _Owner grower
 
 cdef class _Copy:
     cdef public _Node node
@@ -16,6 +19,12 @@ cdef class _Copy:
 cdef class _Owner:
     cdef public list copies
     cdef public long long covered, tail, committed
+    cdef public _Node leaf
+    cdef public object chain
+    cdef public long long chain_blocks
+
+    @cython.locals(leaf=_Node)
+    cpdef let_go(self)
 
 @cython.locals(node=_Node)
 cdef long long _size(_Copy copy)
@@ -26,10 +35,16 @@ cdef class HashedBlockCache:
     cdef public long long _uncached_free
     cdef public _Copy _lru
     cdef public long long _lru_blocks, _num_cached
-    cdef public dict _owners
+    cdef public list _owners
     cdef public long long evicted
     cdef public object spill
 
+    @cython.locals(owners=list)
+    cdef _Owner _held(self, long long owner)
+    @cython.locals(held=_Owner)
+    cdef _Owner _holder(self, long long owner)
+    @cython.locals(owners=list, held=_Owner)
+    cdef _Owner _adopt(self, long long owner)
     @cython.locals(node=_Node, child=_Node, position=cython.longlong, size=cython.longlong, end=cython.longlong)
     cpdef list _path(self, object prefix, long long limit)
     @cython.locals(parent=_Node, upper=_Node, copy=_Copy, half=_Copy, after=_Copy, owner=_Owner)
@@ -43,11 +58,11 @@ cdef class HashedBlockCache:
     cpdef long long idle_hits(self, object prefix, long long hit_tokens)
     @cython.locals(held=_Owner, fresh=cython.longlong, size=cython.longlong, hit_blocks=cython.longlong, node=_Node, end=cython.longlong, copy=_Copy)
     cpdef allocate(self, object owner, object prefix, long long hit_tokens, long long num_new)
-    @cython.locals(num_new=cython.longlong, fresh=cython.longlong, held=dict, owner=object)
+    @cython.locals(num_new=cython.longlong, fresh=cython.longlong, held=_Owner, owner=cython.longlong)
     cpdef grow_each(self, list owners)
     @cython.locals(held=_Owner, size=cython.longlong, full=cython.longlong, done=cython.longlong, top=cython.longlong)
     cpdef commit(self, object owner, object prefix, long long num_tokens, long long prompt_tokens=*)
-    @cython.locals(copies=list, last=_Copy, parent=_Node, child=_Node, copy=_Copy, position=cython.longlong, size=cython.longlong, stop=cython.longlong)
+    @cython.locals(leaf=_Node, copies=list, last=_Copy, parent=_Node, child=_Node, copy=_Copy, position=cython.longlong, size=cython.longlong, stop=cython.longlong)
     cpdef _attach(self, _Owner held, object prefix, long long start, long long end)
     @cython.locals(held=_Owner, copy=_Copy)
     cpdef free(self, object owner)

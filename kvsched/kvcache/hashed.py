@@ -36,9 +36,9 @@ if TYPE_CHECKING:
 class _Node:
     """Block positions `start` .. `end - 1` along the path from the root; `chain` is a prefix
     that agrees with that path through `end`; `key` is the first block's key in the parent's
-    `children`."""
+    `children`. `grower`: the owner that extends it in place (see `_Owner.leaf`), else None."""
 
-    __slots__ = ("parent", "key", "chain", "start", "end", "children", "copies")
+    __slots__ = ("parent", "key", "chain", "start", "end", "children", "copies", "grower")
 
     def __init__(self, parent: _Node | None, key: tuple, chain: Prefix | None, start: int,
                  end: int) -> None:
@@ -49,6 +49,7 @@ class _Node:
         self.end = end
         self.children: dict[tuple, _Node] = {}
         self.copies: list[_Copy] = []
+        self.grower: _Owner | None = None
 
 
 class _Copy:
@@ -69,15 +70,33 @@ class _Copy:
 class _Owner:
     """A request's blocks: `copies` cover its first `covered` positions, then `tail` blocks
     without a hash; `committed` is how many leading blocks it has committed (as vLLM counts
-    them: it may pass `covered` at a block no hash covers)."""
+    them: it may pass `covered` at a block no hash covers).
 
-    __slots__ = ("copies", "covered", "tail", "committed")
+    `leaf`: the node of its last copy while that node is its own leaf (a node with no
+    children, one copy, held by it alone), which its next commit extends in place (most
+    commits: a decode's block of private tokens); valid while `leaf.grower is self`: a
+    second copy or owner clears it. Asked as one pointer compare, not a walk over the node,
+    its copies and their owners (a commit's cost was those reads, out of the CPU's caches).
+    `chain`, `chain_blocks`: the prefix of its last commit and its full blocks."""
+
+    __slots__ = ("copies", "covered", "tail", "committed", "leaf", "chain", "chain_blocks")
 
     def __init__(self) -> None:
         self.copies: list[_Copy] = []
         self.covered = 0
         self.tail = 0
         self.committed = 0
+        self.leaf: _Node | None = None
+        self.chain: Prefix | None = None
+        self.chain_blocks = 0
+
+    def let_go(self) -> None:
+        """It no longer extends `leaf` in place (its last copy changes or is shared)."""
+        leaf = self.leaf
+        if leaf is not None:
+            if leaf.grower is self:
+                leaf.grower = None
+            self.leaf = None
 
 
 _DETACHED = _Copy.__new__(_Copy)
@@ -108,7 +127,9 @@ class HashedBlockCache:
         self._lru.prev = self._lru.next = self._lru
         self._lru_blocks = 0
         self._num_cached = 0
-        self._owners: dict[int, _Owner] = {}
+        # owner id -> its blocks (None: holds none); ids are requests' indices, small and
+        # dense: a list slot, not a dict lookup (whose key compare read a cold int object)
+        self._owners: list[_Owner | None] = []
         self.evicted = 0  # cached blocks evicted so far
         # a host tier (`kvsched.kvcache.offload.HostTier`) evicted blocks go to
         self.spill: HostTier | None = None
@@ -124,6 +145,30 @@ class HashedBlockCache:
     @property
     def evicted_blocks(self) -> int:
         return self.evicted
+
+    # -- owners ---------------------------------------------------------------------------
+
+    def _held(self, owner: int) -> _Owner | None:
+        """`owner`'s blocks, None while it holds none."""
+        owners = self._owners
+        return owners[owner] if 0 <= owner < len(owners) else None
+
+    def _holder(self, owner: int) -> _Owner:
+        """`owner`'s blocks, which it must hold."""
+        held = self._held(owner)
+        if held is None:
+            raise KeyError(owner)
+        return held
+
+    def _adopt(self, owner: int) -> _Owner:
+        """A new entry for `owner`, which holds nothing yet."""
+        if owner < 0:
+            raise ValueError(f"owner {owner}: owner ids are >= 0")
+        owners = self._owners
+        if owner >= len(owners):
+            owners.extend([None] * (owner + 1 - len(owners)))
+        held = owners[owner] = _Owner()
+        return held
 
     # -- the tree ------------------------------------------------------------------------
 
@@ -251,14 +296,15 @@ class HashedBlockCache:
 
     def allocate(self, owner: int, prefix: Prefix | None, hit_tokens: int,
                  num_new: int) -> None:
-        if hit_tokens <= 0 and owner in self._owners:  # growth (most calls): fresh blocks only
+        held = self._held(owner)
+        if hit_tokens <= 0 and held is not None:  # growth (most calls): fresh blocks only
             if num_new > self._uncached_free + self._lru_blocks:
                 raise ValueError(f"owner {owner}: {num_new} new blocks, {self.num_free} free")
             fresh = min(num_new, self._uncached_free)
             self._uncached_free -= fresh
             if num_new > fresh:
                 self._evict(num_new - fresh)
-            self._owners[owner].tail += num_new
+            held.tail += num_new
             return
         size = self.block_size
         path: list[tuple[_Node, int]] = []
@@ -270,21 +316,22 @@ class HashedBlockCache:
             raise ValueError(f"owner {owner}: {hit_tokens} hit tokens are not cached")
         if not self.can_allocate(prefix, hit_tokens, num_new):
             raise ValueError(f"owner {owner}: {num_new} new blocks, {self.num_free} free")
-        held = self._owners.get(owner)
         if held is None:
-            held = self._owners[owner] = _Owner()
+            held = self._adopt(owner)
         elif path and (held.covered or held.tail):
             raise ValueError(f"owner {owner}: hits only on a first allocation")
         if path:
             node, end = path[-1]
             if end < node.end:
                 path[-1] = (self._split(node, end), end)
+            held.let_go()
             copies = held.copies
             for node, _ in path:  # touch: a cached block in use leaves the free queue
                 copy = node.copies[0]
                 if not copy.owners:
                     self._take_copy(copy)
                 copy.owners.append(held)
+                node.grower = None  # shared now: no one's own leaf
                 copies.append(copy)
             held.covered = held.committed = hit_blocks
         fresh = min(num_new, self._uncached_free)
@@ -303,16 +350,16 @@ class HashedBlockCache:
         self._uncached_free -= fresh
         if num_new > fresh:
             self._evict(num_new - fresh)
-        held = self._owners
         for owner in owners:
-            held[owner].tail += 1
+            held = self._holder(owner)
+            held.tail += 1
 
     def commit(self, owner: int, prefix: Prefix | None, num_tokens: int,
                prompt_tokens: int = 0) -> None:
         """(`prompt_tokens`: where a tree would split the path; blocks have no path.)"""
         if prefix is None:
             return
-        held = self._owners.get(owner)
+        held = self._held(owner)
         if held is None or not (held.covered or held.tail):
             return
         size = self.block_size
@@ -320,7 +367,10 @@ class HashedBlockCache:
         done = held.committed
         if full <= done:
             return
-        top = min(full, prefix.num_tokens // size)
+        if prefix is not held.chain:
+            held.chain = prefix
+            held.chain_blocks = prefix.num_tokens // size
+        top = min(full, held.chain_blocks)
         if top > done:
             assert done == held.covered
             self._attach(held, prefix, done, top)
@@ -333,6 +383,12 @@ class HashedBlockCache:
         """`held`'s blocks `start` .. `end - 1`, uncached so far, now hold `prefix`'s hashes:
         new copies on the nodes that already hold them (after the older ones), and a new
         node beyond; its own leaf simply grows."""
+        leaf = held.leaf
+        if leaf is not None and leaf.grower is held:  # its own leaf, known: it grows in place
+            leaf.end = end
+            leaf.chain = prefix
+            return
+        held.let_go()
         copies = held.copies
         last = copies[-1] if copies else None  # (typed: its fields read as C values)
         parent = last.node if last is not None else self.root
@@ -344,6 +400,7 @@ class HashedBlockCache:
                     and len(last.owners) == 1):
                 parent.end = end  # its own leaf: it grows in place
                 parent.chain = prefix
+                held.leaf, parent.grower = parent, held
                 return
             key = prefix.block_key(size, position)
             child = parent.children.get(key)
@@ -352,6 +409,7 @@ class HashedBlockCache:
                 copy = _Copy(child, [held])
                 child.copies.append(copy)
                 copies.append(copy)
+                held.leaf, child.grower = child, held
                 return
             chain = child.chain
             assert chain is not None
@@ -359,15 +417,18 @@ class HashedBlockCache:
             if stop < child.end:
                 child = self._split(child, stop)
             copy = _Copy(child, [held])  # a second copy of these blocks: after the first
+            child.grower = None
             child.copies.append(copy)
             copies.append(copy)
             last = copy
             position, parent = stop, child
 
     def free(self, owner: int) -> None:
-        held = self._owners.pop(owner, None)
+        held = self._held(owner)
         if held is None:
             return
+        self._owners[owner] = None
+        held.let_go()
         self._uncached_free += held.tail  # the front: reused first
         for copy in reversed(held.copies):  # tail first
             copy.owners.remove(held)
@@ -376,7 +437,8 @@ class HashedBlockCache:
 
     def shrink(self, owner: int, num_blocks: int) -> None:
         """`owner` gives back its last `num_blocks` blocks (taken this step, holding nothing)."""
-        held = self._owners[owner]
+        held = self._holder(owner)
+        held.let_go()
         take = min(num_blocks, held.tail)
         held.tail -= take
         self._uncached_free += take
@@ -397,7 +459,7 @@ class HashedBlockCache:
 
     def blocks_of(self, owner: int) -> Sequence[tuple[int, int]]:
         """Stable ids of `owner`'s blocks (equal ids: one shared block)."""
-        held = self._owners.get(owner)
+        held = self._held(owner)
         if held is None:
             return ()
         out: list[tuple[int, int]] = []
@@ -423,6 +485,10 @@ class HashedBlockCache:
                 cached += node.end - node.start
                 if copy.owners:
                     held_blocks += node.end - node.start
+            grower = node.grower
+            if grower is not None:  # its own leaf: the last copy of its one owner
+                assert grower.leaf is node and not node.children and len(node.copies) == 1
+                assert node.copies[0].owners == [grower] and grower.copies[-1] is node.copies[0]
         assert cached == self._num_cached
         free, copy = 0, self._lru.next
         while copy is not self._lru:
@@ -431,7 +497,9 @@ class HashedBlockCache:
             copy = copy.next
         assert free == self._lru_blocks and self._uncached_free >= 0
         tails = 0
-        for held in self._owners.values():
+        for held in self._owners:
+            if held is None:
+                continue
             assert held.covered == sum(map(_size, held.copies))
             assert all(held in copy.owners for copy in held.copies)
             tails += held.tail
