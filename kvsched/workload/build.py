@@ -246,10 +246,12 @@ def _synthetic(spec: SyntheticWorkload, rng: np.random.Generator, base_dir: Path
     system: list[Segment | None] = [None] * n if spec.system_prompts is None else \
         _system_prompts(spec, n, rng, base_dir, locate, labels)
     if spec.sessions is None:
-        # the system prompt goes before the drawn prompt
+        # the system prompt goes before the drawn prompt; a group's requests share one
+        # (immutable) Prefix: one each took 1.4 s and about 200 MB at 1M requests
+        shared = {segment: Prefix((segment,)) for segment in set(system) if segment is not None}
         return [Request(f"r{k}", arrival, prompt if segment is None else prompt + segment[1],
                         output, priority, label,
-                        prefix=None if segment is None else Prefix((segment,)))
+                        prefix=None if segment is None else shared[segment])
                 for k, (arrival, prompt, output, priority, label, segment) in enumerate(
                     zip(arrivals.tolist(), prompts.tolist(), outputs.tolist(),
                         priorities.tolist(), labels, system, strict=True))]
