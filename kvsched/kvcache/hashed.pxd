@@ -26,6 +26,8 @@ cdef class _Owner:
     @cython.locals(leaf=_Node)
     cpdef let_go(self)
 
+@cython.locals(idle=cython.longlong, start=cython.longlong, node=_Node, end=cython.longlong)
+cdef long long _idle(list path)
 @cython.locals(node=_Node)
 cdef long long _size(_Copy copy)
 
@@ -54,7 +56,6 @@ cdef class HashedBlockCache:
     cdef void _take_copy(self, _Copy copy)
     @cython.locals(left=cython.longlong, copy=_Copy, node=_Node, size=cython.longlong)
     cpdef _evict(self, long long num_blocks)
-    @cython.locals(idle=cython.longlong, start=cython.longlong, node=_Node, end=cython.longlong)
     cpdef long long idle_hits(self, object prefix, long long hit_tokens)
     @cython.locals(held=_Owner, fresh=cython.longlong, size=cython.longlong, hit_blocks=cython.longlong, node=_Node, end=cython.longlong, copy=_Copy)
     cpdef allocate(self, object owner, object prefix, long long hit_tokens, long long num_new)

@@ -105,6 +105,16 @@ _DETACHED.node, _DETACHED.owners = None, []
 _DETACHED.prev = _DETACHED.next = _DETACHED
 
 
+def _idle(path: list[tuple[_Node, int]]) -> int:
+    """Blocks of a hit along `path` (`HashedBlockCache._path`) that no one holds."""
+    idle, start = 0, 0
+    for node, end in path:
+        if not node.copies[0].owners:
+            idle += end - start
+        start = end
+    return idle
+
+
 def _size(copy: _Copy) -> int:
     node = copy.node
     assert node is not None
@@ -282,12 +292,7 @@ class HashedBlockCache:
         """Hit blocks no one holds: taking them takes them out of the free queue."""
         if prefix is None or hit_tokens <= 0:
             return 0
-        idle, start = 0, 0
-        for node, end in self._path(prefix, hit_tokens // self.block_size):
-            if not node.copies[0].owners:
-                idle += end - start
-            start = end
-        return idle
+        return _idle(self._path(prefix, hit_tokens // self.block_size))
 
     def can_allocate(self, prefix: Prefix | None, hit_tokens: int, num_new: int) -> bool:
         return num_new <= self.num_free - self.idle_hits(prefix, hit_tokens)
@@ -314,7 +319,7 @@ class HashedBlockCache:
             hit_blocks = path[-1][1] if path else 0
         if hit_blocks * size != max(0, hit_tokens):
             raise ValueError(f"owner {owner}: {hit_tokens} hit tokens are not cached")
-        if not self.can_allocate(prefix, hit_tokens, num_new):
+        if num_new > self.num_free - _idle(path):  # (can_allocate, on the path at hand)
             raise ValueError(f"owner {owner}: {num_new} new blocks, {self.num_free} free")
         if held is None:
             held = self._adopt(owner)
