@@ -1,5 +1,13 @@
 cimport cython
 
+cdef class Prefix:
+    cdef readonly tuple segments
+    cdef readonly dict _memo
+    cdef readonly list _starts
+    cdef readonly long long num_tokens
+
+    cpdef tuple block_key(self, long long block_size, long long position)
+
 @cython.locals(total=cython.longlong, i=cython.Py_ssize_t, low=cython.Py_ssize_t,
                high=cython.Py_ssize_t, middle=cython.Py_ssize_t, start=cython.longlong)
 cpdef Py_ssize_t _segment_at(object segments, list starts, long long token)

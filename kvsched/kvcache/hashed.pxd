@@ -1,4 +1,5 @@
 cimport cython
+from kvsched.prefix cimport Prefix
 
 cdef class _Owner
 
@@ -48,7 +49,7 @@ cdef class HashedBlockCache:
     @cython.locals(owners=list, held=_Owner)
     cdef _Owner _adopt(self, long long owner)
     @cython.locals(node=_Node, child=_Node, position=cython.longlong, size=cython.longlong, end=cython.longlong)
-    cpdef list _path(self, object prefix, long long limit)
+    cpdef list _path(self, Prefix prefix, long long limit)
     @cython.locals(parent=_Node, upper=_Node, copy=_Copy, half=_Copy, after=_Copy, owner=_Owner)
     cpdef _Node _split(self, _Node node, long long position)
     @cython.locals(last=_Copy)
@@ -64,6 +65,6 @@ cdef class HashedBlockCache:
     @cython.locals(held=_Owner, size=cython.longlong, full=cython.longlong, done=cython.longlong, top=cython.longlong)
     cpdef commit(self, object owner, object prefix, long long num_tokens, long long prompt_tokens=*)
     @cython.locals(leaf=_Node, copies=list, last=_Copy, parent=_Node, child=_Node, copy=_Copy, position=cython.longlong, size=cython.longlong, stop=cython.longlong)
-    cpdef _attach(self, _Owner held, object prefix, long long start, long long end)
+    cpdef _attach(self, _Owner held, Prefix prefix, long long start, long long end)
     @cython.locals(held=_Owner, copy=_Copy)
     cpdef free(self, object owner)

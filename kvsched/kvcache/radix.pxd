@@ -1,4 +1,5 @@
 cimport cython
+from kvsched.prefix cimport Prefix
 from kvsched.prefix cimport block_key, common_prefix
 
 cdef class _Node:
@@ -10,7 +11,7 @@ cdef class _Node:
     cdef public long long lock, last_access
 
 @cython.locals(end=cython.longlong)
-cdef long long _agreement(_Node node, object prefix, long long limit, long long page)
+cdef long long _agreement(_Node node, Prefix prefix, long long limit, long long page)
 
 cdef class RadixCache:
     cdef public long long num_blocks, block_size, capacity
@@ -31,9 +32,9 @@ cdef class RadixCache:
 
     @cython.locals(node=_Node, child=_Node, depth=cython.longlong, end=cython.longlong,
                    page=cython.longlong)
-    cpdef list _path(self, object prefix, long long limit)
+    cpdef list _path(self, Prefix prefix, long long limit)
     @cython.locals(node=_Node, child=_Node, matched=cython.longlong, now=cython.longlong, shared=cython.longlong)
-    cpdef tuple _walk(self, object prefix, long long limit, bint split)
+    cpdef tuple _walk(self, Prefix prefix, long long limit, bint split)
     @cython.locals(parent=_Node, middle=_Node)
     cpdef _Node _split(self, _Node child, long long tokens)
     @cython.locals(walk=_Node, before=cython.longlong)
