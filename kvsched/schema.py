@@ -271,7 +271,7 @@ class PolicySpec(BaseModel):
 
     model_config = ConfigDict(extra="allow", strict=True, frozen=True, allow_inf_nan=False)
     name: str
-    params: dict[str, Any] = Field(default_factory=dict)
+    params: dict[str, Any] = {}
 
     def all_params(self) -> dict[str, Any]:
         return {**self.params, **(self.model_extra or {})}
@@ -1298,8 +1298,8 @@ class ScenarioSpec(RunSpec):
 
     name: ScenarioName
     workload: WorkloadSpec | None = None  # type: ignore[assignment]
-    variants: list[VariantSpec] = Field(default_factory=list)
-    expect: list[Expectation] = Field(default_factory=list)
+    variants: list[VariantSpec] = []
+    expect: list[Expectation] = []
 
 
 OVERRIDABLE = ("description", "seed", "engine", "policy", "time", "workload", "slo", "admission",
