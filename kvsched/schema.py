@@ -309,12 +309,9 @@ class LinearTime(Strict):
                           self.per_kv_token, self.per_swapped_block)
 
 
-# The hardware catalogue and the pool sizing (`kvsched.timing.hardware`, `.kvpool`) are
-# loaded by the functions below, when a scenario names a model or a GPU: a run that names
-# none (the lesson's) would pay about 3 ms for them at every start.
-
-
 def _known_model(cls: type, name: str) -> str:
+    # (the hardware catalogue and the pool sizing, here and below: loaded when a scenario
+    # names a model or a GPU; a run that names none, the lesson's, would pay 3 ms a start)
     from kvsched.timing.hardware import load_model
 
     load_model(name)  # ValueError: one line listing the known names
@@ -322,6 +319,7 @@ def _known_model(cls: type, name: str) -> str:
 
 
 def _known_gpu(cls: type, name: str) -> str:
+    # (loaded late: see _known_model)
     from kvsched.timing.hardware import load_gpu
 
     load_gpu(name)
@@ -334,6 +332,7 @@ def _maybe_known_gpu(cls: type, name: str | None) -> str | None:
 
 def _model_splits(cls: type, tp: int, info: ValidationInfo) -> int:
     """`tp` must shard the model (checked once `model` has been; its own error otherwise)."""
+    # (loaded late: see _known_model)
     from kvsched.timing.hardware import load_model
 
     try:
@@ -469,6 +468,7 @@ def unit_warnings(spec: "RunSpec") -> list[str]:
 
 def _breakdown(time: RooflineTime, engine: "EngineSpec") -> str:
     """vLLM's memory budget behind a derived pool, term by term."""
+    # (loaded late: see _known_model)
     from kvsched.timing.kvpool import DEFAULT_UTILIZATION, pool_breakdown
 
     return pool_breakdown(time.model, time.gpu, time.tp, engine.block_size,
@@ -484,6 +484,7 @@ def _seconds_text(seconds: float) -> str:
 
 def _does_not_fit(time: RooflineTime, engine: "EngineSpec") -> str | None:
     """Why the model's weights leave its GPUs no room for KV cache, or None."""
+    # (loaded late: see _known_model)
     from kvsched.timing.kvpool import DEFAULT_UTILIZATION, PoolDoesNotFit, kv_pool_blocks
 
     try:
@@ -1110,6 +1111,7 @@ def _sized(engine: dict, time: dict) -> dict:
     """`engine` with `num_blocks` the pool of `time`'s model on its GPUs (at the engine's
     block size and memory share); without it where the model or GPU is unknown or a field
     missing or mistyped: the fields' own validation names that."""
+    # (loaded late: see _known_model)
     from kvsched.timing.hardware import UnknownHardware
     from kvsched.timing.kvpool import DEFAULT_UTILIZATION, kv_pool_blocks
 
