@@ -3,9 +3,10 @@
 Each rule is one orthogonal switch, so that vLLM V0, vLLM V1 and SGLang are combinations of
 them (`kvsched.presets`; every knob's meaning: `kvsched keys`, or the key table in
 docs/scenarios.md, both made from the declarations here).
-"""
 
-from __future__ import annotations
+Annotations are objects, not strings (no `from __future__ import annotations`): `KNOB_TYPES`
+reads them at import, and each string would be compiled then, on every run.
+"""
 
 import math
 import operator

@@ -41,6 +41,10 @@ def _tier(min_gib: float, label: str, serve: tuple[int, int], offline: tuple[int
 
 @dataclass(frozen=True, slots=True)
 class Preset:
+    """One engine version as engine keys: the `settings` a scenario's `engine: {preset:
+    ...}` starts from, what the preset reproduces and how far that is checked (see the
+    module's docstring), and the GPU defaults its server takes."""
+
     name: str
     engine: str  # the engine and version it reproduces
     summary: str

@@ -49,6 +49,9 @@ OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
 
 @dataclass(frozen=True)
 class VariantRun:
+    """One variant's run: its result, the incidents its diagnosis found, and how its records
+    were written."""
+
     name: str
     variant: Variant
     result: RunResult
@@ -67,6 +70,8 @@ class VariantRun:
 
 @dataclass(frozen=True)
 class CheckResult:
+    """One of the scenario's expectations, checked against its runs."""
+
     expectation: Expectation
     actual: float | None  # the metric, or the ratio with `ratio_to`
     passed: bool | None  # None: skipped (a variant it needs was not run)
@@ -75,6 +80,8 @@ class CheckResult:
 
 @dataclass(frozen=True)
 class ScenarioRun:
+    """A scenario's runs, one per variant run, and its expectations checked."""
+
     scenario: Scenario
     runs: list[VariantRun]
     checks: list[CheckResult]

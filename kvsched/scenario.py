@@ -86,6 +86,9 @@ class Variant:
 
 @dataclass(frozen=True)
 class Scenario:
+    """A loaded scenario file: its validated spec, the raw mapping and the line of each key
+    (for errors), the values given on the command line, and its resolved variants."""
+
     name: str
     description: str
     source: str  # the file as the user named it

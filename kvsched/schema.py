@@ -43,19 +43,7 @@ from kvsched.policies import check_policy_name, is_user_policy, make_policy
 from kvsched.presets import PRESETS
 from kvsched.presets import expand as expand_preset
 from kvsched.timing import ConstantStep, LinearStep, StepClock, TimeModel
-from kvsched.timing.hardware import (
-    KV_DTYPE_BYTES,
-    WEIGHT_DTYPE_BYTES,
-    UnknownHardware,
-    load_gpu,
-    load_model,
-)
-from kvsched.timing.kvpool import (
-    DEFAULT_UTILIZATION,
-    PoolDoesNotFit,
-    kv_pool_blocks,
-    pool_breakdown,
-)
+from kvsched.timing.dtypes import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES
 from kvsched.timing.serve_defaults import USAGES, with_defaults
 from kvsched.workload.formats import FORMATS
 
@@ -271,7 +259,7 @@ class PolicySpec(BaseModel):
 
     model_config = ConfigDict(extra="allow", strict=True, frozen=True, allow_inf_nan=False)
     name: str
-    params: dict[str, Any] = Field(default_factory=dict)
+    params: dict[str, Any] = {}
 
     def all_params(self) -> dict[str, Any]:
         return {**self.params, **(self.model_extra or {})}
@@ -322,11 +310,18 @@ class LinearTime(Strict):
 
 
 def _known_model(cls: type, name: str) -> str:
+    # (the hardware catalogue and the pool sizing, here and below: loaded when a scenario
+    # names a model or a GPU; a run that names none, the lesson's, would pay 3 ms a start)
+    from kvsched.timing.hardware import load_model
+
     load_model(name)  # ValueError: one line listing the known names
     return name
 
 
 def _known_gpu(cls: type, name: str) -> str:
+    # (loaded late: see _known_model)
+    from kvsched.timing.hardware import load_gpu
+
     load_gpu(name)
     return name
 
@@ -337,6 +332,9 @@ def _maybe_known_gpu(cls: type, name: str | None) -> str | None:
 
 def _model_splits(cls: type, tp: int, info: ValidationInfo) -> int:
     """`tp` must shard the model (checked once `model` has been; its own error otherwise)."""
+    # (loaded late: see _known_model)
+    from kvsched.timing.hardware import load_model
+
     try:
         model = load_model(info.data["model"])
     except (KeyError, ValueError):
@@ -470,6 +468,9 @@ def unit_warnings(spec: "RunSpec") -> list[str]:
 
 def _breakdown(time: RooflineTime, engine: "EngineSpec") -> str:
     """vLLM's memory budget behind a derived pool, term by term."""
+    # (loaded late: see _known_model)
+    from kvsched.timing.kvpool import DEFAULT_UTILIZATION, pool_breakdown
+
     return pool_breakdown(time.model, time.gpu, time.tp, engine.block_size,
                           engine.gpu_memory_utilization or DEFAULT_UTILIZATION,
                           engine.max_num_batched_tokens, engine.max_num_seqs,
@@ -483,6 +484,9 @@ def _seconds_text(seconds: float) -> str:
 
 def _does_not_fit(time: RooflineTime, engine: "EngineSpec") -> str | None:
     """Why the model's weights leave its GPUs no room for KV cache, or None."""
+    # (loaded late: see _known_model)
+    from kvsched.timing.kvpool import DEFAULT_UTILIZATION, PoolDoesNotFit, kv_pool_blocks
+
     try:
         kv_pool_blocks(time.model, time.gpu, time.tp, engine.block_size,
                        engine.gpu_memory_utilization or DEFAULT_UTILIZATION,
@@ -1107,6 +1111,10 @@ def _sized(engine: dict, time: dict) -> dict:
     """`engine` with `num_blocks` the pool of `time`'s model on its GPUs (at the engine's
     block size and memory share); without it where the model or GPU is unknown or a field
     missing or mistyped: the fields' own validation names that."""
+    # (loaded late: see _known_model)
+    from kvsched.timing.hardware import UnknownHardware
+    from kvsched.timing.kvpool import DEFAULT_UTILIZATION, kv_pool_blocks
+
     full = expand_preset(engine)  # the budget and seats the profile run is sized for
     try:
         blocks = kv_pool_blocks(time["model"], time["gpu"], time.get("tp", 1),
@@ -1298,8 +1306,8 @@ class ScenarioSpec(RunSpec):
 
     name: ScenarioName
     workload: WorkloadSpec | None = None  # type: ignore[assignment]
-    variants: list[VariantSpec] = Field(default_factory=list)
-    expect: list[Expectation] = Field(default_factory=list)
+    variants: list[VariantSpec] = []
+    expect: list[Expectation] = []
 
 
 OVERRIDABLE = ("description", "seed", "engine", "policy", "time", "workload", "slo", "admission",

@@ -482,6 +482,41 @@ def test_the_collector_is_off_for_start_up_and_on_for_the_run(tmp_path):
     assert done.stdout.splitlines()[-1] == "collector: [False] [True]", done.stdout
 
 
+def test_the_console_script_imports_the_command_line_with_the_collector_off(tmp_path):
+    """The console script (`kvsched.__main__:main`, pyproject's `kvsched`) imports the command
+    line with the collector paused: no pass runs before the scenario is read, and the run
+    has it on again."""
+    import tomllib
+
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["kvsched"] == "kvsched.__main__:main"
+    code = (
+        "import gc, sys\n"
+        "import kvsched.runner as runner, kvsched.scenario as scenario\n"
+        "import kvsched.__main__ as entry\n"
+        "passes, seen = [], []\n"
+        "gc.callbacks.append(lambda phase, info: passes.append(phase) if phase == 'start' "
+        "else None)\n"
+        "real_load, real_run = scenario.load_scenario, runner.run_scenario\n"
+        "def load(*args, **kwargs):\n"
+        "    seen.append(len(passes))\n"
+        "    return real_load(*args, **kwargs)\n"
+        "def run(*args, **kwargs):\n"
+        "    seen.append(gc.isenabled())\n"
+        "    return real_run(*args, **kwargs)\n"
+        "scenario.load_scenario, runner.run_scenario = load, run\n"
+        f"sys.argv = ['kvsched', 'run', {str(REPO / 'scenarios' / 'pool60.yaml')!r}, "
+        f"'--out', {str(tmp_path)!r}, '--records', 'summary']\n"
+        "import atexit\n"  # (the console script ends the process without returning)
+        "atexit.register(lambda: print('collector:', seen))\n"
+        "passes.clear()\n"
+        "entry.main()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=REPO, env={**os.environ, "KVSCHED_CORE": "python"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "collector: [0, True]", done.stdout
+
+
 EXITING = """\
 import atexit, os, sys, threading, time
 class Teardown:

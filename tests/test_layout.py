@@ -284,8 +284,8 @@ def test_the_alias_table_keeps_every_promised_old_path():
 
 
 def test_the_cli_package_hands_on_what_the_cli_module_held():
-    """`kvsched.cli` was one module and is now a package: `app` and `main` (the console script
-    `kvsched.cli:main`) and every other public name of its commands are still found there."""
+    """`kvsched.cli` was one module and is now a package: `app` and `main` (the command the
+    console script runs) and every other public name of its commands are still found there."""
     import kvsched.cli
     import kvsched.cli.commands
 

@@ -39,6 +39,10 @@ from kvsched.records.mode import RecordMode
 # kvsched does no linear algebra: numpy's BLAS thread pool (made when numpy is imported, by
 # the commands below) would only cost start-up time. A value already set is kept.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# Nor does it use pydantic plugins: pydantic looks for them (reading every installed
+# package's entry points) when it builds the scenario's schema, 2 ms a start; typer turns
+# them off for its own validators the same way. A value already set is kept.
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 if TYPE_CHECKING:  # the commands import what they use: `kvsched --help` stays fast
     from collections.abc import Sequence

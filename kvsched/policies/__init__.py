@@ -85,6 +85,9 @@ _SHAPE = "key(request, enqueue_time) or order(seqs, now, view) method"
 
 @dataclass(frozen=True, slots=True)
 class PolicyInfo:
+    """A built-in policy as `kvsched policies` lists it: its name, its parameters with their
+    defaults, and its docstring."""
+
     name: str
     params: dict[str, Any]  # parameter name -> default
     summary: str

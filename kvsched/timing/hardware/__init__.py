@@ -20,12 +20,7 @@ from typing import Any
 import yaml
 
 from kvsched.errors import KvschedError
-
-WEIGHT_DTYPE_BYTES = {"bf16": 2, "fp8": 1}
-"""Bytes a weight of the decoder layers' linear projections takes, by `time.weight_dtype`: a
-bf16 checkpoint, or fp8 (an fp8 checkpoint, or vLLM's `--quantization fp8` of a bf16 one)."""
-KV_DTYPE_BYTES = {"auto": 2, "fp8": 1}
-"""Bytes a K or V element takes, by `engine.kv_cache_dtype` (auto: the model's bf16)."""
+from kvsched.timing.dtypes import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES  # noqa: F401  (the units)
 
 
 class UnknownHardware(KvschedError, ValueError):
