@@ -82,6 +82,35 @@ def test_compact_rows_add_up_to_the_full_record(tmp_path):
     assert starts[1:] == ends[:-1]  # every step in exactly one row
 
 
+@pytest.mark.parametrize("hardware", [False, True])
+def test_compact_chunks_in_c_are_arrows_bytes(tmp_path, monkeypatch, hardware):
+    """Compact `steps.csv` chunks (rows alone, stretches alone, both), formatted in C or
+    written by Arrow when the formatter is off: the same bytes, mfu and mbu empty or not."""
+    from kvsched.records import fastcsv
+    from kvsched.timing.roofline import RooflineStep
+
+    clock = (RooflineStep("meta-llama/Llama-3.1-8B", "h100-sxm") if hardware
+             else ConstantStep(0.01))
+    requests = [Request(f"r{i}", i * 0.7, 30 + 9 * i, 120 + 13 * i) for i in range(10)]
+    log = StepLog(ENGINE.num_blocks)
+    simulate(requests, ENGINE, time_model=clock, step_log=log)
+    kept = log.kept
+    rows = [segment for segment in kept if isinstance(segment, tuple)]
+    stretches = [segment for segment in kept if not isinstance(segment, tuple)]
+    assert len(rows) > 3 and len(stretches) > 3
+    files = []
+    for formatter in (True, False):
+        monkeypatch.setattr(fastcsv, "available", lambda on=formatter: on)
+        path = tmp_path / f"{formatter}.csv"
+        writer = StepCsv(path, RecordMode.COMPACT, ENGINE.num_blocks)
+        for chunk in (rows, stretches, kept):
+            writer(chunk)
+        writer.close()
+        files.append(path.read_bytes())
+    assert files[0] == files[1] and files[0].count(b"\n") > 10
+    assert (b",," in files[0]) is not hardware  # mfu, mbu empty without a hardware model
+
+
 SCENARIO = """
 name: modes
 engine: {num_blocks: 64, max_num_batched_tokens: 256}

@@ -8,7 +8,9 @@ run makes them: pyarrow because it writes integer columns at C speed, streams ba
 batch with one header, and is a well-kept wheel on every platform (polars would do as
 well; pyarrow is the smaller dependency tree). Its float columns are formatted by
 `kvsched.records.floatfmt` (numpy and Arrow kernels, the bytes of `%.10g`), so that both writers
-agree on every digit.
+agree on every digit. Where the compiled formatter is built (`kvsched.records.fastcsv`), a
+file's chunks are made CSV text in C a column at a time instead, the same bytes: a compact
+file then never imports pyarrow (80 MiB and tens of ms of R1's run).
 """
 
 from __future__ import annotations
@@ -186,7 +188,13 @@ class StepCsv:
 
     def __call__(self, chunk: list[Segment]) -> None:
         if self.mode is not RecordMode.FULL:
-            self._write(self._compact_columns(chunk))  # a row per segment: few
+            columns = self._compact_columns(chunk)  # a row per segment: few
+            text = self._text(columns) if self._writer is None else None
+            if text is None:
+                self._write(columns)
+            else:  # (in C: no float text through Arrow, nor pyarrow's import)
+                self._write_header()
+                self._handle.write(text)
             return
         part: list[Segment] = []
         rows = 0
@@ -225,8 +233,8 @@ class StepCsv:
         n = len(columns[0])
         specs: list[tuple] = []
         for name, values in zip(self.columns, columns, strict=True):
-            if type(values) is list:  # mfu, mbu: [None, ...]
-                specs.append(("s", values))
+            if type(values) is list and (not values or values[0] is None):
+                specs.append(("s", values))  # mfu, mbu: [None, ...]
             elif name in _STEP_FLOATS:
                 specs.append(("F", np.ascontiguousarray(values, dtype=np.float64)))
             else:
