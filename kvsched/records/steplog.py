@@ -282,7 +282,8 @@ class CompactRows:
     def add_row(self, row: tuple) -> None:
         """One exact step, as its STEP_COLUMNS row."""
         i = self.size
-        ints, floats = self._ints, self._floats
+        ints = self._ints  # (one at a time: a pair would make Python objects of them)
+        floats = self._floats
         if not i:
             self.no_mfu = row[19] is None
         ints[0, i] = row[0]
@@ -303,7 +304,8 @@ class CompactRows:
     def add_stretch(self, stretch: Stretch) -> None:
         """One decode stretch, as one row."""
         i = self.size
-        ints, floats = self._ints, self._floats
+        ints = self._ints  # (one at a time: a pair would make Python objects of them)
+        floats = self._floats
         times = stretch.durations
         duration = fold(times)
         step_mfu, step_mbu = stretch.mfu, stretch.mbu
