@@ -197,6 +197,7 @@ class StepStats:
 
     def add_row(self, row: tuple) -> None:
         """One exact step, as its STEP_COLUMNS row."""
+        row = tuple(row)  # (see CompactRows.add_row)
         start, duration, used = row[1], row[2], row[10]
         if self.timeline is not None:
             self.timeline.add_row(start, duration, row[4])
@@ -281,6 +282,9 @@ class CompactRows:
 
     def add_row(self, row: tuple) -> None:
         """One exact step, as its STEP_COLUMNS row."""
+        # A plain tuple: a StepOutcome (a NamedTuple, a Python subclass of tuple) is indexed
+        # through its type's __getitem__, a method lookup and a call per item.
+        row = tuple(row)
         i = self.size
         ints = self._ints  # (one at a time: a pair would make Python objects of them)
         floats = self._floats
@@ -471,13 +475,15 @@ class StepLog:
             self._compact = CompactRows(chunk, num_blocks)
 
     def row(self, row: tuple) -> None:
-        self.stats.add_row(row)
         compact = self._compact
         if compact is not None:
-            compact.add_row(row)
+            values = tuple(row)  # (made once for both: see CompactRows.add_row)
+            self.stats.add_row(values)
+            compact.add_row(values)
             if compact.size >= self._limit:
                 self.flush()
             return
+        self.stats.add_row(row)
         chunk = self._chunk
         chunk.append(row)
         if len(chunk) >= self._limit:
