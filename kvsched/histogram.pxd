@@ -15,11 +15,11 @@ cdef class GapHistogram:
     cpdef long long _bucket(self, double value)
     cpdef _join_span(self, double low, double high, long long key)
     @cython.locals(size=cython.longlong, low=cython.double, top=cython.double, total=cython.double, each=cython.double, exact=dict, buckets=dict, distinct=dict, value=object)
-    cpdef add_gaps(self, list gaps, long long count, object high=*)
+    cpdef add_gaps(self, list gaps, long long count, object high=*, object least=*)
     @cython.locals(total=cython.double, gap=cython.double)
     cpdef _add_total(self, list gaps, long long count)
 
 cdef class NoGaps(GapHistogram):
     cpdef add(self, double value, long long count=*)
     cpdef swap(self, double old, double new)
-    cpdef add_gaps(self, list gaps, long long count, object high=*)
+    cpdef add_gaps(self, list gaps, long long count, object high=*, object least=*)

@@ -130,13 +130,15 @@ class GapHistogram:
             return
         self._add_many(np.diff(np.asarray(ends, dtype=float)), count)
 
-    def add_gaps(self, gaps: list[float], count: int, high: float | None = None) -> None:
+    def add_gaps(self, gaps: list[float], count: int, high: float | None = None,
+                 least: float | None = None) -> None:
         """`count` gaps of each value of `gaps`, in order (what `add_between` counts for
-        the gaps between its ends); `high`, if given, is max(gaps)."""
+        the gaps between its ends); `high` and `least`, if given, are max(gaps) and
+        min(gaps)."""
         size = len(gaps)
         if not size or not count:
             return
-        low = min(gaps)
+        low = min(gaps) if least is None else least
         top = max(gaps) if high is None else high
         if low == top:  # one value (a constant step's stretch, nearly always)
             self.count += count * size
@@ -301,5 +303,6 @@ class NoGaps(GapHistogram):
     def swap(self, old: float, new: float) -> None:
         pass
 
-    def add_gaps(self, gaps: list[float], count: int, high: float | None = None) -> None:
+    def add_gaps(self, gaps: list[float], count: int, high: float | None = None,
+                 least: float | None = None) -> None:
         pass

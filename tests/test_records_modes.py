@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from kvsched import STEP_COLUMNS, ConstantStep, EngineConfig, Request, StepLog, simulate
 from kvsched.cli import app
 from kvsched.records.csvout import StepCsv, write_rows
+from kvsched.records.floatfmt import cell_text
 from kvsched.records.steplog import COMPACT_COLUMNS, RecordMode
 from kvsched.simulator import DIAGNOSIS_EVENTS
 
@@ -80,6 +81,85 @@ def test_compact_rows_add_up_to_the_full_record(tmp_path):
     starts = [int(r["step"]) for r in rows]
     ends = [int(r["step"]) + int(r["num_steps"]) for r in rows]
     assert starts[1:] == ends[:-1]  # every step in exactly one row
+
+
+@pytest.mark.parametrize("hardware", [False, True])
+def test_compact_chunks_in_c_are_arrows_bytes(tmp_path, monkeypatch, hardware):
+    """Compact `steps.csv` chunks (rows alone, stretches alone, both), formatted in C or
+    written by Arrow when the formatter is off: the same bytes, mfu and mbu empty or not."""
+    from kvsched.records import fastcsv
+    from kvsched.timing.roofline import RooflineStep
+
+    clock = (RooflineStep("meta-llama/Llama-3.1-8B", "h100-sxm") if hardware
+             else ConstantStep(0.01))
+    requests = [Request(f"r{i}", i * 0.7, 30 + 9 * i, 120 + 13 * i) for i in range(10)]
+    log = StepLog(ENGINE.num_blocks)
+    simulate(requests, ENGINE, time_model=clock, step_log=log)
+    kept = log.kept
+    rows = [segment for segment in kept if isinstance(segment, tuple)]
+    stretches = [segment for segment in kept if not isinstance(segment, tuple)]
+    assert len(rows) > 3 and len(stretches) > 3
+    files = []
+    for formatter in (True, False):
+        monkeypatch.setattr(fastcsv, "available", lambda on=formatter: on)
+        path = tmp_path / f"{formatter}.csv"
+        writer = StepCsv(path, RecordMode.COMPACT, ENGINE.num_blocks)
+        for chunk in (rows, stretches, kept):
+            writer(chunk)
+        writer.close()
+        files.append(path.read_bytes())
+    assert files[0] == files[1] and files[0].count(b"\n") > 10
+    assert (b",," in files[0]) is not hardware  # mfu, mbu empty without a hardware model
+
+
+@pytest.mark.parametrize("engine", [ENGINE, replace(ENGINE, num_blocks=40,
+                                                     enable_prefix_caching=True)])
+@pytest.mark.parametrize("hardware", [False, True])
+def test_compact_rows_made_as_logged_are_the_segments_bytes(tmp_path, engine, hardware):
+    """A compact `steps.csv` streamed from a log that makes its rows as each step or
+    stretch comes (in chunks of 5) holds the bytes of the kept segments written at the end,
+    and each row sums (or ends) the full rows of its steps."""
+    from kvsched.prefix import Prefix
+    from kvsched.timing.roofline import RooflineStep
+
+    clock = (RooflineStep("meta-llama/Llama-3.1-8B", "h100-sxm") if hardware
+             else ConstantStep(0.01))
+    requests = [Request(f"r{i}", i * 0.7, 30 + 9 * i, 120 + 13 * i,
+                        prefix=Prefix(((i % 3, 20),))) for i in range(10)]
+    kept = StepLog(engine.usable_blocks)
+    simulate(requests, engine, time_model=clock, step_log=kept)
+    writer = StepCsv(tmp_path / "kept.csv", RecordMode.COMPACT, engine.usable_blocks)
+    writer(kept.kept)
+    writer.close()
+    streamed = StepCsv(tmp_path / "streamed.csv", RecordMode.COMPACT, engine.usable_blocks)
+    log = StepLog(engine.usable_blocks, keep=False, sink=streamed, chunk=5)
+    simulate(requests, engine, time_model=clock, step_log=log)
+    streamed.close()
+    assert log._compact is not None  # (the rows were made as logged)
+    made = (tmp_path / "streamed.csv").read_bytes()
+    assert made == (tmp_path / "kept.csv").read_bytes() and made.count(b"\n") > 10
+    full = kept.rows()  # each compact row against the full rows of its steps
+    rows = read(tmp_path / "kept.csv")
+    for row in rows:
+        first, steps = int(row["step"]), int(row["num_steps"])
+        own = full[first:first + steps]
+        assert [r[0] for r in own] == list(range(first, first + steps))
+        assert row["time"] == cell_text(own[0][1])
+        duration = 0.0
+        for r in own:
+            duration += r[2]
+        assert row["duration"] == cell_text(duration)
+        for name in ("decode_tokens", "budget_used", "num_finished", "evicted_blocks",
+                     "prefill_tokens", "num_admitted"):
+            index = STEP_COLUMNS.index(name)
+            assert int(row[name]) == sum(r[index] for r in own), name
+        for name in ("blocks_used", "blocks_free", "cached_blocks", "num_running",
+                     "num_waiting"):
+            assert int(row[name]) == own[-1][STEP_COLUMNS.index(name)], name
+        assert (row["mfu"] == "") is not hardware
+    if engine.enable_prefix_caching:  # the cache columns were exercised
+        assert any(int(r["cached_blocks"]) for r in rows)
+        assert any(int(r["evicted_blocks"]) for r in rows)
 
 
 SCENARIO = """

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from bisect import bisect_left
-from operator import sub
 
 from kvsched.histogram import GapHistogram
 from kvsched.sequence import Seq
@@ -68,8 +67,20 @@ class GapTracker:
         ticks.append(first)
         gaps.append(gap)
         if k > 1:
-            later = list(map(sub, ends[2:k + 1], ends[1:k]))
-            top = max(later)
+            # The later gaps, their largest and smallest, in one typed loop (not map(sub),
+            # max() and min(): three passes of Python float objects per stretch).
+            later = [0.0] * (k - 1)
+            before = ends[1]
+            top = low = ends[2] - before
+            for j in range(k - 1):
+                here = ends[j + 2]
+                later_gap = here - before
+                before = here
+                later[j] = later_gap
+                if later_gap > top:
+                    top = later_gap
+                elif later_gap < low:
+                    low = later_gap
             while gaps and gaps[-1] <= top:
                 gaps.pop()
                 ticks.pop()
@@ -80,7 +91,7 @@ class GapTracker:
         if k > 1:
             # (Not in one call with the first: that one often differs from the others,
             # which then miss add_gaps' one-value and one-bucket paths.)
-            itl.add_gaps(later, num_decodes, top)
+            itl.add_gaps(later, num_decodes, top, low)
         waiting = self._wanted.pop(first, None)
         if waiting:
             for seq in waiting:

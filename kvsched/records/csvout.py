@@ -8,7 +8,9 @@ run makes them: pyarrow because it writes integer columns at C speed, streams ba
 batch with one header, and is a well-kept wheel on every platform (polars would do as
 well; pyarrow is the smaller dependency tree). Its float columns are formatted by
 `kvsched.records.floatfmt` (numpy and Arrow kernels, the bytes of `%.10g`), so that both writers
-agree on every digit.
+agree on every digit. Where the compiled formatter is built (`kvsched.records.fastcsv`), a
+file's chunks are made CSV text in C a column at a time instead, the same bytes: a compact
+file then never imports pyarrow (80 MiB and tens of ms of R1's run).
 """
 
 from __future__ import annotations
@@ -27,11 +29,11 @@ from kvsched.records.floatfmt import cell_text, format_floats, formatted
 from kvsched.records.rows import STEP_COLUMNS
 from kvsched.records.steplog import (
     COMPACT_COLUMNS,
+    CompactRows,
     RecordMode,
     Segment,
     SegmentBlock,
     Stretch,
-    compact_fields,
 )
 
 _STEP_FLOATS = frozenset({"time", "duration", "thrash_ratio", "mfu", "mbu"})
@@ -186,7 +188,9 @@ class StepCsv:
 
     def __call__(self, chunk: list[Segment]) -> None:
         if self.mode is not RecordMode.FULL:
-            self._write(self._compact_columns(chunk))  # a row per segment: few
+            compact = CompactRows(len(chunk), self.num_blocks)  # a row per segment: few
+            compact.add(chunk)
+            self.rows(compact)
             return
         part: list[Segment] = []
         rows = 0
@@ -198,6 +202,21 @@ class StepCsv:
                 part, rows = [], 0
         if part:
             self._write(self._full_columns(part))
+
+    @property
+    def takes_rows(self) -> bool:
+        """Whether a `StepLog` hands this file `CompactRows` (`rows`) rather than segments."""
+        return self.mode is not RecordMode.FULL
+
+    def rows(self, rows: CompactRows) -> None:
+        """Compact rows, as the log made them (a row per segment)."""
+        columns = rows.columns()
+        text = self._text(columns) if self._writer is None else None
+        if text is None:
+            self._write(columns)
+        else:  # (in C: no float text through Arrow, nor pyarrow's import)
+            self._write_header()
+            self._handle.write(text)
 
     def block(self, block: SegmentBlock) -> None:
         """Segments as columns (the compiled loop's): the same bytes as their rows and
@@ -225,8 +244,8 @@ class StepCsv:
         n = len(columns[0])
         specs: list[tuple] = []
         for name, values in zip(self.columns, columns, strict=True):
-            if type(values) is list:  # mfu, mbu: [None, ...]
-                specs.append(("s", values))
+            if type(values) is list and (not values or values[0] is None):
+                specs.append(("s", values))  # mfu, mbu: [None, ...]
             elif name in _STEP_FLOATS:
                 specs.append(("F", np.ascontiguousarray(values, dtype=np.float64)))
             else:
@@ -366,53 +385,3 @@ class StepCsv:
                      for segment in chunk]
             cols[index] = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=total)
         return cols
-
-    def _compact_columns(self, chunk: list[Segment]) -> list[Any]:
-        """One column per COMPACT_COLUMNS name, a row per segment (`compact_row`'s values
-        for a stretch), built a column at a time rather than a tuple per segment."""
-        rows = [segment for segment in chunk if isinstance(segment, tuple)]
-        stretches = cast(list[Stretch], [s for s in chunk if not isinstance(s, tuple)])
-        if not stretches:
-            return [list(values) for values in zip(*[(row[0], 1, *row[1:]) for row in rows],
-                                                   strict=True)]
-        if not rows:
-            return _stretch_columns(stretches, self.num_blocks)
-        is_row = np.fromiter((isinstance(segment, tuple) for segment in chunk), dtype=bool,
-                             count=len(chunk))
-        row_columns = list(zip(*rows, strict=True))
-        row_columns.insert(1, (1,) * len(rows))  # num_steps
-        cols: list[Any] = []
-        for index, values in enumerate(_stretch_columns(stretches, self.num_blocks)):
-            if type(values) is list and values[0] is None:  # mfu, mbu: all steps or none
-                cols.append(values + [None] * len(rows))
-                continue
-            column = np.empty(len(chunk), dtype=values.dtype)
-            column[is_row] = row_columns[index]
-            column[~is_row] = values
-            cols.append(column)
-        return cols
-
-
-def _stretch_columns(stretches: list[Stretch], num_blocks: int) -> list[Any]:
-    """COMPACT_COLUMNS of decode stretches, as numpy columns (mfu and mbu: [None, ...]
-    without a hardware time model)."""
-    n = len(stretches)
-    (steps, counts, starts, durations, running, waiting, decoded, used, finished, mfu, mbu,
-     cached, evicted) = compact_fields(stretches)
-
-    def ints(values: list[int]) -> np.ndarray:
-        return np.array(values, dtype=np.int64)
-
-    zeros = np.zeros(n, dtype=np.int64)
-    decoded_column = ints(decoded)
-    used_column = ints(used)
-    mfu_column: Any = mfu  # [None, ...] without a hardware time model
-    mbu_column: Any = mbu
-    if mfu[0] is not None:  # (one time model per run: every stretch has them, or none)
-        mfu_column = np.array(mfu, dtype=np.float64)
-        mbu_column = np.array(mbu, dtype=np.float64)
-    return [ints(steps), ints(counts), np.array(starts, dtype=np.float64),
-            np.array(durations, dtype=np.float64), ints(running), ints(waiting), zeros, zeros,
-            decoded_column, zeros, decoded_column, used_column, num_blocks - used_column,
-            zeros, zeros, ints(finished), zeros, zeros, np.zeros(n), zeros, mfu_column,
-            mbu_column, ints(cached), ints(evicted)]

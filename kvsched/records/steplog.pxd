@@ -32,6 +32,18 @@ cdef class StepStats:
     @cython.locals(total=cython.longlong, used=cython.longlong, evicted=cython.longlong)
     cpdef add_stretch(self, Stretch stretch)
 
+cdef class CompactRows:
+    cdef public object ints, floats
+    cdef public long long size, num_blocks
+    cdef public bint no_mfu
+    cdef long long[:, ::1] _ints
+    cdef double[:, ::1] _floats
+
+    @cython.locals(i=Py_ssize_t, k=Py_ssize_t, ints=cython.longlong[:, ::1], floats=cython.double[:, ::1])
+    cpdef add_row(self, object row)
+    @cython.locals(i=Py_ssize_t, k=Py_ssize_t, ints=cython.longlong[:, ::1], floats=cython.double[:, ::1], times=list, duration=cython.double, step_mfu=list, step_mbu=list, flops=cython.double, bytes_moved=cython.double, evicted=cython.longlong, blocks=cython.longlong, decoded=cython.longlong, used=cython.longlong)
+    cpdef add_stretch(self, Stretch stretch)
+
 cdef class StepLog:
     cdef public long long num_blocks
     cdef public StepStats stats
@@ -39,9 +51,9 @@ cdef class StepLog:
     cdef public object _sink
     cdef public list _chunk
     cdef public long long _limit
+    cdef public CompactRows _compact
 
+    @cython.locals(compact=CompactRows)
     cpdef row(self, object row)
+    @cython.locals(compact=CompactRows)
     cpdef stretch(self, Stretch stretch)
-
-@cython.locals(s=Stretch, times=list, duration=cython.double, mfu=list, mbu=list, flops=cython.double, bytes_moved=cython.double, k=Py_ssize_t, total=cython.longlong, blocks=cython.longlong)
-cpdef tuple compact_fields(list stretches)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -79,6 +80,8 @@ decode stretch. A stretch row holds its first step and start `time`; `duration`,
 counts and `num_finished` are sums over the stretch; `blocks_used` and `blocks_free` are as
 its last batch ran (blocks only grow within a stretch: the last is the peak); `mfu` and
 `mbu` are means over its steps weighted by their durations."""
+COMPACT_FLOATS = ("time", "duration", "thrash_ratio", "mfu", "mbu")
+COMPACT_INTS = tuple(name for name in COMPACT_COLUMNS if name not in COMPACT_FLOATS)
 
 
 class Timeline:
@@ -194,6 +197,7 @@ class StepStats:
 
     def add_row(self, row: tuple) -> None:
         """One exact step, as its STEP_COLUMNS row."""
+        row = tuple(row)  # (see CompactRows.add_row)
         start, duration, used = row[1], row[2], row[10]
         if self.timeline is not None:
             self.timeline.add_row(start, duration, row[4])
@@ -254,66 +258,131 @@ def stretch_rows(stretch: Stretch, num_blocks: int) -> Iterator[tuple]:
                stretch.evicted_blocks[k] if stretch.evicted_blocks else 0)
 
 
-def compact_row(stretch: Stretch, num_blocks: int) -> tuple:
-    """A stretch as one COMPACT_COLUMNS row."""
-    (step, steps, start, duration, running, waiting, decoded, used, finished, mfu, mbu, cached,
-     evicted) = [column[0] for column in compact_fields([stretch])]
-    return (step, steps, start, duration, running, waiting, 0, 0, decoded, 0, decoded, used,
-            num_blocks - used, 0, 0, finished, 0, 0, 0.0, 0, mfu, mbu, cached, evicted)
+class CompactRows:
+    """COMPACT_COLUMNS rows made as each segment is logged, into typed columns (`ints`: a
+    row per integer column, `floats`: time, duration, thrash_ratio, mfu, mbu), up to
+    `limit` segments: what a compact `steps.csv` chunk writes, with no row or stretch kept
+    until then. An exact step's row is itself with `num_steps` 1; a stretch's holds its
+    first step and start, the durations' sum (in step order), its decoded tokens and
+    finishes, blocks as its last batch ran, mfu and mbu as means weighted by the durations
+    (none without a hardware time model), cached blocks after its last step and evicted
+    blocks summed."""
 
+    __slots__ = ("ints", "floats", "size", "num_blocks", "no_mfu", "_ints", "_floats")
 
-def compact_fields(stretches: list[Stretch]) -> tuple[list, ...]:
-    """What the COMPACT_COLUMNS rows of `stretches` hold that is not a constant, a list per
-    field in one pass over them: step, num_steps, time (the first start), duration (the
-    durations' sum, in step order), num_running, num_waiting, decoded tokens, blocks_used
-    (as the last batch ran), num_finished, mfu and mbu (means weighted by the durations;
-    None without a hardware time model), cached_blocks (after the last step) and
-    evicted_blocks (summed)."""
-    steps: list[int] = []
-    counts: list[int] = []
-    starts: list[float] = []
-    durations: list[float] = []
-    running: list[int] = []
-    waiting: list[int] = []
-    decoded: list[int] = []
-    used: list[int] = []
-    finished: list[int] = []
-    mfus: list[float | None] = []
-    mbus: list[float | None] = []
-    cached: list[int] = []
-    evicted: list[int] = []
-    for s in stretches:
-        steps.append(s.step)
-        counts.append(s.num_steps)
-        starts.append(s.starts[0])
-        times = s.durations
+    # (A plain class typed in steplog.pxd: its columns are C arrays in the compiled build.)
+    def __init__(self, limit: int, num_blocks: int) -> None:
+        self.ints = np.zeros((len(COMPACT_INTS), limit), dtype=np.int64)
+        self.floats = np.zeros((len(COMPACT_FLOATS), limit), dtype=np.float64)
+        self._ints = self.ints
+        self._floats = self.floats
+        self.size = 0
+        self.num_blocks = num_blocks
+        self.no_mfu = False  # no segment has mfu or mbu (one time model per run: all or none)
+
+    def add_row(self, row: tuple) -> None:
+        """One exact step, as its STEP_COLUMNS row."""
+        # A plain tuple: a StepOutcome (a NamedTuple, a Python subclass of tuple) is indexed
+        # through its type's __getitem__, a method lookup and a call per item.
+        row = tuple(row)
+        i = self.size
+        ints = self._ints  # (one at a time: a pair would make Python objects of them)
+        floats = self._floats
+        if not i:
+            self.no_mfu = row[19] is None
+        ints[0, i] = row[0]
+        ints[1, i] = 1
+        for k in range(3, 17):  # num_running .. swapped_in_blocks
+            ints[k - 1, i] = row[k]
+        ints[16, i] = row[18]
+        ints[17, i] = row[21]
+        ints[18, i] = row[22]
+        floats[0, i] = row[1]
+        floats[1, i] = row[2]
+        floats[2, i] = row[17]
+        if not self.no_mfu:
+            floats[3, i] = row[19]
+            floats[4, i] = row[20]
+        self.size = i + 1
+
+    def add_stretch(self, stretch: Stretch) -> None:
+        """One decode stretch, as one row."""
+        i = self.size
+        ints = self._ints  # (one at a time: a pair would make Python objects of them)
+        floats = self._floats
+        times = stretch.durations
         duration = fold(times)
-        durations.append(duration)
-        running.append(s.num_running)
-        waiting.append(s.num_waiting)
-        decoded.append(s.num_decodes * s.num_steps)
-        used.append(s.blocks_used[-1])
-        finished.append(s.num_finished)
-        mfu, mbu = s.mfu, s.mbu
-        if mfu is not None and mbu is not None:  # (fold(map(mul, mfu, times)), inlined)
+        step_mfu, step_mbu = stretch.mfu, stretch.mbu
+        if not i:
+            self.no_mfu = step_mfu is None
+        if not self.no_mfu:  # (fold(map(mul, mfu, times)), inlined)
+            assert step_mfu is not None and step_mbu is not None
             flops = bytes_moved = 0.0
             for k in range(len(times)):
-                flops += mfu[k] * times[k]
+                flops += step_mfu[k] * times[k]
             for k in range(len(times)):
-                bytes_moved += mbu[k] * times[k]
-            mfus.append(flops / duration)
-            mbus.append(bytes_moved / duration)
-        else:
-            mfus.append(None)
-            mbus.append(None)
-        cached.append(s.cached_blocks[-1] if s.cached_blocks else 0)
-        total = 0
-        if s.evicted_blocks:
-            for blocks in s.evicted_blocks:
-                total += blocks
-        evicted.append(total)
-    return (steps, counts, starts, durations, running, waiting, decoded, used, finished, mfus,
-            mbus, cached, evicted)
+                bytes_moved += step_mbu[k] * times[k]
+            floats[3, i] = flops / duration
+            floats[4, i] = bytes_moved / duration
+        evicted = 0
+        if stretch.evicted_blocks:
+            for blocks in stretch.evicted_blocks:
+                evicted += blocks
+        decoded = stretch.num_decodes * stretch.num_steps
+        used = stretch.blocks_used[-1]
+        ints[0, i] = stretch.step
+        ints[1, i] = stretch.num_steps
+        ints[2, i] = stretch.num_running
+        ints[3, i] = stretch.num_waiting
+        ints[4, i] = 0
+        ints[5, i] = 0
+        ints[6, i] = decoded
+        ints[7, i] = 0
+        ints[8, i] = decoded
+        ints[9, i] = used
+        ints[10, i] = self.num_blocks - used
+        for k in range(11, 17):  # num_preempted, num_admitted, ..., backpressure
+            ints[k, i] = 0
+        ints[13, i] = stretch.num_finished
+        ints[17, i] = stretch.cached_blocks[-1] if stretch.cached_blocks else 0
+        ints[18, i] = evicted
+        floats[0, i] = stretch.starts[0]
+        floats[1, i] = duration
+        floats[2, i] = 0.0
+        self.size = i + 1
+
+    def add(self, segments: list[Segment]) -> None:
+        for segment in segments:
+            if isinstance(segment, tuple):
+                self.add_row(segment)
+            else:
+                self.add_stretch(segment)
+
+    def columns(self) -> list[Any]:
+        """The rows so far, a column per COMPACT_COLUMNS name: int64 and float64 arrays
+        (views of the buffers: written before the next `clear`), mfu and mbu [None, ...]
+        without a hardware time model."""
+        n = self.size
+        ints, floats = self.ints, self.floats
+        out: list[Any] = []
+        for name in COMPACT_COLUMNS:
+            if name in COMPACT_FLOATS:
+                k = COMPACT_FLOATS.index(name)
+                out.append([None] * n if self.no_mfu and k >= 3 else floats[k, :n])
+            else:
+                out.append(ints[COMPACT_INTS.index(name), :n])
+        return out
+
+    def clear(self) -> None:
+        self.size = 0
+
+
+def compact_row(stretch: Stretch, num_blocks: int) -> tuple:
+    """A stretch as one COMPACT_COLUMNS row (see `CompactRows`)."""
+    rows = CompactRows(1, num_blocks)
+    rows.add_stretch(stretch)
+    return tuple(column[0] if type(column) is list else column[0].item()
+                 for column in rows.columns())
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,6 +434,14 @@ SEGMENT_FIELDS = ("step", "num_steps", "is_row", "num_running", "num_waiting",
 `num_decodes` and `num_tokens` are per step."""
 
 
+class RowsSink(Protocol):
+    """A sink that takes compact rows as a `StepLog` makes them (a compact `steps.csv`)."""
+
+    takes_rows: bool
+
+    def rows(self, rows: CompactRows) -> None: ...
+
+
 CHUNK = 1 << 15
 """Segments a `StepLog` holds before it hands them on (a stretch can hold many steps)."""
 
@@ -378,10 +455,12 @@ class StepLog:
     """Collects a run's step records; see the module docstring.
 
     `keep`: hold every segment (for `RunResult.steps`); `sink`: called with each chunk of
-    segments, in order, as it fills and at `close()`.
+    segments, in order, as it fills and at `close()`. A sink whose `takes_rows` is true
+    (a compact `steps.csv`) is handed `CompactRows` instead (`sink.rows`), made as each
+    segment comes, when nothing is kept: no row or stretch lives until its chunk is full.
     """
 
-    __slots__ = ("num_blocks", "stats", "kept", "_sink", "_chunk", "_limit")
+    __slots__ = ("num_blocks", "stats", "kept", "_sink", "_chunk", "_limit", "_compact")
 
     def __init__(self, num_blocks: int, keep: bool = True, sink: Sink | None = None,
                  chunk: int = CHUNK) -> None:
@@ -391,8 +470,19 @@ class StepLog:
         self._sink = sink
         self._chunk: list[Segment] = []
         self._limit = chunk
+        self._compact: CompactRows | None = None
+        if not keep and getattr(sink, "takes_rows", False):
+            self._compact = CompactRows(chunk, num_blocks)
 
     def row(self, row: tuple) -> None:
+        compact = self._compact
+        if compact is not None:
+            values = tuple(row)  # (made once for both: see CompactRows.add_row)
+            self.stats.add_row(values)
+            compact.add_row(values)
+            if compact.size >= self._limit:
+                self.flush()
+            return
         self.stats.add_row(row)
         chunk = self._chunk
         chunk.append(row)
@@ -401,12 +491,24 @@ class StepLog:
 
     def stretch(self, stretch: Stretch) -> None:
         self.stats.add_stretch(stretch)
+        compact = self._compact
+        if compact is not None:
+            compact.add_stretch(stretch)
+            if compact.size >= self._limit:
+                self.flush()
+            return
         chunk = self._chunk
         chunk.append(stretch)
         if len(chunk) >= self._limit:
             self.flush()
 
     def flush(self) -> None:
+        compact = self._compact
+        if compact is not None:
+            if compact.size:
+                cast(RowsSink, self._sink).rows(compact)
+                compact.clear()
+            return
         chunk = self._chunk
         if not chunk:
             return
