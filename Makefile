@@ -40,10 +40,12 @@ JOBS ?= 2
 experiments: install
 	$(BIN)/python tools/experiments.py --jobs $(JOBS) --out $(OUT) scenarios/*.yaml
 
-# The engine's speed (results/bench.csv), then report.html's size and its open and zoom
-# times in headless Chromium (results/bench_report.csv; needs Debian's chromium).
+# The engine's speed (results/bench.csv), the C text code against pyarrow's path
+# (results/bench_text.csv), then report.html's size and its open and zoom times in headless
+# Chromium (results/bench_report.csv; needs Debian's chromium).
 bench: install
 	$(BIN)/python bench/bench_engine.py
+	$(BIN)/python bench/bench_text.py
 	$(BIN)/python bench/report_open.py
 
 lint: install
