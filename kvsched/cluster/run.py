@@ -273,12 +273,14 @@ def _merge_events(path: Path, parts: list[Path]) -> None:
     merges them in memory (by time, ties by replica); the spools removed. The collector is
     off meanwhile: the chunks of tuples it reads and writes live across a few of its passes,
     which then count them as long-lived and walk everything the run holds (two full passes,
-    0.17 s of R5's 3.2 s)."""
+    0.17 s of R5's 3.2 s). Nor a pass as it ends: the chunks are gone by then, and a full
+    pass there walked all the run still holds to free only what the replicas' prefix caches
+    left (0.07 s of R5's 2.2 s)."""
     streams = [_tagged(part, index) for index, part in enumerate(parts)]
     merged = heapq.merge(*streams, key=lambda t: (t[0], t[1]))
     writer = RowCsv(path, (*EVENT_COLUMNS, "replica"))
     try:
-        with collector_off():
+        with collector_off(pass_after=False):
             for batch in iter(lambda: list(islice(merged, 1 << 15)), []):
                 writer([(*event, index) for _, index, event in batch])
     finally:
