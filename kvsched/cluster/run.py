@@ -36,6 +36,7 @@ from kvsched.records.steplog import (
     compact_row,
     replica_chunk,
 )
+from kvsched.records.table import rows_of
 from kvsched.request import Request
 from kvsched.routers import Router, load_router, make_router
 from kvsched.scenario import Variant
@@ -210,14 +211,15 @@ def write_cluster_records(folder: Path, result: ClusterResult, records: RecordMo
                           streamed: bool = False) -> None:
     """requests.csv, steps.csv (unless records: summary) and events.csv of a cluster run
     (`streamed`: its steps and events are in `ClusterSpool` part files in `folder`)."""
+    rows = rows_of(result.requests)  # (a table's rows, not records made of them first)
     if result.phases is None:
         write_rows(folder / "requests.csv", (*REQUEST_COLUMNS, "replica"),
-                   ((*r.as_row(), replica) for r, replica in zip(
-                       result.requests, result.replica_of, strict=True)))
+                   ((*row, replica) for row, replica in zip(
+                       rows, result.replica_of, strict=True)))
     else:
         write_rows(folder / "requests.csv", (*REQUEST_COLUMNS, "replica", *PD_REQUEST_COLUMNS),
-                   ((*r.as_row(), replica, *_phase_row(replica, phases)) for r, replica, phases
-                    in zip(result.requests, result.replica_of, result.phases, strict=True)))
+                   ((*row, replica, *_phase_row(replica, phases)) for row, replica, phases
+                    in zip(rows, result.replica_of, result.phases, strict=True)))
     columns = STEP_COLUMNS if records is RecordMode.FULL else COMPACT_COLUMNS
     if streamed:
         replicas = range(len(result.replicas))
