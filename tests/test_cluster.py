@@ -178,3 +178,33 @@ def test_delayed_views_forget_only_what_no_later_view_needs(monkeypatch):
                      signal_delay=0.05)
     assert pruned.replica_of == kept.replica_of
     assert pruned.requests == kept.requests
+
+
+@pytest.mark.parametrize("pass_after", [True, False])
+def test_the_loops_collector_pause_ends_with_one_full_pass_only_when_asked(pass_after):
+    """`collector_off` leaves what a loop made to one full pass as it ends; a stretch that
+    keeps nothing (`pass_after=False`, the cluster's event merge) ends with none."""
+    import gc
+
+    from kvsched.cluster.loop import LOOP_LEFT, collector_off
+
+    passes: list[int] = []
+
+    def seen(phase: str, info: dict) -> None:
+        if phase == "start":
+            passes.append(info["generation"])
+
+    was_on = gc.isenabled()
+    gc.enable()
+    gc.callbacks.append(seen)
+    try:
+        with collector_off(pass_after=pass_after):
+            kept = [[k] for k in range(LOOP_LEFT + 1000)]
+            assert not gc.isenabled()
+        assert gc.isenabled()
+        assert (2 in passes) == pass_after, passes  # (young passes may follow: not full ones)
+    finally:
+        gc.callbacks.remove(seen)
+        if not was_on:
+            gc.disable()
+    assert len(kept) == LOOP_LEFT + 1000

@@ -156,7 +156,7 @@ LOOP_LEFT = 50_000
 
 
 @contextmanager
-def collector_off() -> Iterator[None]:
+def collector_off(pass_after: bool = True) -> Iterator[None]:
     """The cyclic garbage collector off while a loop runs: the loop makes a step's plan,
     row and lists per event, few of which live long and none in a cycle, and the
     collector's passes over them cost a sixth of the run. Back on (if it was) after.
@@ -165,7 +165,9 @@ def collector_off() -> Iterator[None]:
     written, the prefix cache's tree, the requests), all counted as new: left to the
     collector, its next passes walk them three times (as new, then as middle-aged, then in
     a full pass once they count as long-lived: 0.9 s of R5's 4.3 s). One full pass as the
-    loop ends walks them once, and counts them as long-lived."""
+    loop ends walks them once, and counts them as long-lived. `pass_after=False` for a
+    stretch that leaves nothing that lives on (no pass: what others made before it is
+    walked by the collector's own passes, if the process lives that long)."""
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -173,7 +175,7 @@ def collector_off() -> Iterator[None]:
     finally:
         if collecting:
             gc.enable()
-            if gc.get_count()[0] > LOOP_LEFT:
+            if pass_after and gc.get_count()[0] > LOOP_LEFT:
                 gc.collect()
 
 

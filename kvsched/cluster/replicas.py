@@ -168,33 +168,35 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
     if slo is None and admissions and admissions[0] is not None:
         slo = Slo(ttft=admissions[0].ttft_slo)
     check_turns(requests)
-    queue = ArrivalQueue(requests)
-    replicas = []
-    for index, setup in enumerate(setups):
-        config = setup.config
-        admission = admissions[index] if admissions else None
-        engine = Engine(config, policies[index], setup.clock, admission, backpressure,
-                        stretches=stretches)
-        log = step_logs[index] if step_logs else StepLog(
-            config.num_blocks, keep=keep_steps, chunk=replica_chunk(len(setups)))
-        replica = _Replica(index, engine, log, setup.clock.whole_steps, config.max_steps,
-                           event_sinks[index] if event_sinks else None,
-                           replica_chunk(len(setups)))
-        if signal_delay > 0:
-            replica.history = [replica.snapshot]
-        if pd is not None and index in pd.prefill:
-            engine.on_done(pd.prefilled)
-        else:
-            engine.on_done(_release_next_turns(queue))
-        replicas.append(replica)
-    if pd is not None:
-        pd.ended = _release_next_turns(queue)
-    # Blocks of a request depend on the block size of the replica it lands on: a Seq is
-    # made when the router has chosen.
-    routed: list[int | None] = [None] * len(requests)  # all set by the loop
-    seqs: list[Seq | None] = [None] * len(requests)
-    loop = _Loop(replicas, router, signal_delay, queue, pd)
+    # The collector off from here: the replicas and the arrival queue's first chunk live on,
+    # and a full pass over them before the loop (0.03 s of R5) only walked them again.
     with collector_off():
+        queue = ArrivalQueue(requests)
+        replicas = []
+        for index, setup in enumerate(setups):
+            config = setup.config
+            admission = admissions[index] if admissions else None
+            engine = Engine(config, policies[index], setup.clock, admission, backpressure,
+                            stretches=stretches)
+            log = step_logs[index] if step_logs else StepLog(
+                config.num_blocks, keep=keep_steps, chunk=replica_chunk(len(setups)))
+            replica = _Replica(index, engine, log, setup.clock.whole_steps, config.max_steps,
+                               event_sinks[index] if event_sinks else None,
+                               replica_chunk(len(setups)))
+            if signal_delay > 0:
+                replica.history = [replica.snapshot]
+            if pd is not None and index in pd.prefill:
+                engine.on_done(pd.prefilled)
+            else:
+                engine.on_done(_release_next_turns(queue))
+            replicas.append(replica)
+        if pd is not None:
+            pd.ended = _release_next_turns(queue)
+        # Blocks of a request depend on the block size of the replica it lands on: a Seq is
+        # made when the router has chosen.
+        routed: list[int | None] = [None] * len(requests)  # all set by the loop
+        seqs: list[Seq | None] = [None] * len(requests)
+        loop = _Loop(replicas, router, signal_delay, queue, pd)
         loop.run()
     for replica in replicas:
         replica.engine.on_done(None)
