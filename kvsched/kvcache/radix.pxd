@@ -26,6 +26,7 @@ cdef class RadixCache:
     cdef public dict _node, _prefix, _inserted
     cdef public long long _clock, evicted, _evictable
     cdef public list _heap
+    cdef public dict _queued
     cdef public long long _tie
     cdef public object evicted_log
     cdef public object spill
@@ -39,6 +40,7 @@ cdef class RadixCache:
     cpdef _Node _split(self, _Node child, long long tokens)
     @cython.locals(walk=_Node, before=cython.longlong)
     cpdef _lock(self, _Node node, long long delta)
+    @cython.locals(key=object)
     cpdef _candidate(self, _Node leaf)
     @cython.locals(end=_Node, before=cython.longlong)
     cpdef long long _insert(self, object prefix, long long total)
@@ -47,7 +49,8 @@ cdef class RadixCache:
     @cython.locals(walk=_Node, now=cython.longlong)
     cdef _refresh(self, _Node node)
     @cython.locals(freed=cython.longlong, leaf=_Node, parent=_Node, access=cython.longlong,
-                   chain=object, size=cython.longlong, tokens_of=cython.longlong)
+                   chain=object, size=cython.longlong, tokens_of=cython.longlong,
+                   key=object, queued=dict)
     cpdef _evict(self, long long tokens)
     @cython.locals(matched=cython.longlong)
     cpdef long long match(self, object prefix, long long num_tokens, bint split=*)

@@ -37,6 +37,9 @@ if TYPE_CHECKING:
     from kvsched.kvcache.offload import HostTier
 
 
+_TIE_SPAN = 1 << 40  # heap ties below it: pushes in a run (one per touched leaf) stay far under
+
+
 class _Node:
     """An edge of tokens `start` .. `end - 1` (depths from the root) of `chain`, a prefix
     that agrees with the path to it; `key` names its first token in its parent's
@@ -97,7 +100,11 @@ class RadixCache:
         self._clock = 0  # the last access time given (each walk takes the next)
         self.evicted = 0  # tokens evicted so far
         self._evictable = 0  # tokens held by unlocked nodes
-        self._heap: list[tuple[int, int, _Node]] = []  # (last access, tie, leaf) candidates
+        # Eviction candidates: a heap of keys, last access * _TIE_SPAN + tie (one integer
+        # compares faster than a (last access, tie, leaf) tuple, the same order), each
+        # key's leaf in `_queued` until popped
+        self._heap: list[int] = []
+        self._queued: dict[int, _Node] = {}
         self._tie = 0  # the last heap tie-breaker given
         # When a list: each evicted leaf, in order, as (first depth, tokens, its first token's
         # key) (the conformance harness reads it; None in a run)
@@ -202,7 +209,9 @@ class RadixCache:
 
     def _candidate(self, leaf: _Node) -> None:
         self._tie += 1
-        heapq.heappush(self._heap, (leaf.last_access, self._tie, leaf))
+        key = leaf.last_access * _TIE_SPAN + self._tie
+        self._queued[key] = leaf
+        heapq.heappush(self._heap, key)
 
     def _insert(self, prefix: Prefix, total: int) -> int:
         """Insert `prefix`'s first `total` tokens; the tokens that were already in the tree."""
@@ -243,9 +252,12 @@ class RadixCache:
     def _evict(self, tokens: int) -> None:
         """Free at least `tokens` by removing unlocked leaves, least recently used first."""
         heap = self._heap
+        queued = self._queued
         freed = 0
         while freed < tokens and heap:
-            access, _, leaf = heapq.heappop(heap)
+            key = heapq.heappop(heap)
+            leaf = queued.pop(key)
+            access = key // _TIE_SPAN
             parent = leaf.parent
             if (parent is None or leaf.lock or leaf.children or access != leaf.last_access
                     or parent.children.get(leaf.key) is not leaf):
