@@ -26,6 +26,7 @@ cdef class RadixCache:
     cdef public dict _node, _prefix, _inserted
     cdef public long long _clock, evicted, _evictable
     cdef public list _heap
+    cdef public dict _queued
     cdef public long long _tie
     cdef public object evicted_log
     cdef public object spill
@@ -39,11 +40,17 @@ cdef class RadixCache:
     cpdef _Node _split(self, _Node child, long long tokens)
     @cython.locals(walk=_Node, before=cython.longlong)
     cpdef _lock(self, _Node node, long long delta)
+    @cython.locals(key=object)
     cpdef _candidate(self, _Node leaf)
-    @cython.locals(node=_Node, leaf=_Node, matched=cython.longlong)
+    @cython.locals(end=_Node, before=cython.longlong)
     cpdef long long _insert(self, object prefix, long long total)
+    @cython.locals(node=_Node, leaf=_Node, matched=cython.longlong)
+    cdef _Node _grow(self, Prefix prefix, long long total)
+    @cython.locals(walk=_Node, now=cython.longlong)
+    cdef _refresh(self, _Node node)
     @cython.locals(freed=cython.longlong, leaf=_Node, parent=_Node, access=cython.longlong,
-                   chain=object, size=cython.longlong)
+                   chain=object, size=cython.longlong, tokens_of=cython.longlong,
+                   key=object, queued=dict)
     cpdef _evict(self, long long tokens)
     @cython.locals(matched=cython.longlong)
     cpdef long long match(self, object prefix, long long num_tokens, bint split=*)
@@ -77,7 +84,7 @@ cdef class RadixCache:
     cpdef retract(self, object owner, long long reserve)
     @cython.locals(size=cython.longlong, need=cython.longlong, private=dict)
     cpdef grow_each(self, list owners)
-    @cython.locals(tokens=cython.longlong, before=cython.longlong, added=cython.longlong, dup=cython.longlong, back=cython.longlong, node=_Node, size=cython.longlong, prompt=cython.longlong)
+    @cython.locals(tokens=cython.longlong, before=cython.longlong, added=cython.longlong, dup=cython.longlong, back=cython.longlong, end=_Node, size=cython.longlong, prompt=cython.longlong)
     cpdef commit(self, object owner, object prefix, long long num_tokens, long long prompt_tokens=*)
     @cython.locals(tokens=cython.longlong, promised=cython.longlong)
     cpdef shrink(self, object owner, long long num_blocks)

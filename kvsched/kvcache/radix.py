@@ -37,6 +37,9 @@ if TYPE_CHECKING:
     from kvsched.kvcache.offload import HostTier
 
 
+_TIE_SPAN = 1 << 40  # heap ties below it: pushes in a run (one per touched leaf) stay far under
+
+
 class _Node:
     """An edge of tokens `start` .. `end - 1` (depths from the root) of `chain`, a prefix
     that agrees with the path to it; `key` names its first token in its parent's
@@ -97,7 +100,11 @@ class RadixCache:
         self._clock = 0  # the last access time given (each walk takes the next)
         self.evicted = 0  # tokens evicted so far
         self._evictable = 0  # tokens held by unlocked nodes
-        self._heap: list[tuple[int, int, _Node]] = []  # (last access, tie, leaf) candidates
+        # Eviction candidates: a heap of keys, last access * _TIE_SPAN + tie (one integer
+        # compares faster than a (last access, tie, leaf) tuple, the same order), each
+        # key's leaf in `_queued` until popped
+        self._heap: list[int] = []
+        self._queued: dict[int, _Node] = {}
         self._tie = 0  # the last heap tie-breaker given
         # When a list: each evicted leaf, in order, as (first depth, tokens, its first token's
         # key) (the conformance harness reads it; None in a run)
@@ -164,7 +171,7 @@ class RadixCache:
             if not child.lock and not child.children:
                 self._candidate(child)
             matched += shared
-            if shared < child.num_tokens:
+            if shared < child.end - child.start:
                 if split:
                     node = self._split(child, shared)
                 break
@@ -193,19 +200,27 @@ class RadixCache:
             walk.lock += delta
             assert walk.lock >= 0
             if not before:
-                self._evictable -= walk.num_tokens
+                self._evictable -= walk.end - walk.start
             elif not walk.lock:
-                self._evictable += walk.num_tokens
+                self._evictable += walk.end - walk.start
                 if not walk.children:
                     self._candidate(walk)
             walk = walk.parent
 
     def _candidate(self, leaf: _Node) -> None:
         self._tie += 1
-        heapq.heappush(self._heap, (leaf.last_access, self._tie, leaf))
+        key = leaf.last_access * _TIE_SPAN + self._tie
+        self._queued[key] = leaf
+        heapq.heappush(self._heap, key)
 
     def _insert(self, prefix: Prefix, total: int) -> int:
         """Insert `prefix`'s first `total` tokens; the tokens that were already in the tree."""
+        before = self.tree_tokens
+        end = self._grow(prefix, total)
+        return end.end - (self.tree_tokens - before)
+
+    def _grow(self, prefix: Prefix, total: int) -> _Node:
+        """Insert `prefix`'s first `total` tokens (whole pages); the node ending there."""
         total = min(total, prefix.num_tokens)
         total -= total % self.block_size  # whole pages (RadixKey.page_aligned)
         node, matched = self._walk(prefix, total, split=True)
@@ -215,27 +230,45 @@ class RadixCache:
             self._clock += 1
             leaf.last_access = self._clock
             node.children[leaf.key] = leaf
-            self.tree_tokens += leaf.num_tokens
-            self._evictable += leaf.num_tokens
+            self.tree_tokens += total - matched
+            self._evictable += total - matched
             self._candidate(leaf)
-        return matched
+            return leaf
+        return node
+
+    def _refresh(self, node: _Node) -> None:
+        """`_walk` again down to `node`, which ends on a page: the path is `node`'s parents,
+        read without a lookup (only the path's last node can be a leaf, so one candidate
+        at most, as the walk gives)."""
+        self._clock += 1
+        now = self._clock
+        walk: _Node | None = node
+        while walk is not None and walk is not self.root:
+            walk.last_access = now
+            walk = walk.parent
+        if node is not self.root and not node.lock and not node.children:
+            self._candidate(node)
 
     def _evict(self, tokens: int) -> None:
         """Free at least `tokens` by removing unlocked leaves, least recently used first."""
         heap = self._heap
+        queued = self._queued
         freed = 0
         while freed < tokens and heap:
-            access, _, leaf = heapq.heappop(heap)
+            key = heapq.heappop(heap)
+            leaf = queued.pop(key)
+            access = key // _TIE_SPAN
             parent = leaf.parent
             if (parent is None or leaf.lock or leaf.children or access != leaf.last_access
                     or parent.children.get(leaf.key) is not leaf):
                 continue  # stale: locked, grown, touched since, or already gone
             del parent.children[leaf.key]
             leaf.parent = None
-            self.tree_tokens -= leaf.num_tokens
-            self._evictable -= leaf.num_tokens
-            freed += leaf.num_tokens
-            self.evicted += leaf.num_tokens
+            tokens_of = leaf.end - leaf.start
+            self.tree_tokens -= tokens_of
+            self._evictable -= tokens_of
+            freed += tokens_of
+            self.evicted += tokens_of
             if self.spill is not None:  # its whole pages go to the host tier
                 size = self.block_size
                 self.spill.put(leaf.chain, leaf.start // size, leaf.end // size)
@@ -473,7 +506,7 @@ class RadixCache:
                 self._walk(prefix, tokens, True)
             return
         before = self.tree_tokens
-        self._insert(prefix, tokens)
+        end = self._grow(prefix, tokens)
         added = self.tree_tokens - before
         dup = tokens - self._inserted[owner] - added  # computed twice: back to the pool
         back = min(self._private[owner], added + dup)
@@ -482,10 +515,10 @@ class RadixCache:
         prompt = prompt_tokens - prompt_tokens % size
         if 0 < prompt < tokens:
             self._walk(prefix, prompt, True)
-        node, _ = self._walk(prefix, tokens, split=True)
-        self._lock(node, +1)
+        self._refresh(end)  # (SGLang walks the inserted path again)
+        self._lock(end, +1)
         self._lock(self._node[owner], -1)
-        self._node[owner] = node
+        self._node[owner] = end
         self._inserted[owner] = tokens
 
     def free(self, owner: int) -> None:
