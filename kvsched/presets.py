@@ -16,11 +16,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class GpuTier:
+class GpuTier(NamedTuple):
     """Settings an engine's server takes on GPUs of at least `min_gib` GiB of device memory
     whose name contains none of `unless`; `values` per usage (`serve`, `offline`)."""
 
