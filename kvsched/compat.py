@@ -20,9 +20,8 @@ Kept free of imports from kvsched (`kvsched.config` imports it).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class Kind(StrEnum):
@@ -31,25 +30,24 @@ class Kind(StrEnum):
     IGNORED = "ignored"
 
 
-@dataclass(frozen=True, slots=True)
-class Ref:
+class Ref(NamedTuple):
     """The value of another key, in a condition: `("max_long_partial_prefills", "<=",
     Ref("max_num_partial_prefills"))`."""
 
     key: str
 
 
-@dataclass(frozen=True, slots=True)
 class Default:
     """The key's own `EngineConfig` default, in a condition: `(key, "!=", DEFAULT)`."""
+
+    __slots__ = ()
 
 
 DEFAULT = Default()
 Cond = tuple[str, str, Any]  # (key, operator, value): ==, !=, in, >, >=, <=
 
 
-@dataclass(frozen=True, slots=True)
-class Rule:
+class Rule(NamedTuple):
     """When every `when` condition holds, every `needs` condition must hold too.
 
     `when[0]` names the key the row is about; `expected` says in words what would do, `why`
@@ -152,8 +150,7 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Conflict:
+class Conflict(NamedTuple):
     """A combination `RULES` refuses: the row, the key blamed (one the caller wrote, when it
     wrote one) and a message of one line."""
 

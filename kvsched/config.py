@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, Literal, get_args, get_type_hints
+from typing import Any, Literal, NamedTuple, get_args, get_type_hints
 
 from kvsched.compat import Kind, first_conflict
 
@@ -126,8 +126,7 @@ def effective_step_order(step_order: str, mix_prefill_decode: bool) -> StepOrder
     return order
 
 
-@dataclass(frozen=True, slots=True)
-class Range:
+class Range(NamedTuple):
     """The numbers a knob takes, as pydantic's `Field` constraints spell them: the engine checks
     them (`EngineConfig`) and the scenario's schema is made from them (`kvsched.schema`), so a
     bound is written once."""

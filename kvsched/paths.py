@@ -16,9 +16,8 @@ import signal
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from kvsched.errors import KvschedError, excerpt
 
@@ -115,8 +114,7 @@ def write_file(path: Path, text: str | Iterable[str], option: str = "--out") -> 
 # -- replacing only what kvsched wrote -------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Results:
+class Results(NamedTuple):
     """A kind of results folder under `--out`: what writes it, the file (a glob under the
     folder) that marks one kvsched wrote, and how the user picks another folder."""
 

@@ -14,13 +14,11 @@ rules that kvsched does not model yet, so that a preset never claims more than i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class GpuTier:
+class GpuTier(NamedTuple):
     """Settings an engine's server takes on GPUs of at least `min_gib` GiB of device memory
     whose name contains none of `unless`; `values` per usage (`serve`, `offline`)."""
 
@@ -39,8 +37,7 @@ def _tier(min_gib: float, label: str, serve: tuple[int, int], offline: tuple[int
                                                       "offline": pair(offline)}), label)
 
 
-@dataclass(frozen=True, slots=True)
-class Preset:
+class Preset(NamedTuple):
     """One engine version as engine keys: the `settings` a scenario's `engine: {preset:
     ...}` starts from, what the preset reproduces and how far that is checked (see the
     module's docstring), and the GPU defaults its server takes."""
@@ -50,10 +47,10 @@ class Preset:
     summary: str
     settings: Mapping[str, Any]
     exact: bool = False
-    missing: tuple[str, ...] = field(default_factory=tuple)
+    missing: tuple[str, ...] = ()
     # settings that replace `settings` when chunked prefill is on (V0 runs another
     # scheduler then: _schedule_chunked_prefill); keys written beside the preset still win
-    when_chunked: Mapping[str, Any] = field(default_factory=dict)
+    when_chunked: Mapping[str, Any] = MappingProxyType({})
     checked: str = ""  # how far it is proven, where `exact` alone would say too little
     # settings by the GPU the time model names, first matching tier (kvsched.timing.serve_defaults),
     # for the keys not written; `settings` holds the engine class's own defaults

@@ -13,9 +13,8 @@ import importlib
 import inspect
 import re
 from collections.abc import Iterator, MutableMapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from kvsched.errors import excerpt
 from kvsched.plugins import import_user_module
@@ -83,8 +82,7 @@ def __dir__() -> list[str]:
 _SHAPE = "key(request, enqueue_time) or order(seqs, now, view) method"
 
 
-@dataclass(frozen=True, slots=True)
-class PolicyInfo:
+class PolicyInfo(NamedTuple):
     """A built-in policy as `kvsched policies` lists it: its name, its parameters with their
     defaults, and its docstring."""
 

@@ -225,7 +225,7 @@ class RecordTable(Sequence[RequestRecord]):
         return zip(*map(_python, self._cells(index)), strict=True)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # (arrays: == and hash would fail)
 class Columns:
     """Request records as arrays, named as REQUEST_COLUMNS (`class_codes` index
     `class_names`, -1: none; `status` indexes STATUSES; NaN or -1: no value)."""

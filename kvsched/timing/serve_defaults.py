@@ -11,8 +11,7 @@ from (`kvsched validate`, `run.json`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from kvsched.engine_keys import written_engine_keys
 from kvsched.presets import PRESETS, GpuTier
@@ -22,8 +21,7 @@ BATCH_KEYS = ("max_num_batched_tokens", "max_num_seqs")
 USAGES = ("serve", "offline")
 
 
-@dataclass(frozen=True, slots=True)
-class GpuDefaults:
+class GpuDefaults(NamedTuple):
     """The values a GPU tier gives, and why (the GPU, the tier, the usage)."""
 
     values: Mapping[str, int]

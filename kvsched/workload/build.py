@@ -823,7 +823,7 @@ JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
 """JSON-lines files: no header line."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # (an array: == and hash would fail)
 class TraceFile:
     """A file of rows as its errors name them: its path, and, when a format's reader kept only
     some rows (`TraceLayout.reader`), the file's data row of each table row."""

@@ -7,11 +7,10 @@ while it is itself being imported."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class TraceLayout:
+class TraceLayout(NamedTuple):
     """Where a trace format keeps each field, and the unit of its arrival column."""
 
     arrival_time: str | None  # None: lengths only, times from the workload's arrival process

@@ -5,8 +5,7 @@ hours, at a trickle, and every figure it gives is quietly wrong)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -33,8 +32,7 @@ def arrivals(requests: Sequence[Request]) -> np.ndarray:
                        count=len(requests))
 
 
-@dataclass(frozen=True)
-class Replayed:
+class Replayed(NamedTuple):
     """One trace as the variants that share it replay it."""
 
     spec: TraceWorkload
