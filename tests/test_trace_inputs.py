@@ -50,6 +50,21 @@ def test_mooncake_line_that_is_not_an_object(tmp_path, bad, kind, command):
     assert not out.exists()
 
 
+def test_mooncake_timestamps_past_a_year_of_seconds_stay_milliseconds(tmp_path):
+    """Mooncake's timestamps are milliseconds, however late the trace starts: pandas'
+    date guessing read numbers past 31,536,000 in a `timestamp` column as epoch times."""
+    (tmp_path / "m.jsonl").write_text("".join(
+        f'{{"timestamp": {40_000_000 + 1000 * i}, "input_length": 600, "output_length": 20, '
+        f'"hash_ids": [{2 * i}, {2 * i + 1}]}}\n' for i in range(4)))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", str(scenario(tmp_path, "mooncake", "m.jsonl")),
+                                      "--out", str(out), "--no-check"])
+    assert result.exit_code == 0, result.output
+    rows = (out / "t" / "base" / "requests.csv").read_text().splitlines()[1:]
+    assert [float(row.split(",")[1]) for row in rows] == [40_000.0, 40_001.0, 40_002.0,
+                                                            40_003.0]
+
+
 def test_good_mooncake_lines_still_read(tmp_path):
     (tmp_path / "m.jsonl").write_text(GOOD_LINE * 7)
     result = CliRunner().invoke(app, ["validate", str(scenario(tmp_path, "mooncake", "m.jsonl"))])

@@ -766,7 +766,11 @@ def _read_table(path: Path, where: tuple, locate: Locate) -> pd.DataFrame:
     lines = path.suffix.lower() in JSON_SUFFIXES
     try:
         if lines:
-            return pd.read_json(path, lines=True)
+            # (dtype=False: no guessing of types or dates; pandas' guess turned a column
+            # named like `timestamp` into datetimes when all its numbers passed a year in
+            # seconds, so a late-starting Mooncake trace's milliseconds read as epoch
+            # times. Each column is read by its format's unit and checks instead.)
+            return pd.read_json(path, lines=True, dtype=False)
         return pd.read_csv(path)
     # EOFError: a truncated .gz (click would turn it into "Aborted!"); TypeError: pandas
     # on a JSON line that is a list or a number.
