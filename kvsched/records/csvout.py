@@ -29,6 +29,7 @@ from kvsched.records.floatfmt import cell_text, format_floats, formatted
 from kvsched.records.rows import STEP_COLUMNS
 from kvsched.records.steplog import (
     COMPACT_COLUMNS,
+    COMPACT_FLOATS,
     CompactRows,
     RecordMode,
     Segment,
@@ -36,7 +37,7 @@ from kvsched.records.steplog import (
     Stretch,
 )
 
-_STEP_FLOATS = frozenset({"time", "duration", "thrash_ratio", "mfu", "mbu"})
+_STEP_FLOATS = frozenset(COMPACT_FLOATS)  # (the float columns of either layout)
 _CONSTANT = (3, 4, 5, 6, 7, 8, 9, 12, 13, 15, 16, 17, 18)
 """STEP_COLUMNS indices a decode stretch holds constant over its steps."""
 _ROWS = 1 << 18  # steps.csv rows built, formatted and written at once (a stretch adds at

@@ -81,6 +81,7 @@ counts and `num_finished` are sums over the stretch; `blocks_used` and `blocks_f
 its last batch ran (blocks only grow within a stretch: the last is the peak); `mfu` and
 `mbu` are means over its steps weighted by their durations."""
 COMPACT_FLOATS = ("time", "duration", "thrash_ratio", "mfu", "mbu")
+"""The float columns of `steps.csv`, full or compact (`CompactRows.floats` in this order)."""
 COMPACT_INTS = tuple(name for name in COMPACT_COLUMNS if name not in COMPACT_FLOATS)
 
 
