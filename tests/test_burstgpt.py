@@ -76,3 +76,21 @@ def test_the_session_column_as_the_readme_spells_it(tmp_path):
     scenario = load_scenario_text(scenario_text(trace), "b.yaml", tmp_path)
     requests = build_requests(scenario.variants[0].spec.workload, 0, tmp_path)
     assert [r.session for r in requests] == ["s1", "s1", "s3"]
+
+
+def test_a_truncated_compressed_burstgpt_file_is_one_line(tmp_path):
+    """The format's own reader fails as pandas' reading does: one line naming the file and
+    the likely cause, exit 2 (a truncated .gz raises EOFError, not a ValueError)."""
+    import gzip
+
+    whole = gzip.compress((HEADER + "".join(",".join(map(str, row)) + "\n"
+                                            for row in ROWS * 50)).encode())
+    trace = tmp_path / "burst.csv.gz"
+    trace.write_bytes(whole[:len(whole) // 2])
+    path = tmp_path / "b.yaml"
+    path.write_text(scenario_text(trace))
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2, (result.output, result.exception)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and "burst.csv.gz" in lines[0], result.stderr
+    assert "truncated or corrupt compressed file" in lines[0]

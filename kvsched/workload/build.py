@@ -436,8 +436,7 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
     # pandas (a quarter second to import): only when a trace file is read
     import pandas as pd
 
-    table = (_read_table(path, where, locate) if layout.reader is None
-             else _read_with(layout.reader, path, where, locate))
+    table = _read_table(path, where, locate, layout.reader)
     source = TraceFile.of(path, table)
     for column in (layout.arrival_time, layout.prompt_len, layout.output_len):
         if column is not None and column not in table.columns:
@@ -755,7 +754,10 @@ def _check_regular(path: Path, where: tuple, locate: Locate) -> None:
         raise locate(where, f"no such file '{path}'")
 
 
-def _read_table(path: Path, where: tuple, locate: Locate) -> pd.DataFrame:
+def _read_table(path: Path, where: tuple, locate: Locate,
+                reader: str | None = None) -> pd.DataFrame:
+    """The trace file as a table: by pandas, or by a format's own reader (`reader`,
+    "module:function", `TraceLayout.reader`); a file either cannot parse is one line."""
     # only when the reading fails
     import zlib
 
@@ -763,8 +765,14 @@ def _read_table(path: Path, where: tuple, locate: Locate) -> pd.DataFrame:
     import pandas as pd
 
     _check_regular(path, where, locate)
-    lines = path.suffix.lower() in JSON_SUFFIXES
+    lines = reader is None and path.suffix.lower() in JSON_SUFFIXES
     try:
+        if reader is not None:
+            # (a format's reader module: loaded only when a file of that format is read)
+            import importlib
+
+            module, _, name = reader.partition(":")
+            return getattr(importlib.import_module(module), name)(path)
         if lines:
             # (dtype=False: no guessing of types or dates; pandas' guess turned a column
             # named like `timestamp` into datetimes when all its numbers passed a year in
@@ -781,19 +789,6 @@ def _read_table(path: Path, where: tuple, locate: Locate) -> pd.DataFrame:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if isinstance(exc, (EOFError, zlib.error)):
             first = f"{first or 'the file ends early'} (a truncated or corrupt compressed file?)"
-        raise locate(where, f"cannot parse '{path}': {excerpt(first, 120)}") from None
-
-
-def _read_with(reader: str, path: Path, where: tuple, locate: Locate) -> pd.DataFrame:
-    """A format's own reader (`TraceLayout.reader`, "module:function") over `path`."""
-    # (a format's reader module: loaded only when a file of that format is read)
-    import importlib
-
-    module, _, name = reader.partition(":")
-    try:
-        return getattr(importlib.import_module(module), name)(path)
-    except (ValueError, OSError, UnicodeDecodeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise locate(where, f"cannot parse '{path}': {excerpt(first, 120)}") from None
 
 
