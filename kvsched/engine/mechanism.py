@@ -107,7 +107,7 @@ class Scheduler:
         self._dynamic = bool(getattr(self.waiting, "dynamic", False))  # re-ranked each step
         self.reservation = make_reservation(config)  # SGLang's admission rule, or None
         if self.reservation is not None and self.prefix is not None:
-            self.prefix.stepped = not self.prefix.eager  # SGLang's step with its radix tree
+            self.prefix.stepped = self.prefix.radix is not None  # SGLang's step: its tree
         self.partial = make_partial_prefills(config)  # vLLM V0's partial prefills, or None
         # vLLM V0's priority: an arrival-order queue, sorted in steps without a prefill
         self._v0_priority = config.priority_preemption and isinstance(policy, PriorityFirst)

@@ -305,10 +305,7 @@ class PrefixTracker:
 
     def release(self, seq: Seq, computed: int) -> None:
         """`seq` stops running with `computed` tokens of KV: cache them, free its blocks."""
-        if self.eager:
-            self.cache.commit(seq.index, identity(seq), computed)
-        else:
-            self.cache.commit(seq.index, identity(seq), computed, seq.prompt_len)
+        self.cache.commit(seq.index, identity(seq), computed, seq.prompt_len)
         self.cache.free(seq.index)
         self.pool.free = self.cache.num_free
 
