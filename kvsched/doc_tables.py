@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
+from kvsched.config import shown
 from kvsched.presets import PRESETS, describe
 from kvsched.schema import EngineSpec
 
@@ -78,19 +79,14 @@ def _values(kind: Any, constraints: Iterable[Any]) -> str:
         return "true, false"
     if isinstance(kind, type) and issubclass(kind, BaseModel):
         return "a mapping {" + ", ".join(kind.model_fields) + "}"
-    bounds = [f"{op} {_bound(getattr(c, name))}" for c in constraints
+    bounds = [f"{op} {shown(getattr(c, name))}" for c in constraints
               for name, op in _BOUNDS if getattr(c, name, None) is not None]
     noun = "an integer" if kind is int else "a number"
     return noun + (" " + " and ".join(bounds) if bounds else "")
 
 
-def _bound(value: float) -> str:
-    whole = isinstance(value, float) and value.is_integer() and value >= 100_000
-    return f"{value:,.0f}" if whole else value_text(value)
-
-
-def engine_keys(_current: str = "") -> str:
-    """The `engine:` key table, in markdown (the section as it stands is not read)."""
+def engine_keys() -> str:
+    """The `engine:` key table, in markdown."""
     rows = [f"| `{key}` | {default_text(key)} | {values_text(key)} | "
             f"{EngineSpec.model_fields[key].description} |" for key in EngineSpec.model_fields]
     return "\n".join(["| key | default | values | meaning |", "|---|---|---|---|", *rows]) + "\n"
@@ -110,14 +106,15 @@ def keys_text(keys: Iterable[str] = ()) -> str:
     return "\n".join(out)
 
 
-def presets_text(current: str) -> str:
+def presets_text() -> str:
     """`kvsched presets`' output, as a block of text."""
     return "```text\n" + describe().rstrip("\n") + "\n```\n"
 
 
-SECTIONS: dict[str, Callable[[str], str]] = {"engine-keys": engine_keys,
-                                             "presets": presets_text}
-"""Each generated section by name, and what makes it."""
+SECTIONS: dict[str, Callable[[], str]] = {"engine-keys": engine_keys,
+                                          "presets": presets_text}
+"""Each generated section by name, and what makes it (from the declarations alone: the
+section as it stands on the page is not read)."""
 
 
 def rewrite(text: str) -> str:
@@ -126,6 +123,6 @@ def rewrite(text: str) -> str:
         make = SECTIONS.get(match["name"])
         if make is None:
             raise ValueError(f"unknown generated section '{match['name']}'")
-        return match.group(1) + make(match["body"]) + match.group(4)
+        return match.group(1) + make() + match.group(4)
 
     return _SECTION.sub(again, text)
