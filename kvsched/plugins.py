@@ -1,6 +1,7 @@
 """A user's module named `package.module:Class` (a policy or a router), imported once and
 the same way for both: from `sys.path` first, then from the folders given (the scenario's),
-any exception of the user's code as one line."""
+any exception of the user's code as one line. And kvsched's own registries' "module:name"
+entries, loaded when first used (`load`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from kvsched.errors import excerpt
+
+
+def load(path: str) -> Any:
+    """What a registry's "module:name" entry names (kvsched's own modules: the policies',
+    the prefix caches', a trace format's reader), importing its module when first asked."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def import_user_module(module_name: str, search_path: Sequence[Path], what: str) -> ModuleType:

@@ -24,13 +24,12 @@ the next step, as SGLang's `stash_chunked_request`).
 
 from __future__ import annotations
 
-import importlib
-
 from kvsched.blocks import BlockPool
 from kvsched.config import PREFIX_CACHES, EngineConfig
 from kvsched.kvcache.base import KVCache
 from kvsched.kvcache.offload import HostTier
 from kvsched.kvcache.radix import RadixCache
+from kvsched.plugins import load
 from kvsched.prefix import Prefix, common_prefix
 from kvsched.reservation import RETRACT_DECODE_STEPS
 from kvsched.sequence import Seq
@@ -344,6 +343,5 @@ def make_tracker(config: EngineConfig, pool: BlockPool) -> PrefixTracker | None:
         return None
     host = (HostTier(config.kv_offload_blocks, config.block_size) if config.kv_offload_blocks
             else None)
-    module, _, name = PREFIX_CACHES[config.prefix_cache][0].partition(":")
-    kind = getattr(importlib.import_module(module), name)
+    kind = load(PREFIX_CACHES[config.prefix_cache][0])
     return PrefixTracker(kind(config.usable_blocks, config.block_size), pool, host)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib
 import inspect
 import re
 from collections.abc import Iterator, MutableMapping, Sequence
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from kvsched.errors import excerpt
-from kvsched.plugins import import_user_module
+from kvsched.plugins import import_user_module, load
 from kvsched.policies.base import DynamicPolicy, Policy, SortKey, StaticPolicy, is_dynamic
 
 
@@ -33,8 +32,7 @@ class _Registry(MutableMapping[str, type]):
     def __getitem__(self, name: str) -> type:
         cls = self._classes.get(name)
         if cls is None:
-            module, _, attribute = self._paths[name].partition(":")
-            cls = self._classes[name] = getattr(importlib.import_module(module), attribute)
+            cls = self._classes[name] = load(self._paths[name])
         return cls
 
     def __setitem__(self, name: str, cls: type) -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kvsched.errors import ScenarioError, excerpt
+from kvsched.plugins import load
 from kvsched.prefix import Prefix, Segment
 from kvsched.request import Request
 from kvsched.request_columns import RequestColumns
@@ -767,12 +768,8 @@ def _read_table(path: Path, where: tuple, locate: Locate,
     _check_regular(path, where, locate)
     lines = reader is None and path.suffix.lower() in JSON_SUFFIXES
     try:
-        if reader is not None:
-            # (a format's reader module: loaded only when a file of that format is read)
-            import importlib
-
-            module, _, name = reader.partition(":")
-            return getattr(importlib.import_module(module), name)(path)
+        if reader is not None:  # (its module loaded only when a file of that format is read)
+            return load(reader)(path)
         if lines:
             # (dtype=False: no guessing of types or dates; pandas' guess turned a column
             # named like `timestamp` into datetimes when all its numbers passed a year in
