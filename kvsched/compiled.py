@@ -38,6 +38,7 @@ COMPILED = ("kvsched.kvcache.hashed",
             "kvsched.records.steplog",
             "kvsched.engine.stretch",
             "kvsched.engine.head_of_line",
+            "kvsched.engine.arrivals",
             "kvsched.engine.replica",
             "kvsched.turns",
             "kvsched.timing.roofline",
@@ -46,6 +47,23 @@ COMPILED = ("kvsched.kvcache.hashed",
             "kvsched.cluster.loop",
             "kvsched.cluster.replicas")
 """The modules built by Cython from their own source (setup.py reads this tuple)."""
+
+
+class PurePython:
+    """What `import cython` stands for in a compiled module's source run as plain Python on
+    a machine without Cython (the compiler's own `cython` module is only there where it is
+    installed): not compiled. Such a source takes C's functions in its compiled build
+    (declared in its `.pxd`) and Python's where it runs as Python:
+
+        try:
+            import cython
+        except ImportError:
+            from kvsched.compiled import PurePython as cython
+        if not cython.compiled:
+            from math import log
+    """
+
+    compiled = False
 
 
 def _pure() -> bool:

@@ -208,7 +208,7 @@ def run(requests: RequestColumns, config: EngineConfig, clock: TimeModel,
     (stats.num_steps, stats.end, stats.busy_time, stats.prefill_tokens, stats.decode_tokens,
      stats.blocks_used_sum, stats.peak_blocks_used) = sums
     if timeline is not None:
-        timeline.busy, timeline.waiting, timeline.count = busy, queued, counted
+        timeline.fill(busy, queued, counted)
     if not itl:
         return free, None
     histogram = GapHistogram.from_counts(count, total, values, bool(bucketed))

@@ -1,5 +1,9 @@
 cimport cython
 
+cdef extern from "math.h":
+    double ceil(double x)
+    double log(double x)
+
 cdef class GapHistogram:
     cdef public long long count
     cdef public double total
@@ -14,6 +18,8 @@ cdef class GapHistogram:
     cpdef _count_value(self, double value, long long count)
     cpdef long long _bucket(self, double value)
     cpdef _join_span(self, double low, double high, long long key)
+    @cython.locals(key=cython.longlong)
+    cpdef object _bucket_spanned(self, double low, double high)
     @cython.locals(size=cython.longlong, low=cython.double, top=cython.double, total=cython.double, each=cython.double, exact=dict, buckets=dict, distinct=dict, value=object)
     cpdef add_gaps(self, list gaps, long long count, object high=*, object least=*)
     @cython.locals(total=cython.double, gap=cython.double)

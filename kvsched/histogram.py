@@ -28,6 +28,13 @@ import numpy as np
 from kvsched.floatsum import fold
 from kvsched.quantile import lerp
 
+try:
+    import cython
+except ImportError:  # (the source run as Python where Cython is not installed)
+    from kvsched.compiled import PurePython as cython
+if not cython.compiled:  # C's ceil and log in the compiled build (histogram.pxd): a gap's
+    from math import ceil, log  # bucket costs no Python call then, as the same doubles
+
 MAX_EXACT = 4096  # distinct values kept exactly before switching to buckets
 ACCURACY = 0.005  # relative error of a bucketed percentile
 SHORT = 64  # stretches of at most this many steps are counted without numpy
@@ -269,7 +276,7 @@ class GapHistogram:
     def _bucket(self, value: float) -> int:
         if value <= 0:
             return -(1 << 62)  # zero gaps (never made by a time model): their own bucket
-        return math.ceil(math.log(value) * self._inv_log_gamma)
+        return int(ceil(log(value) * self._inv_log_gamma))
 
     def _buckets_of(self, values: np.ndarray) -> np.ndarray:
         safe = np.where(values > 0, values, 1.0)

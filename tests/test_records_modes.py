@@ -226,5 +226,5 @@ def test_the_timeline_buckets_every_step_of_the_arrival_span(requests):
             k = min(len(busy) - 1, int((row[1] - timeline.start) / timeline.width))
             busy[k] += row[2]
             waiting[k] += row[4]
-    assert waiting == timeline.waiting
+    assert waiting == list(timeline.waiting)
     assert all(abs(a - b) < 1e-9 for a, b in zip(busy, timeline.busy, strict=True))

@@ -8,10 +8,13 @@ cdef class Stretch:
 
 cdef class Timeline:
     cdef public double start, end, width
-    cdef public list busy, waiting, count
+    cdef public long long size
+    cdef public object busy, waiting, count
+    cdef double[::1] _busy
+    cdef long long[::1] _waiting, _count
 
-    cpdef object _bucket(self, double time)
-    @cython.locals(k=object)
+    cpdef long long _bucket(self, double time)
+    @cython.locals(k=cython.longlong)
     cpdef add_row(self, double start, double duration, long long num_waiting)
     @cython.locals(starts=list, begin=cython.double, end=cython.double, width=cython.double, top=cython.longlong, first=cython.longlong)
     cpdef add_stretch(self, Stretch stretch)
@@ -24,10 +27,11 @@ cdef class StepStats:
     cdef public double thrash_ratio_max
     cdef public long long backpressure_steps
     cdef public Timeline timeline
-    cdef public object mfu_sum, mbu_sum
+    cdef public bint has_utilisation
+    cdef public double _mfu_sum, _mbu_sum
     cdef public long long evicted_blocks
 
-    @cython.locals(start=cython.double, duration=cython.double, used=cython.longlong, mfu=object)
+    @cython.locals(start=cython.double, duration=cython.double, used=cython.longlong, mfu=object, ratio=cython.double)
     cpdef add_row(self, object row)
     @cython.locals(total=cython.longlong, used=cython.longlong, evicted=cython.longlong)
     cpdef add_stretch(self, Stretch stretch)

@@ -9,8 +9,9 @@ what the caller asked for.
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter
@@ -89,39 +90,46 @@ class Timeline:
     """Busy time and waiting-queue length of the steps, in equal buckets of start time over
     the arrival span `[start, end]`: what the overload detector reads, in bounded memory.
     A figure over a time range is exact up to the one bucket at each end of the range
-    (1/`num_buckets` of the span)."""
+    (1/`num_buckets` of the span). `busy`, `waiting` and `count` are typed arrays (each
+    step adds to them as C numbers in the compiled build)."""
 
-    __slots__ = ("start", "end", "width", "busy", "waiting", "count")
+    __slots__ = ("start", "end", "width", "size", "busy", "waiting", "count", "_busy",
+                 "_waiting", "_count")
 
     def __init__(self, start: float, end: float, num_buckets: int = 4096) -> None:
         self.start = start
         self.end = end
         self.width = (end - start) / num_buckets if end > start else 0.0
-        size = num_buckets if end > start else 0
-        self.busy = [0.0] * size
-        self.waiting = [0] * size  # summed over the bucket's steps
-        self.count = [0] * size
+        self.size = num_buckets if end > start else 0
+        zeros = bytes(8 * self.size)
+        self.fill(array("d", zeros), array("q", zeros), array("q", zeros))
 
-    def _bucket(self, time: float) -> int | None:
+    def fill(self, busy: Sequence[float], waiting: Sequence[int],
+             count: Sequence[int]) -> None:
+        """Take these sums per bucket (`size` each): the compiled loop's, or zeros."""
+        self.busy = busy if type(busy) is array else array("d", busy)
+        self.waiting = waiting if type(waiting) is array else array("q", waiting)
+        self.count = count if type(count) is array else array("q", count)
+        self._busy = self.busy  # (typed views of the arrays in the compiled build)
+        self._waiting = self.waiting
+        self._count = self.count
+
+    def _bucket(self, time: float) -> int:
+        """The bucket of a step that starts at `time`; -1 outside the span."""
         if not self.width or time < self.start or time >= self.end:
-            return None
-        return min(len(self.busy) - 1, int((time - self.start) / self.width))
+            return -1
+        return min(self.size - 1, int((time - self.start) / self.width))
 
     def add_rows(self, starts: tuple, durations: tuple, waiting: tuple) -> None:
-        bucket_of, busy, queue, count = self._bucket, self.busy, self.waiting, self.count
         for start, duration, num_waiting in zip(starts, durations, waiting, strict=True):
-            k = bucket_of(start)
-            if k is not None:
-                busy[k] += duration
-                queue[k] += num_waiting
-                count[k] += 1
+            self.add_row(start, duration, num_waiting)
 
     def add_row(self, start: float, duration: float, num_waiting: int) -> None:
         k = self._bucket(start)
-        if k is not None:
-            self.busy[k] += duration
-            self.waiting[k] += num_waiting
-            self.count[k] += 1
+        if k >= 0:
+            self._busy[k] += duration
+            self._waiting[k] += num_waiting
+            self._count[k] += 1
 
     def add_stretch(self, stretch: Stretch) -> None:
         starts = stretch.starts
@@ -129,23 +137,23 @@ class Timeline:
         if end < self.start or begin >= self.end or not width:
             return
         if begin >= self.start and end < self.end:  # the common case: one bucket
-            top = len(self.busy) - 1
+            top = self.size - 1
             first = min(top, int((begin - self.start) / width))
             if first == min(top, int((end - self.start) / width)):
-                self.busy[first] += fold(stretch.durations)
-                self.waiting[first] += stretch.num_waiting * len(starts)
-                self.count[first] += len(starts)
+                self._busy[first] += fold(stretch.durations)
+                self._waiting[first] += stretch.num_waiting * len(starts)
+                self._count[first] += len(starts)
                 return
         self._add_spread(stretch)
 
     def _add_spread(self, stretch: Stretch) -> None:
         """A stretch over several buckets: cut where its start times change bucket."""
         starts = stretch.starts
-        size = len(self.busy)
+        size = self.size
 
         def key(time: float) -> int:  # monotone: -1 before the span, size after it
             k = self._bucket(time)
-            return k if k is not None else (-1 if time < self.start else size)
+            return k if k >= 0 else (-1 if time < self.start else size)
 
         durations, waiting = stretch.durations, stretch.num_waiting
         lo = 0
@@ -155,13 +163,13 @@ class Timeline:
                 break
             hi = bisect_right(starts, k, lo, key=key)
             if k >= 0:
-                self.busy[k] += fold(durations[lo:hi])
-                self.waiting[k] += waiting * (hi - lo)
-                self.count[k] += hi - lo
+                self._busy[k] += fold(durations[lo:hi])
+                self._waiting[k] += waiting * (hi - lo)
+                self._count[k] += hi - lo
             lo = hi
 
     def bucket_starts(self) -> list[float]:
-        return [self.start + k * self.width for k in range(len(self.busy))]
+        return [self.start + k * self.width for k in range(self.size)]
 
 
 class StepStats:
@@ -170,8 +178,8 @@ class StepStats:
 
     __slots__ = ("num_steps", "end", "busy_time", "prefill_tokens", "decode_tokens",
                  "recomputed_tokens", "swapped_blocks", "blocks_used_sum", "peak_blocks_used",
-                 "thrash_ratio_max", "backpressure_steps", "timeline", "mfu_sum", "mbu_sum",
-                 "evicted_blocks")
+                 "thrash_ratio_max", "backpressure_steps", "timeline", "has_utilisation",
+                 "_mfu_sum", "_mbu_sum", "evicted_blocks")
 
     # (A plain class typed in steplog.pxd: C sums in the compiled build.)
     def __init__(self) -> None:
@@ -187,10 +195,21 @@ class StepStats:
         self.thrash_ratio_max = 0.0
         self.backpressure_steps = 0
         self.timeline: Timeline | None = None
-        # None: no step had a figure (no hardware time model; one model per run: all or none)
-        self.mfu_sum: float | None = None
-        self.mbu_sum: float | None = None
+        # the sums of the steps' figures, once a step had one (a hardware time model; one
+        # model per run: all steps or none)
+        self.has_utilisation = False
+        self._mfu_sum = 0.0
+        self._mbu_sum = 0.0
         self.evicted_blocks = 0
+
+    @property
+    def mfu_sum(self) -> float | None:
+        """The steps' MFU summed; None when no step had one (no hardware time model)."""
+        return self._mfu_sum if self.has_utilisation else None
+
+    @property
+    def mbu_sum(self) -> float | None:
+        return self._mbu_sum if self.has_utilisation else None
 
     def add_rows(self, rows: list[tuple]) -> None:
         for row in rows:
@@ -212,14 +231,16 @@ class StepStats:
         if used > self.peak_blocks_used:
             self.peak_blocks_used = used
         self.swapped_blocks += row[15] + row[16]
-        if row[17] > self.thrash_ratio_max:
-            self.thrash_ratio_max = row[17]
+        ratio = row[17]
+        if ratio > self.thrash_ratio_max:
+            self.thrash_ratio_max = ratio
         self.backpressure_steps += row[18]
         self.evicted_blocks += row[22]
         mfu = row[19]
         if mfu is not None:
-            self.mfu_sum = (self.mfu_sum or 0.0) + mfu
-            self.mbu_sum = (self.mbu_sum or 0.0) + row[20]
+            self.has_utilisation = True
+            self._mfu_sum += mfu
+            self._mbu_sum += row[20]
 
     def add_stretch(self, stretch: Stretch) -> None:
         """One decode stretch: its steps' sums, in step order."""
@@ -240,8 +261,9 @@ class StepStats:
             for evicted in stretch.evicted_blocks:
                 self.evicted_blocks += evicted
         if stretch.mfu is not None and stretch.mbu is not None:
-            self.mfu_sum = fold(stretch.mfu, self.mfu_sum or 0.0)
-            self.mbu_sum = fold(stretch.mbu, self.mbu_sum or 0.0)
+            self.has_utilisation = True
+            self._mfu_sum = fold(stretch.mfu, self._mfu_sum)
+            self._mbu_sum = fold(stretch.mbu, self._mbu_sum)
 
 
 def stretch_rows(stretch: Stretch, num_blocks: int) -> Iterator[tuple]:
