@@ -20,7 +20,7 @@ cdef class GapHistogram:
     cpdef _join_span(self, double low, double high, long long key)
     @cython.locals(key=cython.longlong)
     cpdef object _bucket_spanned(self, double low, double high)
-    @cython.locals(size=cython.longlong, low=cython.double, top=cython.double, total=cython.double, each=cython.double, exact=dict, buckets=dict, distinct=dict, value=object)
+    @cython.locals(size=cython.longlong, low=cython.double, top=cython.double, total=cython.double, each=cython.double, exact=dict, buckets=dict, distinct=dict, value=object, seen=cython.longlong, key=cython.longlong)
     cpdef add_gaps(self, list gaps, long long count, object high=*, object least=*)
     @cython.locals(total=cython.double, gap=cython.double)
     cpdef _add_total(self, list gaps, long long count)

@@ -167,21 +167,25 @@ class GapHistogram:
                 buckets[one] = buckets.get(one, 0) + size * count
                 return
         # A stretch's gaps take few distinct values (sums of equal steps differ only in
-        # their last bits): count each with list.count, in C, in order of first sight.
-        distinct = dict.fromkeys(gaps) if size < LONG else None
+        # their last bits): each value's count, in one pass, in order of first sight.
+        distinct: dict[float, int] | None = None
+        if size < LONG:
+            distinct = {}
+            for value in gaps:
+                distinct[value] = distinct.get(value, 0) + 1
         if distinct is not None and (size < SHORT or len(distinct) <= FEW):
             self.count += count * size
             self._add_total(gaps, count)
             if exact is not None:
-                for value in distinct:
-                    exact[value] = exact.get(value, 0) + gaps.count(value) * count
+                for value, seen in distinct.items():
+                    exact[value] = exact.get(value, 0) + seen * count
                 if len(exact) > self._max_exact:
                     self._to_buckets()
                 return
             buckets = self._buckets
-            for value in distinct:
+            for value, seen in distinct.items():
                 key = self._bucket(value)
-                buckets[key] = buckets.get(key, 0) + gaps.count(value) * count
+                buckets[key] = buckets.get(key, 0) + seen * count
             return
         self._add_many(np.asarray(gaps, dtype=float), count)
 

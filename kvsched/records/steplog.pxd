@@ -45,7 +45,7 @@ cdef class CompactRows:
 
     @cython.locals(i=Py_ssize_t, k=Py_ssize_t, ints=cython.longlong[:, ::1], floats=cython.double[:, ::1])
     cpdef add_row(self, object row)
-    @cython.locals(i=Py_ssize_t, k=Py_ssize_t, ints=cython.longlong[:, ::1], floats=cython.double[:, ::1], times=list, duration=cython.double, step_mfu=list, step_mbu=list, flops=cython.double, bytes_moved=cython.double, evicted=cython.longlong, blocks=cython.longlong, decoded=cython.longlong, used=cython.longlong)
+    @cython.locals(i=Py_ssize_t, k=Py_ssize_t, ints=cython.longlong[:, ::1], floats=cython.double[:, ::1], times=list, duration=cython.double, step_mfu=list, step_mbu=list, flops=cython.double, bytes_moved=cython.double, each=cython.double, seconds=cython.double, evicted=cython.longlong, blocks=cython.longlong, decoded=cython.longlong, used=cython.longlong)
     cpdef add_stretch(self, Stretch stretch)
 
 cdef class StepLog:

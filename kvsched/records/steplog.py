@@ -341,10 +341,12 @@ class CompactRows:
         if not self.no_mfu:  # (fold(map(mul, mfu, times)), inlined)
             assert step_mfu is not None and step_mbu is not None
             flops = bytes_moved = 0.0
+            for k in range(len(times)):  # (typed: C products, no float object per step)
+                each, seconds = step_mfu[k], times[k]
+                flops += each * seconds
             for k in range(len(times)):
-                flops += step_mfu[k] * times[k]
-            for k in range(len(times)):
-                bytes_moved += step_mbu[k] * times[k]
+                each, seconds = step_mbu[k], times[k]
+                bytes_moved += each * seconds
             floats[3, i] = flops / duration
             floats[4, i] = bytes_moved / duration
         evicted = 0
