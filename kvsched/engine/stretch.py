@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from kvsched.engine.head_of_line import hol_floor
@@ -65,7 +64,7 @@ def decode_stretch(sched: Scheduler, step: int, now: float, step_time: float | N
             limit = min(limit, int((next_arrival - now) / durations[0]) + 2)
         if limit > 1:
             durations = pricer(n, kv + n, limit)
-    ends = list(accumulate(durations, initial=now))  # sequential sums, as step by step
+    ends = running_ends(now, durations)
     if next_arrival != math.inf:
         # The first step with an arrival by its start ends the stretch before it (the
         # test only turns true as the steps go on).
@@ -197,6 +196,19 @@ def decode_stretch(sched: Scheduler, step: int, now: float, step_time: float | N
             reservation.left_batch()
     return stretch
 
+def running_ends(now: float, durations: list[float]) -> list[float]:
+    """`now` and the end of each step: sequential sums, as step by step (what
+    `itertools.accumulate(durations, initial=now)` makes, on C doubles when compiled)."""
+    size = len(durations)
+    ends = [now] * (size + 1)
+    total = now
+    for j in range(size):
+        step = durations[j]
+        total += step
+        ends[j + 1] = total
+    return ends
+
+
 def first_due(ends: list[float], lo: int, hi: int, arrival: float) -> int:
     """The first index in [lo, hi) whose time has `arrival` due by it (with the loop's hair
     of slack), or hi: a bisection (the test only turns true as the times go on)."""
@@ -245,5 +257,8 @@ def cross_all(sched: Scheduler, tick: int, limit: int, blocks_used: int,
             block_due[after] = growing
         else:
             later.extend(growing)
-    grown[0] += blocks_used
-    return list(accumulate(grown))
+    total = blocks_used  # (in use after each pass: the running sum, in place)
+    for j in range(limit):
+        total += grown[j]
+        grown[j] = total
+    return grown
