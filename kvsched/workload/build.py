@@ -47,6 +47,7 @@ from kvsched.schema import (
 )
 from kvsched.workload.formats import FORMATS, UNIT_SECONDS, TraceLayout
 from kvsched.workload.trace_csv import read_clean_columns
+from kvsched.workload.trace_jsonl import read_clean_lines
 
 if TYPE_CHECKING:  # pandas is imported only where a file needs it (a quarter second)
     import pandas as pd
@@ -480,8 +481,9 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
         sessions = [None if pd.isna(v) else str(v) for v in table[layout.session]]
     prefixes: list[Prefix | None] = [None] * n
     if layout.hash_ids is not None and layout.hash_ids in table.columns:
-        prefixes = _hash_prefixes(table[layout.hash_ids], prompts, spec.hash_block_tokens,
-                                  source, where, locate, exact=spec.format == "mooncake")
+        prefixes = _hash_prefixes(table[layout.hash_ids].tolist(), layout.hash_ids, prompts,
+                                  spec.hash_block_tokens, source, where, locate,
+                                  exact=spec.format == "mooncake")
     if layout.prefix_group is not None or layout.prefix_len is not None:
         # (a row may have block ids or a group, not both: `_group_prefixes` checks)
         grouped = _group_prefixes(table, layout, prompts, source, where, locate, prefixes)
@@ -527,10 +529,12 @@ def _replayed_rows(spec: TraceWorkload, arrivals: np.ndarray) -> np.ndarray:
     return rows[:spec.limit] if spec.limit is not None else rows
 
 
-def _clean_trace(path: Path, layout: TraceLayout, seed: int,
-                 spec: TraceWorkload) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Arrival seconds, prompt and output lengths of a clean CSV trace read without pandas
-    (`kvsched.workload.trace_csv`), or None: then pandas reads it and names what is wrong."""
+def _clean_trace(path: Path, layout: TraceLayout, seed: int, spec: TraceWorkload) -> tuple[
+        np.ndarray, np.ndarray, np.ndarray, list[Prefix | None] | None] | None:
+    """Arrival seconds, prompt and output lengths (and for JSON lines, the block-id prefixes)
+    of a clean trace read without pandas (`kvsched.workload.trace_csv`,
+    `kvsched.workload.trace_jsonl`), or None: then pandas reads it and names what is wrong."""
+    json_lines = path.suffix.lower() in JSON_SUFFIXES
     needed = {layout.prompt_len: "number", layout.output_len: "number"}
     limits = {layout.prompt_len: (1.0, float(MAX_TOKENS)),
               layout.output_len: (1.0, float(MAX_TOKENS))}
@@ -542,13 +546,26 @@ def _clean_trace(path: Path, layout: TraceLayout, seed: int,
             limits[layout.arrival_time] = (0.0, MAX_TIME / UNIT_SECONDS[layout.arrival_unit])
     if len(needed) < 2 + (layout.arrival_time is not None):
         return None  # one column named twice: pandas' reading decides
+    # (JSON lines: the block ids are read too; a CSV cell of them needs pandas' reading)
+    cells = [layout.hash_ids] if json_lines and layout.hash_ids is not None else []
     absent = [name for name in (layout.priority, layout.class_name, layout.request_id,
                                 layout.session, layout.prefix_group, layout.prefix_len,
                                 layout.hash_ids, layout.after, layout.think_time)
-              if name is not None]
+              if name is not None and name not in cells]
     if absent and not layout.optional_extras:
         return None  # the mapped extra columns must be there: pandas' reading checks them
-    columns = read_clean_columns(path, needed, absent, limits)
+    if not json_lines:
+        columns = read_clean_columns(path, needed, absent, limits)
+        blocks: dict[str, list] = {}
+    elif spec.format is None or "datetime" in needed.values():
+        # (pandas' reading turns column names that all read as numbers or dates into them:
+        # the formats' own names are checked not to, a mapping's could)
+        return None
+    else:
+        read = read_clean_lines(path, limits, cells, absent)
+        if read is None:
+            return None
+        columns, blocks = read
     if columns is None:
         return None
     prompts, outputs = columns[layout.prompt_len], columns[layout.output_len]
@@ -559,28 +576,42 @@ def _clean_trace(path: Path, layout: TraceLayout, seed: int,
         arrivals = columns[layout.arrival_time]
     else:
         arrivals = columns[layout.arrival_time] * UNIT_SECONDS[layout.arrival_unit]
-    return arrivals, prompts, outputs
+    prefixes = None
+    for name, ids in blocks.items():
+        try:
+            prefixes = _hash_prefixes(ids, name, prompts, spec.hash_block_tokens,
+                                      TraceFile(path), ("workload", "path"), _default_locate,
+                                      exact=spec.format == "mooncake")
+        except ScenarioError:
+            return None  # pandas' reading names the problem
+    return arrivals, prompts, outputs, prefixes
 
 
 def _replay(spec: TraceWorkload, arrivals: np.ndarray, prompts: np.ndarray,
-            outputs: np.ndarray) -> RequestColumns:
-    """The requests of a clean trace's rows (ids r0, r1, ... by file row, no extras)."""
+            outputs: np.ndarray, prefixes: list[Prefix | None] | None) -> Sequence[Request]:
+    """The requests of a clean trace's rows (ids r0, r1, ... by file row; no extra but the
+    block ids' prefixes), as columns when they have no prefix."""
     rows = _replayed_rows(spec, arrivals)
-    return RequestColumns((arrivals[rows] - spec.start) * spec.time_scale, prompts[rows],
-                          outputs[rows], id_numbers=rows)
+    times = (arrivals[rows] - spec.start) * spec.time_scale
+    if prefixes is None:
+        return RequestColumns(times, prompts[rows], outputs[rows], id_numbers=rows)
+    return [Request(f"r{row}", time, prompt, output, prefix=prefixes[row])
+            for row, time, prompt, output in zip(
+                rows.tolist(), times.tolist(), prompts[rows].astype(np.int64).tolist(),
+                outputs[rows].astype(np.int64).tolist(), strict=True)]
 
 
-def _hash_prefixes(column: pd.Series, prompts: np.ndarray, block_tokens: int, path: TraceFile,
-                   where: tuple, locate: Locate, exact: bool) -> list[Prefix | None]:
+def _hash_prefixes(cells: list, name: str, prompts: np.ndarray, block_tokens: int,
+                   path: TraceFile, where: tuple, locate: Locate,
+                   exact: bool) -> list[Prefix | None]:
     """Each row's block ids as segments of `block_tokens` tokens (the last one cut to the
     prompt where the ids reach its end). `exact` (Mooncake): a row needs exactly
     ceil(prompt / block_tokens) ids; else at most that many, and an empty cell or list is
     no shared prefix. A CSV cell holds the ids as text: `[1, 2, 3]`, `1 2 3` or `1;2;3`."""
-    name = str(column.name)
     text = path.path.suffix.lower() not in JSON_SUFFIXES
     blocks = _Blocks(block_tokens)
     prefixes: list[Prefix | None] = []
-    for row, (cell, prompt) in enumerate(zip(column.tolist(), prompts.astype(np.int64).tolist(),
+    for row, (cell, prompt) in enumerate(zip(cells, prompts.astype(np.int64).tolist(),
                                              strict=True)):
         ids = _block_ids(cell, text)
         if ids is None or (not exact and ids == ()):
