@@ -20,7 +20,7 @@ import numpy as np
 
 from kvsched.errors import ScenarioError, excerpt
 from kvsched.plugins import load
-from kvsched.prefix import Prefix, Segment
+from kvsched.prefix import Blocks, Prefix, Segment
 from kvsched.request import Request
 from kvsched.request_columns import RequestColumns
 from kvsched.schema import (
@@ -127,7 +127,7 @@ def _inline(spec: InlineWorkload, locate: Locate) -> list[Request]:
     requests = []
     seen: set[str] = set()
     groups = _Groups()
-    blocks = _Blocks(spec.hash_block_tokens)
+    blocks = _blocks(spec.hash_block_tokens)
     for i, item in enumerate(spec.requests):
         where = ("workload", "requests", i)
         request_id = f"r{i}" if item.id is None else str(item.id)
@@ -181,27 +181,9 @@ class _Groups:
         return Prefix(((segment_id(PREFIX_GROUP, local), length),))
 
 
-class _Blocks:
-    """Block ids (`hash_ids`) as segments of `block_tokens` tokens, one tuple per distinct
-    full block."""
-
-    def __init__(self, block_tokens: int) -> None:
-        self.block_tokens = block_tokens
-        self.full: dict[int, Segment] = {}
-
-    def prefix(self, ids: Sequence[int], prompt: int) -> Prefix | None:
-        """The first len(ids) blocks of a `prompt`-token prompt (None for no ids): full
-        blocks, the last one cut to the prompt when the ids reach its end. The caller has
-        checked that they do not go past it."""
-        if not ids:
-            return None
-        size, full = self.block_tokens, self.full
-        base = segment_id(TRACE_BLOCK, 0)
-        chain = [full.get(b) or full.setdefault(b, (base | b, size)) for b in ids[:-1]]
-        last = min(size, prompt - size * (len(ids) - 1))
-        chain.append(full.get(ids[-1]) or full.setdefault(ids[-1], (base | ids[-1], size))
-                     if last == size else (base | ids[-1], last))
-        return Prefix(tuple(chain))
+def _blocks(block_tokens: int) -> Blocks:
+    """Block ids (`hash_ids`) as segments of `block_tokens` tokens (`kvsched.prefix.Blocks`)."""
+    return Blocks(block_tokens, segment_id(TRACE_BLOCK, 0), MAX_LOCAL_ID)
 
 
 def _too_many_ids(count: int, prompt: int, block_tokens: int) -> str | None:
@@ -609,32 +591,36 @@ def _hash_prefixes(cells: list, name: str, prompts: np.ndarray, block_tokens: in
     ceil(prompt / block_tokens) ids; else at most that many, and an empty cell or list is
     no shared prefix. A CSV cell holds the ids as text: `[1, 2, 3]`, `1 2 3` or `1;2;3`."""
     text = path.path.suffix.lower() not in JSON_SUFFIXES
-    blocks = _Blocks(block_tokens)
+    blocks = _blocks(block_tokens)
     prefixes: list[Prefix | None] = []
     for row, (cell, prompt) in enumerate(zip(cells, prompts.astype(np.int64).tolist(),
                                              strict=True)):
         ids = _block_ids(cell, text)
-        if ids is None or (not exact and ids == ()):
+        if ids is None or (not exact and not ids):
             if exact or not _is_empty(cell):
                 raise locate(where, f"{path} {path.line(row)}: column '{name}': expected a "
                                     f"list of block ids, got '{excerpt(cell)}'")
             prefixes.append(None)
             continue
         need = -(-prompt // block_tokens)
-        if (len(ids) != need if exact else len(ids) > need) or not all(
-                type(b) is int and 0 <= b <= MAX_LOCAL_ID for b in ids):
-            raise locate(where, _bad_hash_ids(ids, prompt, block_tokens, need, path, row, name,
-                                              exact))
-        prefixes.append(blocks.prefix(ids, prompt))
+        if len(ids) != need if exact else len(ids) > need:
+            raise locate(where, _bad_count(len(ids), prompt, block_tokens, need, path, row,
+                                           name, exact))
+        try:
+            prefixes.append(blocks.prefix(ids, prompt))
+        except ValueError as bad:
+            raise locate(where, f"{path} {path.line(row)}: column '{name}': expected whole "
+                                f"block ids 0..{MAX_LOCAL_ID:,}, got "
+                                f"'{excerpt(bad.args[0])}'") from None
     return prefixes
 
 
 _ID_SEPARATORS = re.compile(r"[\s,;]+")
 
 
-def _block_ids(cell: object, text: bool) -> list | tuple | None:
+def _block_ids(cell: object, text: bool) -> list | None:
     """A cell's block ids: a list as read (JSON), or in a CSV the ids written out (`[1, 2]`,
-    `1 2`, `1;2`, one number); () for an empty cell, None for what holds no ids."""
+    `1 2`, `1;2`, one number); [] for an empty cell, None for what holds no ids."""
     if type(cell) is list:
         return cell
     if not text:
@@ -643,7 +629,7 @@ def _block_ids(cell: object, text: bool) -> list | tuple | None:
         return [int(cell)]
     if isinstance(cell, float):
         if cell != cell:  # NaN: an empty cell
-            return ()
+            return []
         return [int(cell)] if cell.is_integer() else [cell]
     if not isinstance(cell, str):
         return None
@@ -651,7 +637,7 @@ def _block_ids(cell: object, text: bool) -> list | tuple | None:
     if body.startswith("[") and body.endswith("]"):
         body = body[1:-1].strip()
     if not body:
-        return ()
+        return []
     ids: list = []
     for word in _ID_SEPARATORS.split(body.strip(" ,;")):
         ids.append(int(word) if word.isdigit() and word.isascii() else word)
@@ -667,16 +653,13 @@ def _is_empty(cell: object) -> bool:
     return isinstance(cell, str) and cell.strip() in ("", "[]")
 
 
-def _bad_hash_ids(ids: Sequence, prompt: int, block_tokens: int, need: int, path: TraceFile,
-                  row: int, name: str, exact: bool) -> str:
+def _bad_count(count: int, prompt: int, block_tokens: int, need: int, path: TraceFile,
+               row: int, name: str, exact: bool) -> str:
     where = f"{path} {path.line(row)}: column '{name}'"
-    if exact and len(ids) != need:
+    if exact and count != need:
         return (f"{where}: expected ceil({prompt} / {block_tokens}) = {need} block ids "
-                f"(hash_block_tokens {block_tokens}), got {len(ids)}")
-    if len(ids) > need:
-        return f"{where}: {_too_many_ids(len(ids), prompt, block_tokens)}"
-    bad = next(b for b in ids if not (type(b) is int and 0 <= b <= MAX_LOCAL_ID))
-    return f"{where}: expected whole block ids 0..{MAX_LOCAL_ID:,}, got '{excerpt(bad)}'"
+                f"(hash_block_tokens {block_tokens}), got {count}")
+    return f"{where}: {_too_many_ids(count, prompt, block_tokens)}"
 
 
 def _group_prefixes(table: pd.DataFrame, layout: TraceLayout, prompts: np.ndarray,
