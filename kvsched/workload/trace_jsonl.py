@@ -16,10 +16,9 @@ lines stripped, the blank ones dropped) and read here only when it is plainly cl
   bits; it rounds some digits differently, so a needed column takes whole numbers only);
 - every needed number a whole number (not a bool) within the column's bounds.
 Anything else returns None and the caller reads the file with pandas, which names the first
-bad line. Python's json refuses more than ujson (a trailing comma, `01`, a raw control
-character in a string, nesting past ~990 levels where ujson stops at 1024), never less: a
-file it refuses goes to pandas too. `tests/test_trace_jsonl.py` holds both readers to the
-same columns.
+bad line. So does a file Python's json refuses where ujson may not (a trailing comma, `01`,
+a raw control character in a string, nesting past ~990 levels where ujson stops at 1024).
+`tests/test_trace_jsonl.py` holds both readers to the same columns.
 """
 
 from __future__ import annotations
