@@ -20,3 +20,14 @@ cpdef tuple block_key(object prefix, long long block_size, long long position)
 @cython.locals(shared=cython.longlong, i=cython.Py_ssize_t, len_a=cython.longlong,
                len_b=cython.longlong)
 cpdef long long common_prefix(object a, object b)
+
+cdef class Blocks:
+    cdef readonly long long block_size
+    cdef readonly long long base
+    cdef readonly long long max_id
+    cdef readonly dict full
+
+    @cython.locals(n=cython.Py_ssize_t, i=cython.Py_ssize_t, item=object, b=cython.longlong,
+                   size=cython.longlong, base=cython.longlong, last=cython.longlong,
+                   full=dict, chain=list, segment=object)
+    cpdef Prefix prefix(self, list ids, long long prompt_len)

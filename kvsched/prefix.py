@@ -170,3 +170,52 @@ def common_prefix(a: Sequence[Segment], b: Sequence[Segment]) -> int:
         if len_a != len_b:
             break
     return shared
+
+
+class Blocks:
+    """Prompts named block by block (a trace's `hash_ids`, Mooncake's): id `b` is segment
+    `base | b` of `block_size` tokens, one tuple per distinct full block (kept, and shared by
+    every prefix that holds it), the last block cut to the prompt where the ids reach its end.
+
+    A plain class with slots (compiled: a cdef class): a trace's 12,031 prompts hold 288,500
+    ids, and the compiled loop over them costs a third of the interpreted one."""
+
+    __slots__ = ("block_size", "base", "max_id", "full")
+
+    def __init__(self, block_size: int, base: int, max_id: int) -> None:
+        self.block_size = block_size
+        self.base = base
+        self.max_id = max_id
+        self.full: dict[int, Segment] = {}
+
+    def prefix(self, ids: list, prompt_len: int) -> Prefix | None:
+        """The first len(ids) blocks of a `prompt_len`-token prompt (None for no ids). The
+        caller has checked that they do not go past it; an id that is not a whole number
+        0..max_id raises ValueError(id)."""
+        n = len(ids)
+        if not n:
+            return None
+        for i in range(n):
+            item = ids[i]
+            if type(item) is not int or item < 0 or item > self.max_id:
+                raise ValueError(item)
+        size, base, full = self.block_size, self.base, self.full
+        chain = []
+        for i in range(n - 1):
+            item = ids[i]
+            segment = full.get(item)
+            if segment is None:
+                b = item  # (compiled: the id as a C integer)
+                segment = full[item] = (base | b, size)
+            chain.append(segment)
+        item = ids[n - 1]
+        b = item
+        last = min(size, prompt_len - size * (n - 1))
+        if last < size:
+            segment = (base | b, last)
+        else:
+            segment = full.get(item)
+            if segment is None:
+                segment = full[item] = (base | b, size)
+        chain.append(segment)
+        return Prefix(tuple(chain))

@@ -19,7 +19,7 @@ from test_workload_prefix import validate_error
 from typer.testing import CliRunner
 
 from kvsched.cli import app
-from kvsched.prefix import common_prefix
+from kvsched.prefix import Blocks, common_prefix
 from kvsched.runner import run_variant
 from kvsched.scenario import load_scenario
 from kvsched.workload import TAG_SHIFT, TRACE_BLOCK
@@ -121,6 +121,22 @@ def test_inline_ids_default_to_512_tokens(tmp_path):
     (request,) = requests_for(tmp_path, {"kind": "inline", "requests": [
         {"prompt_len": 1100, "output_len": 8, "hash_ids": [1, 2]}]})
     assert segments(request) == [(1, 512), (2, 512)]
+
+
+def test_one_segment_per_distinct_full_block_and_a_bad_id_named():
+    """A full block's segment is one tuple, shared by every prefix that holds it; a last
+    block cut to the prompt is its own; an id that is no whole number 0..max is named."""
+    base = TRACE_BLOCK << TAG_SHIFT
+    blocks = Blocks(4, base, (1 << TAG_SHIFT) - 1)
+    cut, whole, again = blocks.prefix([7, 8], 6), blocks.prefix([7, 8], 8), blocks.prefix([8], 4)
+    assert cut.segments == ((base | 7, 4), (base | 8, 2))
+    assert whole.segments == ((base | 7, 4), (base | 8, 4))
+    assert cut.segments[0] is whole.segments[0] and again.segments[0] is whole.segments[1]
+    assert blocks.prefix([], 5) is None
+    for bad in (True, 1.0, -1, 1 << TAG_SHIFT, 2 ** 64, "x"):
+        with pytest.raises(ValueError) as error:
+            blocks.prefix([1, bad], 8)
+        assert error.value.args == (bad,) and type(error.value.args[0]) is type(bad)
 
 
 # -- prefix_len 0: no shared prefix ---------------------------------------------------

@@ -1,6 +1,7 @@
 """Workloads: the requests a run replays, from an inline list, a seeded generator or a trace
-file (`build`), the trace formats (`formats`, one entry per format), the fast reader of a
-clean CSV trace (`trace_csv`) and what a run's warnings say of a trace (`trace_notes`).
+file (`build`), the trace formats (`formats`, one entry per format), the fast readers of a
+clean CSV trace (`trace_csv`) and of a clean JSON-lines one (`trace_jsonl`), and what a run's
+warnings say of a trace (`trace_notes`).
 
 The names below are the package's public face (`from kvsched.workload import
 build_requests`, as before the package existed), imported on first use: the schema reads

@@ -20,7 +20,7 @@ import numpy as np
 
 from kvsched.errors import ScenarioError, excerpt
 from kvsched.plugins import load
-from kvsched.prefix import Prefix, Segment
+from kvsched.prefix import Blocks, Prefix, Segment
 from kvsched.request import Request
 from kvsched.request_columns import RequestColumns
 from kvsched.schema import (
@@ -47,6 +47,7 @@ from kvsched.schema import (
 )
 from kvsched.workload.formats import FORMATS, UNIT_SECONDS, TraceLayout
 from kvsched.workload.trace_csv import read_clean_columns
+from kvsched.workload.trace_jsonl import read_clean_lines
 
 if TYPE_CHECKING:  # pandas is imported only where a file needs it (a quarter second)
     import pandas as pd
@@ -126,7 +127,7 @@ def _inline(spec: InlineWorkload, locate: Locate) -> list[Request]:
     requests = []
     seen: set[str] = set()
     groups = _Groups()
-    blocks = _Blocks(spec.hash_block_tokens)
+    blocks = _blocks(spec.hash_block_tokens)
     for i, item in enumerate(spec.requests):
         where = ("workload", "requests", i)
         request_id = f"r{i}" if item.id is None else str(item.id)
@@ -180,27 +181,9 @@ class _Groups:
         return Prefix(((segment_id(PREFIX_GROUP, local), length),))
 
 
-class _Blocks:
-    """Block ids (`hash_ids`) as segments of `block_tokens` tokens, one tuple per distinct
-    full block."""
-
-    def __init__(self, block_tokens: int) -> None:
-        self.block_tokens = block_tokens
-        self.full: dict[int, Segment] = {}
-
-    def prefix(self, ids: Sequence[int], prompt: int) -> Prefix | None:
-        """The first len(ids) blocks of a `prompt`-token prompt (None for no ids): full
-        blocks, the last one cut to the prompt when the ids reach its end. The caller has
-        checked that they do not go past it."""
-        if not ids:
-            return None
-        size, full = self.block_tokens, self.full
-        base = segment_id(TRACE_BLOCK, 0)
-        chain = [full.get(b) or full.setdefault(b, (base | b, size)) for b in ids[:-1]]
-        last = min(size, prompt - size * (len(ids) - 1))
-        chain.append(full.get(ids[-1]) or full.setdefault(ids[-1], (base | ids[-1], size))
-                     if last == size else (base | ids[-1], last))
-        return Prefix(tuple(chain))
+def _blocks(block_tokens: int) -> Blocks:
+    """Block ids (`hash_ids`) as segments of `block_tokens` tokens (`kvsched.prefix.Blocks`)."""
+    return Blocks(block_tokens, segment_id(TRACE_BLOCK, 0), MAX_LOCAL_ID)
 
 
 def _too_many_ids(count: int, prompt: int, block_tokens: int) -> str | None:
@@ -480,8 +463,9 @@ def _trace(spec: TraceWorkload, base_dir: Path, locate: Locate,
         sessions = [None if pd.isna(v) else str(v) for v in table[layout.session]]
     prefixes: list[Prefix | None] = [None] * n
     if layout.hash_ids is not None and layout.hash_ids in table.columns:
-        prefixes = _hash_prefixes(table[layout.hash_ids], prompts, spec.hash_block_tokens,
-                                  source, where, locate, exact=spec.format == "mooncake")
+        prefixes = _hash_prefixes(table[layout.hash_ids].tolist(), layout.hash_ids, prompts,
+                                  spec.hash_block_tokens, source, where, locate,
+                                  exact=spec.format == "mooncake")
     if layout.prefix_group is not None or layout.prefix_len is not None:
         # (a row may have block ids or a group, not both: `_group_prefixes` checks)
         grouped = _group_prefixes(table, layout, prompts, source, where, locate, prefixes)
@@ -527,10 +511,12 @@ def _replayed_rows(spec: TraceWorkload, arrivals: np.ndarray) -> np.ndarray:
     return rows[:spec.limit] if spec.limit is not None else rows
 
 
-def _clean_trace(path: Path, layout: TraceLayout, seed: int,
-                 spec: TraceWorkload) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Arrival seconds, prompt and output lengths of a clean CSV trace read without pandas
-    (`kvsched.workload.trace_csv`), or None: then pandas reads it and names what is wrong."""
+def _clean_trace(path: Path, layout: TraceLayout, seed: int, spec: TraceWorkload) -> tuple[
+        np.ndarray, np.ndarray, np.ndarray, list[Prefix | None] | None] | None:
+    """Arrival seconds, prompt and output lengths (and for JSON lines, the block-id prefixes)
+    of a clean trace read without pandas (`kvsched.workload.trace_csv`,
+    `kvsched.workload.trace_jsonl`), or None: then pandas reads it and names what is wrong."""
+    json_lines = path.suffix.lower() in JSON_SUFFIXES
     needed = {layout.prompt_len: "number", layout.output_len: "number"}
     limits = {layout.prompt_len: (1.0, float(MAX_TOKENS)),
               layout.output_len: (1.0, float(MAX_TOKENS))}
@@ -542,13 +528,26 @@ def _clean_trace(path: Path, layout: TraceLayout, seed: int,
             limits[layout.arrival_time] = (0.0, MAX_TIME / UNIT_SECONDS[layout.arrival_unit])
     if len(needed) < 2 + (layout.arrival_time is not None):
         return None  # one column named twice: pandas' reading decides
+    # (JSON lines: the block ids are read too; a CSV cell of them needs pandas' reading)
+    cells = [layout.hash_ids] if json_lines and layout.hash_ids is not None else []
     absent = [name for name in (layout.priority, layout.class_name, layout.request_id,
                                 layout.session, layout.prefix_group, layout.prefix_len,
                                 layout.hash_ids, layout.after, layout.think_time)
-              if name is not None]
+              if name is not None and name not in cells]
     if absent and not layout.optional_extras:
         return None  # the mapped extra columns must be there: pandas' reading checks them
-    columns = read_clean_columns(path, needed, absent, limits)
+    if not json_lines:
+        columns = read_clean_columns(path, needed, absent, limits)
+        blocks: dict[str, list] = {}
+    elif spec.format is None or "datetime" in needed.values():
+        # (pandas' reading turns column names that all read as numbers or dates into them:
+        # the formats' own names are checked not to, a mapping's could)
+        return None
+    else:
+        read = read_clean_lines(path, limits, cells, absent)
+        if read is None:
+            return None
+        columns, blocks = read
     if columns is None:
         return None
     prompts, outputs = columns[layout.prompt_len], columns[layout.output_len]
@@ -559,51 +558,69 @@ def _clean_trace(path: Path, layout: TraceLayout, seed: int,
         arrivals = columns[layout.arrival_time]
     else:
         arrivals = columns[layout.arrival_time] * UNIT_SECONDS[layout.arrival_unit]
-    return arrivals, prompts, outputs
+    prefixes = None
+    for name, ids in blocks.items():
+        try:
+            prefixes = _hash_prefixes(ids, name, prompts, spec.hash_block_tokens,
+                                      TraceFile(path), ("workload", "path"), _default_locate,
+                                      exact=spec.format == "mooncake")
+        except ScenarioError:
+            return None  # pandas' reading names the problem
+    return arrivals, prompts, outputs, prefixes
 
 
 def _replay(spec: TraceWorkload, arrivals: np.ndarray, prompts: np.ndarray,
-            outputs: np.ndarray) -> RequestColumns:
-    """The requests of a clean trace's rows (ids r0, r1, ... by file row, no extras)."""
+            outputs: np.ndarray, prefixes: list[Prefix | None] | None) -> Sequence[Request]:
+    """The requests of a clean trace's rows (ids r0, r1, ... by file row; no extra but the
+    block ids' prefixes), as columns when they have no prefix."""
     rows = _replayed_rows(spec, arrivals)
-    return RequestColumns((arrivals[rows] - spec.start) * spec.time_scale, prompts[rows],
-                          outputs[rows], id_numbers=rows)
+    times = (arrivals[rows] - spec.start) * spec.time_scale
+    if prefixes is None:
+        return RequestColumns(times, prompts[rows], outputs[rows], id_numbers=rows)
+    return [Request(f"r{row}", time, prompt, output, prefix=prefixes[row])
+            for row, time, prompt, output in zip(
+                rows.tolist(), times.tolist(), prompts[rows].astype(np.int64).tolist(),
+                outputs[rows].astype(np.int64).tolist(), strict=True)]
 
 
-def _hash_prefixes(column: pd.Series, prompts: np.ndarray, block_tokens: int, path: TraceFile,
-                   where: tuple, locate: Locate, exact: bool) -> list[Prefix | None]:
+def _hash_prefixes(cells: list, name: str, prompts: np.ndarray, block_tokens: int,
+                   path: TraceFile, where: tuple, locate: Locate,
+                   exact: bool) -> list[Prefix | None]:
     """Each row's block ids as segments of `block_tokens` tokens (the last one cut to the
     prompt where the ids reach its end). `exact` (Mooncake): a row needs exactly
     ceil(prompt / block_tokens) ids; else at most that many, and an empty cell or list is
     no shared prefix. A CSV cell holds the ids as text: `[1, 2, 3]`, `1 2 3` or `1;2;3`."""
-    name = str(column.name)
     text = path.path.suffix.lower() not in JSON_SUFFIXES
-    blocks = _Blocks(block_tokens)
+    blocks = _blocks(block_tokens)
     prefixes: list[Prefix | None] = []
-    for row, (cell, prompt) in enumerate(zip(column.tolist(), prompts.astype(np.int64).tolist(),
+    for row, (cell, prompt) in enumerate(zip(cells, prompts.astype(np.int64).tolist(),
                                              strict=True)):
         ids = _block_ids(cell, text)
-        if ids is None or (not exact and ids == ()):
+        if ids is None or (not exact and not ids):
             if exact or not _is_empty(cell):
                 raise locate(where, f"{path} {path.line(row)}: column '{name}': expected a "
                                     f"list of block ids, got '{excerpt(cell)}'")
             prefixes.append(None)
             continue
         need = -(-prompt // block_tokens)
-        if (len(ids) != need if exact else len(ids) > need) or not all(
-                type(b) is int and 0 <= b <= MAX_LOCAL_ID for b in ids):
-            raise locate(where, _bad_hash_ids(ids, prompt, block_tokens, need, path, row, name,
-                                              exact))
-        prefixes.append(blocks.prefix(ids, prompt))
+        if len(ids) != need if exact else len(ids) > need:
+            raise locate(where, _bad_count(len(ids), prompt, block_tokens, need, path, row,
+                                           name, exact))
+        try:
+            prefixes.append(blocks.prefix(ids, prompt))
+        except ValueError as bad:
+            raise locate(where, f"{path} {path.line(row)}: column '{name}': expected whole "
+                                f"block ids 0..{MAX_LOCAL_ID:,}, got "
+                                f"'{excerpt(bad.args[0])}'") from None
     return prefixes
 
 
 _ID_SEPARATORS = re.compile(r"[\s,;]+")
 
 
-def _block_ids(cell: object, text: bool) -> list | tuple | None:
+def _block_ids(cell: object, text: bool) -> list | None:
     """A cell's block ids: a list as read (JSON), or in a CSV the ids written out (`[1, 2]`,
-    `1 2`, `1;2`, one number); () for an empty cell, None for what holds no ids."""
+    `1 2`, `1;2`, one number); [] for an empty cell, None for what holds no ids."""
     if type(cell) is list:
         return cell
     if not text:
@@ -612,7 +629,7 @@ def _block_ids(cell: object, text: bool) -> list | tuple | None:
         return [int(cell)]
     if isinstance(cell, float):
         if cell != cell:  # NaN: an empty cell
-            return ()
+            return []
         return [int(cell)] if cell.is_integer() else [cell]
     if not isinstance(cell, str):
         return None
@@ -620,7 +637,7 @@ def _block_ids(cell: object, text: bool) -> list | tuple | None:
     if body.startswith("[") and body.endswith("]"):
         body = body[1:-1].strip()
     if not body:
-        return ()
+        return []
     ids: list = []
     for word in _ID_SEPARATORS.split(body.strip(" ,;")):
         ids.append(int(word) if word.isdigit() and word.isascii() else word)
@@ -636,16 +653,13 @@ def _is_empty(cell: object) -> bool:
     return isinstance(cell, str) and cell.strip() in ("", "[]")
 
 
-def _bad_hash_ids(ids: Sequence, prompt: int, block_tokens: int, need: int, path: TraceFile,
-                  row: int, name: str, exact: bool) -> str:
+def _bad_count(count: int, prompt: int, block_tokens: int, need: int, path: TraceFile,
+               row: int, name: str, exact: bool) -> str:
     where = f"{path} {path.line(row)}: column '{name}'"
-    if exact and len(ids) != need:
+    if exact and count != need:
         return (f"{where}: expected ceil({prompt} / {block_tokens}) = {need} block ids "
-                f"(hash_block_tokens {block_tokens}), got {len(ids)}")
-    if len(ids) > need:
-        return f"{where}: {_too_many_ids(len(ids), prompt, block_tokens)}"
-    bad = next(b for b in ids if not (type(b) is int and 0 <= b <= MAX_LOCAL_ID))
-    return f"{where}: expected whole block ids 0..{MAX_LOCAL_ID:,}, got '{excerpt(bad)}'"
+                f"(hash_block_tokens {block_tokens}), got {count}")
+    return f"{where}: {_too_many_ids(count, prompt, block_tokens)}"
 
 
 def _group_prefixes(table: pd.DataFrame, layout: TraceLayout, prompts: np.ndarray,
