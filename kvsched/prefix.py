@@ -128,7 +128,8 @@ def _segment_at(segments: tuple[Segment, ...], starts: list[int], token: int) ->
     low, high = 0, len(starts)
     while low < high:
         middle = (low + high) // 2
-        if token < starts[middle]:
+        start = starts[middle]  # (a C integer compiled: compared without a Python int)
+        if token < start:
             high = middle
         else:
             low = middle + 1

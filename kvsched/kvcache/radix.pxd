@@ -42,7 +42,7 @@ cdef class RadixCache:
     cpdef _lock(self, _Node node, long long delta)
     @cython.locals(key=object)
     cpdef _candidate(self, _Node leaf)
-    @cython.locals(end=_Node, before=cython.longlong)
+    @cython.locals(end=_Node, before=cython.longlong, added=cython.longlong)
     cpdef long long _insert(self, object prefix, long long total)
     @cython.locals(node=_Node, leaf=_Node, matched=cython.longlong)
     cdef _Node _grow(self, Prefix prefix, long long total)

@@ -217,10 +217,14 @@ class RadixCache:
         """Insert `prefix`'s first `total` tokens; the tokens that were already in the tree."""
         before = self.tree_tokens
         end = self._grow(prefix, total)
-        return end.end - (self.tree_tokens - before)
+        added = self.tree_tokens - before
+        if added:  # a new leaf
+            self._candidate(end)
+        return end.end - added
 
     def _grow(self, prefix: Prefix, total: int) -> _Node:
-        """Insert `prefix`'s first `total` tokens (whole pages); the node ending there."""
+        """Insert `prefix`'s first `total` tokens (whole pages); the node ending there (a
+        new leaf is not yet an eviction candidate: the caller makes it one, or locks it)."""
         total = min(total, prefix.num_tokens)
         total -= total % self.block_size  # whole pages (RadixKey.page_aligned)
         node, matched = self._walk(prefix, total, split=True)
@@ -232,7 +236,6 @@ class RadixCache:
             node.children[leaf.key] = leaf
             self.tree_tokens += total - matched
             self._evictable += total - matched
-            self._candidate(leaf)
             return leaf
         return node
 
@@ -507,6 +510,11 @@ class RadixCache:
             return
         before = self.tree_tokens
         end = self._grow(prefix, tokens)
+        # Locked at once, not after the walks below: they would make it an eviction
+        # candidate only to lock it (heap entries popped as stale). Its place in the
+        # eviction order is the same: its last access, which `_refresh` gives it alone
+        # (its ancestors, which share it, cannot be candidates while it is there).
+        self._lock(end, +1)
         added = self.tree_tokens - before
         dup = tokens - self._inserted[owner] - added  # computed twice: back to the pool
         back = min(self._private[owner], added + dup)
@@ -516,7 +524,6 @@ class RadixCache:
         if 0 < prompt < tokens:
             self._walk(prefix, prompt, True)
         self._refresh(end)  # (SGLang walks the inserted path again)
-        self._lock(end, +1)
         self._lock(self._node[owner], -1)
         self._node[owner] = end
         self._inserted[owner] = tokens
