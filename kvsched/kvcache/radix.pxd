@@ -28,14 +28,17 @@ cdef class RadixCache:
     cdef public list _heap
     cdef public dict _queued
     cdef public long long _tie
+    cdef public _Node _matched
+    cdef public object _matched_prefix
     cdef public object evicted_log
     cdef public object spill
 
     @cython.locals(node=_Node, child=_Node, depth=cython.longlong, end=cython.longlong,
                    page=cython.longlong)
-    cpdef list _path(self, Prefix prefix, long long limit)
+    cpdef list _path(self, Prefix prefix, long long limit, _Node start=*)
+    cdef _Node _start(self, _Node node, long long limit)
     @cython.locals(node=_Node, child=_Node, matched=cython.longlong, now=cython.longlong, shared=cython.longlong)
-    cpdef tuple _walk(self, Prefix prefix, long long limit, bint split)
+    cpdef tuple _walk(self, Prefix prefix, long long limit, bint split, _Node start=*)
     @cython.locals(parent=_Node, middle=_Node)
     cpdef _Node _split(self, _Node child, long long tokens)
     @cython.locals(walk=_Node, before=cython.longlong)
@@ -45,20 +48,22 @@ cdef class RadixCache:
     @cython.locals(end=_Node, before=cython.longlong, added=cython.longlong)
     cpdef long long _insert(self, object prefix, long long total)
     @cython.locals(node=_Node, leaf=_Node, matched=cython.longlong)
-    cdef _Node _grow(self, Prefix prefix, long long total)
+    cdef _Node _grow(self, Prefix prefix, long long total, _Node start=*)
     @cython.locals(walk=_Node, now=cython.longlong)
     cdef _refresh(self, _Node node)
     @cython.locals(freed=cython.longlong, leaf=_Node, parent=_Node, access=cython.longlong,
                    chain=object, size=cython.longlong, tokens_of=cython.longlong,
                    key=object, queued=dict)
     cpdef _evict(self, long long tokens)
-    @cython.locals(matched=cython.longlong)
+    @cython.locals(matched=cython.longlong, node=_Node)
     cpdef long long match(self, object prefix, long long num_tokens, bint split=*)
     cpdef touch(self, object prefix, long long num_tokens)
     @cython.locals(unlocked=cython.longlong, free=cython.longlong)
     cpdef long long idle_hits(self, object prefix, long long hit_tokens)
-    @cython.locals(unlocked=cython.longlong, node=_Node, shared=cython.longlong)
+    @cython.locals(unlocked=cython.longlong, node=_Node, shared=cython.longlong, start=_Node,
+                   walk=_Node)
     cpdef long long _unlocked_on_path(self, object prefix, long long hit_tokens)
+    cdef _Node _hit_start(self, Prefix prefix, long long hit_tokens)
     @cython.locals(node=_Node, matched=cython.longlong)
     cpdef _join(self, object owner, object prefix, long long hit_tokens)
     @cython.locals(need=cython.longlong)
@@ -84,7 +89,7 @@ cdef class RadixCache:
     cpdef retract(self, object owner, long long reserve)
     @cython.locals(size=cython.longlong, need=cython.longlong, private=dict)
     cpdef grow_each(self, list owners)
-    @cython.locals(tokens=cython.longlong, before=cython.longlong, added=cython.longlong, dup=cython.longlong, back=cython.longlong, end=_Node, size=cython.longlong, prompt=cython.longlong)
+    @cython.locals(tokens=cython.longlong, before=cython.longlong, added=cython.longlong, dup=cython.longlong, back=cython.longlong, end=_Node, old=_Node, known=_Node, size=cython.longlong, prompt=cython.longlong)
     cpdef commit(self, object owner, object prefix, long long num_tokens, long long prompt_tokens=*)
     @cython.locals(tokens=cython.longlong, promised=cython.longlong)
     cpdef shrink(self, object owner, long long num_blocks)

@@ -106,6 +106,9 @@ class RadixCache:
         self._heap: list[int] = []
         self._queued: dict[int, _Node] = {}
         self._tie = 0  # the last heap tie-breaker given
+        # the node the last match ended at, and its prefix (`_hit_start`)
+        self._matched: _Node | None = None
+        self._matched_prefix: Prefix | None = None
         # When a list: each evicted leaf, in order, as (first depth, tokens, its first token's
         # key) (the conformance harness reads it; None in a run)
         self.evicted_log: list[tuple[int, int, tuple[int, int]]] | None = None
@@ -141,14 +144,16 @@ class RadixCache:
 
     # -- the tree ------------------------------------------------------------------------
 
-    def _path(self, prefix: Prefix, limit: int) -> list[tuple[_Node, int]]:
-        """The nodes matching `prefix`'s first `limit` tokens from the root, each with the
-        tokens it matches (only the last may match part of its edge). Reads the tree,
-        changes nothing."""
+    def _path(self, prefix: Prefix, limit: int, start: _Node | None = None
+              ) -> list[tuple[_Node, int]]:
+        """The nodes matching `prefix`'s first `limit` tokens below `start` (the root, or a
+        node on `prefix`'s path: `_start`), each with the tokens it matches (only the last
+        may match part of its edge). Reads the tree, changes nothing."""
         out: list[tuple[_Node, int]] = []
         limit = min(limit, prefix.num_tokens)
         page = self.block_size
-        node, depth = self.root, 0
+        node = self.root if start is None else start
+        depth = node.end
         while depth + page <= limit:
             child = node.children.get(block_key(prefix, page, depth // page))
             if child is None:
@@ -160,13 +165,27 @@ class RadixCache:
             node, depth = child, end
         return out
 
-    def _walk(self, prefix: Prefix, limit: int, split: bool) -> tuple[_Node, int]:
+    def _start(self, node: _Node | None, limit: int) -> _Node:
+        """Where a walk of `limit` tokens of a prefix may start instead of the root: `node`,
+        a node known to be on that prefix's path (a run's locked node, the last match's
+        end), if it is still in the tree and no deeper than `limit`. Every node above it is
+        on the path too, so the walk from the root would pass through it."""
+        if (node is None or node.end > limit
+                or (node.parent is None and node is not self.root)):  # (evicted)
+            return self.root
+        return node
+
+    def _walk(self, prefix: Prefix, limit: int, split: bool,
+              start: _Node | None = None) -> tuple[_Node, int]:
         """The deepest node matching `prefix`'s first `limit` tokens and the tokens matched;
-        with `split`, a match ending inside an edge splits it there (SGLang's match_prefix)."""
-        node, matched = self.root, 0
-        self._clock += 1
+        with `split`, a match ending inside an edge splits it there (SGLang's match_prefix).
+        `start`: a node on the path (`_start`), whose ancestors are read by their parent
+        pointers, not looked up."""
+        node = self.root if start is None else start
+        matched = node.end
+        self._refresh(node)  # (the walk's access time)
         now = self._clock
-        for child, shared in self._path(prefix, limit):
+        for child, shared in self._path(prefix, limit, node):
             child.last_access = now
             if not child.lock and not child.children:
                 self._candidate(child)
@@ -222,12 +241,13 @@ class RadixCache:
             self._candidate(end)
         return end.end - added
 
-    def _grow(self, prefix: Prefix, total: int) -> _Node:
-        """Insert `prefix`'s first `total` tokens (whole pages); the node ending there (a
-        new leaf is not yet an eviction candidate: the caller makes it one, or locks it)."""
+    def _grow(self, prefix: Prefix, total: int, start: _Node | None = None) -> _Node:
+        """Insert `prefix`'s first `total` tokens (whole pages), walking from `start` (a node
+        on the path, or the root); the node ending there (a new leaf is not yet an eviction
+        candidate: the caller makes it one, or locks it)."""
         total = min(total, prefix.num_tokens)
         total -= total % self.block_size  # whole pages (RadixKey.page_aligned)
-        node, matched = self._walk(prefix, total, split=True)
+        node, matched = self._walk(prefix, total, True, self._start(start, total))
         if matched < total:
             leaf = _Node(prefix, matched, total,
                          block_key(prefix, self.block_size, matched // self.block_size), node)
@@ -299,7 +319,11 @@ class RadixCache:
         inside an edge splits it there."""
         if prefix is None or num_tokens <= 1:
             return 0
-        _, matched = self._walk(prefix, num_tokens - 1, split)
+        node, matched = self._walk(prefix, num_tokens - 1, split)
+        # An admission asks next what its hit costs and then takes it: the same path,
+        # read from this node by its parents
+        self._matched = node
+        self._matched_prefix = prefix
         return matched // self.block_size * self.block_size
 
     def touch(self, prefix: Prefix, num_tokens: int) -> None:
@@ -332,16 +356,30 @@ class RadixCache:
         if prefix is None or hit_tokens <= 0:
             return 0
         unlocked = 0
-        for node, shared in self._path(prefix, hit_tokens):
+        start = self._hit_start(prefix, hit_tokens)
+        walk: _Node | None = start
+        while walk is not None and walk is not self.root:
+            if not walk.lock:
+                unlocked += walk.end - walk.start
+            walk = walk.parent
+        for node, shared in self._path(prefix, hit_tokens, start):
             if not node.lock:
                 unlocked += shared
         return unlocked
+
+    def _hit_start(self, prefix: Prefix, hit_tokens: int) -> _Node:
+        """Where a walk of a hit of `prefix` may start: the last match's node, if that
+        match was `prefix`'s (`_start`)."""
+        if self._matched_prefix is not prefix:
+            return self.root
+        return self._start(self._matched, hit_tokens)
 
     def _join(self, owner: int, prefix: Prefix | None, hit_tokens: int) -> None:
         """`owner` takes its hit: the path locked, its tokens its own."""
         node = self.root
         if prefix is not None and hit_tokens > 0:
-            node, matched = self._walk(prefix, hit_tokens, split=True)
+            node, matched = self._walk(prefix, hit_tokens, True,
+                                       self._hit_start(prefix, hit_tokens))
             if matched != hit_tokens:
                 raise ValueError(f"owner {owner}: {hit_tokens} hit tokens are not cached")
         self._lock(node, +1)
@@ -509,7 +547,9 @@ class RadixCache:
                 self._walk(prefix, tokens, True)
             return
         before = self.tree_tokens
-        end = self._grow(prefix, tokens)
+        old = self._node[owner]
+        known = old if self._prefix[owner] is prefix else None  # (on the path: walks start there)
+        end = self._grow(prefix, tokens, known)
         # Locked at once, not after the walks below: they would make it an eviction
         # candidate only to lock it (heap entries popped as stale). Its place in the
         # eviction order is the same: its last access, which `_refresh` gives it alone
@@ -522,9 +562,9 @@ class RadixCache:
         self._private_total -= back
         prompt = prompt_tokens - prompt_tokens % size
         if 0 < prompt < tokens:
-            self._walk(prefix, prompt, True)
+            self._walk(prefix, prompt, True, self._start(known, prompt))
         self._refresh(end)  # (SGLang walks the inserted path again)
-        self._lock(self._node[owner], -1)
+        self._lock(old, -1)
         self._node[owner] = end
         self._inserted[owner] = tokens
 
