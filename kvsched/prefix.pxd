@@ -8,6 +8,9 @@ cdef class Prefix:
 
     cpdef tuple block_key(self, long long block_size, long long position)
 
+@cython.locals(out=Prefix)
+cpdef Prefix extended(Prefix prefix, tuple more)
+
 @cython.locals(total=cython.longlong, i=cython.Py_ssize_t, low=cython.Py_ssize_t,
                high=cython.Py_ssize_t, middle=cython.Py_ssize_t, start=cython.longlong)
 cpdef Py_ssize_t _segment_at(object segments, list starts, long long token)

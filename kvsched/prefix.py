@@ -116,6 +116,16 @@ class Prefix:
         return hashes
 
 
+def extended(prefix: Prefix | None, more: tuple[Segment, ...]) -> Prefix:
+    """A new prefix: `prefix`'s segments, then `more`'s (a request's identity: its workload
+    prefix and its own tokens). Only `more` is checked and summed, `prefix` was when made."""
+    out = Prefix(more)
+    if prefix is not None:
+        out.segments = prefix.segments + out.segments
+        out.num_tokens += prefix.num_tokens
+    return out
+
+
 def _segment_at(segments: tuple[Segment, ...], starts: list[int], token: int) -> int:
     """The index of the segment holding token `token` (`starts`: each segment's first token,
     filled at the first call): `bisect_right(starts, token) - 1`, written out so that the

@@ -63,6 +63,23 @@ class _Node:
         return self.end - self.start
 
 
+class _Run:
+    """What an owner (a request's run) holds: its path locked to `node`, on `prefix`'s path;
+    `inserted` tokens that the tree holds, `private` ones allocated but not in the tree,
+    `promised` ones admitted but not yet taken; `done`: its tokens with KV (hit + chunks
+    noted). One record per owner, not a dict per count: a step reads them all."""
+
+    __slots__ = ("node", "prefix", "inserted", "private", "promised", "done")
+
+    def __init__(self, node: _Node, prefix: Prefix | None, hit_tokens: int) -> None:
+        self.node = node
+        self.prefix = prefix
+        self.inserted = hit_tokens
+        self.private = 0
+        self.promised = 0
+        self.done = hit_tokens
+
+
 def _agreement(node: _Node, prefix: Prefix, limit: int, page: int) -> int:
     """How far (in depth, at most `limit`, in whole pages) `prefix` follows `node`'s edge."""
     chain = node.chain
@@ -87,16 +104,11 @@ class RadixCache:
         self.root = _Node(None, 0, 0, (0, 0), None)
         self.root.lock = 1  # never evicted
         self.tree_tokens = 0
-        self._private: dict[int, int] = {}  # owner -> tokens allocated, not in the tree
-        self._private_total = 0
-        self._promised: dict[int, int] = {}  # owner -> tokens admitted but not yet taken
-        self._promised_total = 0
-        self._done: dict[int, int] = {}  # owner -> its tokens with KV (hit + chunks noted)
+        self._runs: dict[int, _Run] = {}  # owner -> what it holds
+        self._private_total = 0  # tokens allocated, not in the tree (every run's)
+        self._promised_total = 0  # tokens admitted but not yet taken
         self._chunks: list[tuple[int, int, int]] = []  # (owner, extend, tokens) to take
         self._grown: list[int] = []  # owners promised a block by the decode pass under way
-        self._node: dict[int, _Node] = {}  # owner -> the node its path is locked to
-        self._prefix: dict[int, Prefix | None] = {}
-        self._inserted: dict[int, int] = {}  # owner -> its tokens that the tree holds
         self._clock = 0  # the last access time given (each walk takes the next)
         self.evicted = 0  # tokens evicted so far
         self._evictable = 0  # tokens held by unlocked nodes
@@ -345,10 +357,11 @@ class RadixCache:
         """`owner` gives back its last `num_blocks` blocks (taken this step, holding nothing):
         promised ones first."""
         tokens = num_blocks * self.block_size
-        promised = min(self._promised.get(owner, 0), tokens)
-        self._promised[owner] -= promised
+        run = self._runs[owner]
+        promised = min(run.promised, tokens)
+        run.promised -= promised
         self._promised_total -= promised
-        self._private[owner] -= tokens - promised
+        run.private -= tokens - promised
         self._private_total -= tokens - promised
 
     def _unlocked_on_path(self, prefix: Prefix | None, hit_tokens: int) -> int:
@@ -374,7 +387,7 @@ class RadixCache:
             return self.root
         return self._start(self._matched, hit_tokens)
 
-    def _join(self, owner: int, prefix: Prefix | None, hit_tokens: int) -> None:
+    def _join(self, owner: int, prefix: Prefix | None, hit_tokens: int) -> _Run:
         """`owner` takes its hit: the path locked, its tokens its own."""
         node = self.root
         if prefix is not None and hit_tokens > 0:
@@ -383,23 +396,20 @@ class RadixCache:
             if matched != hit_tokens:
                 raise ValueError(f"owner {owner}: {hit_tokens} hit tokens are not cached")
         self._lock(node, +1)
-        self._node[owner] = node
-        self._prefix[owner] = prefix
-        self._inserted[owner] = hit_tokens
-        self._private[owner] = 0
-        self._promised[owner] = 0
-        self._done[owner] = hit_tokens
+        run = self._runs[owner] = _Run(node, prefix, hit_tokens)
+        return run
 
     def allocate(self, owner: int, prefix: Prefix | None, hit_tokens: int,
                  num_new: int) -> None:
         need = num_new * self.block_size
-        if owner not in self._private:
-            self._join(owner, prefix, hit_tokens)
+        run = self._runs.get(owner)
+        if run is None:
+            run = self._join(owner, prefix, hit_tokens)
         if need > self.free_tokens:  # (blocks promised to admissions stay theirs)
             self._evict(need - self.free_tokens)
         if need > self.free_tokens:
             raise ValueError(f"owner {owner}: {num_new} new blocks do not fit")
-        self._private[owner] += need
+        run.private += need
         self._private_total += need
 
     def promise(self, owner: int, prefix: Prefix | None, hit_tokens: int,
@@ -407,19 +417,20 @@ class RadixCache:
         """Admit `owner` with its hit and `num_new` fresh blocks kept for its chunks, taken
         (and evicted for) as `materialize` takes the chunks `computed` notes."""
         need = num_new * self.block_size
-        if owner not in self._private:
-            self._join(owner, prefix, hit_tokens)
+        run = self._runs.get(owner)
+        if run is None:
+            run = self._join(owner, prefix, hit_tokens)
         if need > self.free_tokens + self._evictable:
             raise ValueError(f"owner {owner}: {num_new} new blocks do not fit")
-        self._promised[owner] += need
+        run.promised += need
         self._promised_total += need
 
     def computed(self, owner: int, num_tokens: int) -> None:
         """`owner`'s first `num_tokens` tokens are computed in this step (a chunk)."""
-        done = self._done.get(owner)
-        if done is not None and num_tokens > done:
-            self._chunks.append((owner, num_tokens - done, num_tokens))
-            self._done[owner] = num_tokens
+        run = self._runs.get(owner)
+        if run is not None and num_tokens > run.done:
+            self._chunks.append((owner, num_tokens - run.done, num_tokens))
+            run.done = num_tokens
 
     def materialize(self) -> None:
         """Take the pages of the step's chunks, as SGLang's `alloc_for_extend` does for a
@@ -438,14 +449,16 @@ class RadixCache:
         available = self.available_tokens
         if demand > available:
             self._evict(demand - available)
+        runs = self._runs
         for owner, _extend, tokens in chunks:
-            if owner not in self._private:
+            run = runs.get(owner)
+            if run is None:
                 continue
-            take = -(-tokens // size) * size - self._inserted[owner] - self._private[owner]
-            take = min(max(take, 0), self._promised[owner])
-            self._promised[owner] -= take
+            take = -(-tokens // size) * size - run.inserted - run.private
+            take = min(max(take, 0), run.promised)
+            run.promised -= take
             self._promised_total -= take
-            self._private[owner] += take
+            run.private += take
             self._private_total += take
         chunks.clear()
 
@@ -457,9 +470,10 @@ class RadixCache:
         need = len(owners) * size
         if need > self.free_tokens + self._evictable:
             raise ValueError(f"{len(owners)} new blocks do not fit")
-        promised = self._promised
+        runs = self._runs
         for owner in owners:
-            promised[owner] += size
+            run = runs[owner]
+            run.promised += size
         self._promised_total += need
         self._grown.extend(owners)
 
@@ -473,12 +487,12 @@ class RadixCache:
         if demand > available:
             self._evict(demand - available)
         grown = self._grown
-        promised = self._promised
-        private = self._private
+        runs = self._runs
         for owner in grown:
-            if owner in private and promised[owner] >= size:
-                promised[owner] -= size
-                private[owner] += size
+            run = runs.get(owner)
+            if run is not None and run.promised >= size:
+                run.promised -= size
+                run.private += size
                 self._promised_total -= size
                 self._private_total += size
         grown.clear()
@@ -486,18 +500,14 @@ class RadixCache:
     def grow_passes(self, crossed: list[tuple[int, int]]) -> None:
         """Several decode passes' pages in one move, none of which evicts (the caller
         checked): each (owner, pages) takes them as `grow_promise` then `decode_pass`
-        would, pass by pass (an owner that left keeps them promised, as there)."""
+        would, pass by pass (every owner holds blocks, as there)."""
         size = self.block_size
-        private = self._private
-        promised = self._promised
+        runs = self._runs
         for owner, pages in crossed:
             tokens = pages * size
-            if owner in private:
-                private[owner] += tokens
-                self._private_total += tokens
-            else:
-                promised[owner] += tokens
-                self._promised_total += tokens
+            run = runs[owner]
+            run.private += tokens
+            self._private_total += tokens
 
     def decode_evicts(self, num_decodes: int) -> bool:
         """Whether the next decode pass of `num_decodes` requests evicts (a pool below a
@@ -527,9 +537,10 @@ class RadixCache:
             self._evict(need - self.free_tokens)
         if need > self.free_tokens:
             raise ValueError(f"{len(owners)} new blocks do not fit")
-        private = self._private
+        runs = self._runs
         for owner in owners:
-            private[owner] += size
+            run = runs[owner]
+            run.private += size
         self._private_total += need
 
     def commit(self, owner: int, prefix: Prefix | None, num_tokens: int,
@@ -538,17 +549,18 @@ class RadixCache:
         their last node. `prompt_tokens`: as SGLang's `checkpoint_into_tree`
         (`unified_radix_cache.py` line 1268), the new path is also split at the prompt's
         last whole page, so that eviction can drop the output without the prompt."""
-        if prefix is None or owner not in self._private:
+        run = self._runs.get(owner)
+        if prefix is None or run is None:
             return
         size = self.block_size
         tokens = num_tokens // size * size
-        if tokens <= self._inserted[owner]:
+        if tokens <= run.inserted:
             if tokens:  # nothing new, but SGLang's insert still walks (refreshes) the path
                 self._walk(prefix, tokens, True)
             return
         before = self.tree_tokens
-        old = self._node[owner]
-        known = old if self._prefix[owner] is prefix else None  # (on the path: walks start there)
+        old = run.node
+        known = old if run.prefix is prefix else None  # (on the path: walks start there)
         end = self._grow(prefix, tokens, known)
         # Locked at once, not after the walks below: they would make it an eviction
         # candidate only to lock it (heap entries popped as stale). Its place in the
@@ -556,32 +568,31 @@ class RadixCache:
         # (its ancestors, which share it, cannot be candidates while it is there).
         self._lock(end, +1)
         added = self.tree_tokens - before
-        dup = tokens - self._inserted[owner] - added  # computed twice: back to the pool
-        back = min(self._private[owner], added + dup)
-        self._private[owner] -= back
+        dup = tokens - run.inserted - added  # computed twice: back to the pool
+        back = min(run.private, added + dup)
+        run.private -= back
         self._private_total -= back
         prompt = prompt_tokens - prompt_tokens % size
         if 0 < prompt < tokens:
             self._walk(prefix, prompt, True, self._start(known, prompt))
         self._refresh(end)  # (SGLang walks the inserted path again)
         self._lock(old, -1)
-        self._node[owner] = end
-        self._inserted[owner] = tokens
+        run.node = end
+        run.inserted = tokens
 
     def free(self, owner: int) -> None:
-        if owner not in self._private:
+        run = self._runs.pop(owner, None)
+        if run is None:
             return
-        self._lock(self._node.pop(owner), -1)
-        self._private_total -= self._private.pop(owner)
-        self._promised_total -= self._promised.pop(owner)
-        self._prefix.pop(owner, None)
-        self._inserted.pop(owner, None)
-        self._done.pop(owner, None)
+        self._lock(run.node, -1)
+        self._private_total -= run.private
+        self._promised_total -= run.promised
 
     def blocks_of(self, owner: int) -> Sequence[int]:
-        held = (self._inserted.get(owner, 0) + self._private.get(owner, 0)
-                + self._promised.get(owner, 0))
-        return range(held // self.block_size)
+        run = self._runs.get(owner)
+        if run is None:
+            return range(0)
+        return range((run.inserted + run.private + run.promised) // self.block_size)
 
     def check(self) -> None:
         """Invariants (for tests): tokens conserved, locks consistent."""
@@ -595,8 +606,11 @@ class RadixCache:
                 assert child.parent is node and child.lock <= node.lock or node is self.root
                 stack.append(child)
         assert total == self.tree_tokens
-        assert self._private_total == sum(self._private.values())
-        assert self._promised_total == sum(self._promised.values())
+        private = promised = 0
+        for run in self._runs.values():
+            private += run.private
+            promised += run.promised
+        assert self._private_total == private and self._promised_total == promised
         assert 0 <= self.available_tokens <= self.capacity
         unlocked = 0
         stack = [self.root]
