@@ -27,7 +27,7 @@ chunks as SGLang's `alloc_for_extend` does, evicting first what they lack
 
 from __future__ import annotations
 
-import heapq
+from heapq import heappop, heappush
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -242,7 +242,7 @@ class RadixCache:
         self._tie += 1
         key = leaf.last_access * _TIE_SPAN + self._tie
         self._queued[key] = leaf
-        heapq.heappush(self._heap, key)
+        heappush(self._heap, key)
 
     def _insert(self, prefix: Prefix, total: int) -> int:
         """Insert `prefix`'s first `total` tokens; the tokens that were already in the tree."""
@@ -290,7 +290,7 @@ class RadixCache:
         queued = self._queued
         freed = 0
         while freed < tokens and heap:
-            key = heapq.heappop(heap)
+            key = heappop(heap)
             leaf = queued.pop(key)
             access = key // _TIE_SPAN
             parent = leaf.parent
