@@ -35,6 +35,8 @@ cdef class RadixCache:
     cdef public object evicted_log
     cdef public object spill
 
+    cdef long long _free(self)
+    cdef long long _available(self)
     @cython.locals(node=_Node, child=_Node, depth=cython.longlong, end=cython.longlong,
                    page=cython.longlong)
     cpdef list _path(self, Prefix prefix, long long limit, _Node start=*)

@@ -132,11 +132,19 @@ class RadixCache:
     @property
     def free_tokens(self) -> int:
         """Tokens neither cached, held, nor promised to an admission."""
-        return self.capacity - self.tree_tokens - self._private_total - self._promised_total
+        return self._free()
 
     @property
     def available_tokens(self) -> int:
         """Tokens no request or node holds: SGLang's `allocator.available_size()`."""
+        return self._available()
+
+    # (the two counts as methods: C calls in the compiled build, where a property is an
+    # attribute lookup; the tree asks them at every allocation)
+    def _free(self) -> int:
+        return self.capacity - self.tree_tokens - self._private_total - self._promised_total
+
+    def _available(self) -> int:
         return self.capacity - self.tree_tokens - self._private_total
 
     def evictable_tokens(self) -> int:
@@ -144,7 +152,7 @@ class RadixCache:
 
     @property
     def num_free(self) -> int:
-        return (self.free_tokens + self.evictable_tokens()) // self.block_size
+        return (self._free() + self._evictable) // self.block_size
 
     @property
     def num_cached(self) -> int:
@@ -344,13 +352,13 @@ class RadixCache:
 
     def can_allocate(self, prefix: Prefix | None, hit_tokens: int, num_new: int) -> bool:
         # The hit's path is locked before anything is evicted: it cannot make room.
-        return num_new * self.block_size <= (self.free_tokens + self.evictable_tokens()
+        return num_new * self.block_size <= (self._free() + self._evictable
                                              - self._unlocked_on_path(prefix, hit_tokens))
 
     def idle_hits(self, prefix: Prefix | None, hit_tokens: int) -> int:
         """Free blocks taking the hit costs: its tokens that no running request locks."""
         unlocked = self._unlocked_on_path(prefix, hit_tokens)
-        free = self.free_tokens + self._evictable
+        free = self._free() + self._evictable
         return free // self.block_size - (free - unlocked) // self.block_size
 
     def shrink(self, owner: int, num_blocks: int) -> None:
@@ -405,9 +413,9 @@ class RadixCache:
         run = self._runs.get(owner)
         if run is None:
             run = self._join(owner, prefix, hit_tokens)
-        if need > self.free_tokens:  # (blocks promised to admissions stay theirs)
-            self._evict(need - self.free_tokens)
-        if need > self.free_tokens:
+        if need > self._free():  # (blocks promised to admissions stay theirs)
+            self._evict(need - self._free())
+        if need > self._free():
             raise ValueError(f"owner {owner}: {num_new} new blocks do not fit")
         run.private += need
         self._private_total += need
@@ -420,7 +428,7 @@ class RadixCache:
         run = self._runs.get(owner)
         if run is None:
             run = self._join(owner, prefix, hit_tokens)
-        if need > self.free_tokens + self._evictable:
+        if need > self._free() + self._evictable:
             raise ValueError(f"owner {owner}: {num_new} new blocks do not fit")
         run.promised += need
         self._promised_total += need
@@ -446,7 +454,7 @@ class RadixCache:
             demand += extend
         if size > 1:
             demand += len(chunks) * size
-        available = self.available_tokens
+        available = self._available()
         if demand > available:
             self._evict(demand - available)
         runs = self._runs
@@ -468,7 +476,7 @@ class RadixCache:
         pass's pages in `prepare_for_decode`, after `retract_decode`)."""
         size = self.block_size
         need = len(owners) * size
-        if need > self.free_tokens + self._evictable:
+        if need > self._free() + self._evictable:
             raise ValueError(f"{len(owners)} new blocks do not fit")
         runs = self._runs
         for owner in owners:
@@ -483,7 +491,7 @@ class RadixCache:
         pages of one, exactly what the pass takes), then take them."""
         size = self.block_size
         demand = num_decodes * size
-        available = self.available_tokens
+        available = self._available()
         if demand > available:
             self._evict(demand - available)
         grown = self._grown
@@ -512,7 +520,7 @@ class RadixCache:
     def decode_evicts(self, num_decodes: int) -> bool:
         """Whether the next decode pass of `num_decodes` requests evicts (a pool below a
         page per request, something evictable)."""
-        return self._evictable > 0 and num_decodes * self.block_size > self.available_tokens
+        return self._evictable > 0 and num_decodes * self.block_size > self._available()
 
     def evict_all(self) -> None:
         """Evict every unlocked leaf (SGLang's `check_decode_mem` before a retraction: the
@@ -524,7 +532,7 @@ class RadixCache:
         path unlocked, then evicted what the pool lacks for `reserve` tokens
         (`schedule_batch.py` line 2384: 20 per request left in the batch)."""
         self.free(owner)
-        available = self.available_tokens
+        available = self._available()
         if reserve > available:
             self._evict(reserve - available)
 
@@ -533,9 +541,9 @@ class RadixCache:
         the leaves `allocate(owner, None, 0, 1)` one owner after another evicts."""
         size = self.block_size
         need = len(owners) * size
-        if need > self.free_tokens:
-            self._evict(need - self.free_tokens)
-        if need > self.free_tokens:
+        if need > self._free():
+            self._evict(need - self._free())
+        if need > self._free():
             raise ValueError(f"{len(owners)} new blocks do not fit")
         runs = self._runs
         for owner in owners:
