@@ -27,8 +27,8 @@ chunks as SGLang's `alloc_for_extend` does, evicting first what they lack
 
 from __future__ import annotations
 
-from heapq import heappop, heappush
 from collections.abc import Sequence
+from heapq import heappop, heappush
 from typing import TYPE_CHECKING
 
 from kvsched.prefix import Prefix, block_key, common_prefix
