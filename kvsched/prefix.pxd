@@ -3,19 +3,23 @@ cimport cython
 cdef class Prefix:
     cdef readonly tuple segments
     cdef readonly dict _memo
-    cdef readonly list _starts
+    cdef readonly Py_ssize_t _at
+    cdef readonly long long _at_start
     cdef readonly long long num_tokens
 
     cpdef tuple block_key(self, long long block_size, long long position)
 
-@cython.locals(total=cython.longlong, i=cython.Py_ssize_t, low=cython.Py_ssize_t,
-               high=cython.Py_ssize_t, middle=cython.Py_ssize_t, start=cython.longlong)
-cpdef Py_ssize_t _segment_at(object segments, list starts, long long token)
+@cython.locals(out=Prefix)
+cpdef Prefix extended(Prefix prefix, tuple more)
 
-@cython.locals(segments=tuple, starts=list, token=cython.longlong, i=cython.Py_ssize_t,
+@cython.locals(segments=tuple, segment=tuple, last=cython.Py_ssize_t, i=cython.Py_ssize_t,
+               start=cython.longlong, length=cython.longlong)
+cpdef Py_ssize_t _segment_at(Prefix prefix, long long token)
+
+@cython.locals(segments=tuple, token=cython.longlong, i=cython.Py_ssize_t,
                offset=cython.longlong, length=cython.longlong, left=cython.longlong,
                take=cython.longlong, pieces=list)
-cpdef tuple block_key(object prefix, long long block_size, long long position)
+cpdef tuple block_key(Prefix prefix, long long block_size, long long position)
 
 @cython.locals(shared=cython.longlong, i=cython.Py_ssize_t, len_a=cython.longlong,
                len_b=cython.longlong)

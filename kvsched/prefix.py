@@ -27,7 +27,7 @@ class Prefix:
     fields set through `object.__setattr__`) cost 1.4 us each; compiled, its fields are C
     fields."""
 
-    __slots__ = ("segments", "_memo", "_starts", "num_tokens")
+    __slots__ = ("segments", "_memo", "_at", "_at_start", "num_tokens")
 
     def __init__(self, segments: tuple[Segment, ...]) -> None:
         total = 0
@@ -38,7 +38,9 @@ class Prefix:
         self.segments = tuple(segments)
         # block size -> hashes of every full block (a request's identity is hashed once)
         self._memo: dict[int, list[int]] = {}
-        self._starts: list[int] = []  # each segment's first token (`_segment_at` fills it)
+        # the segment the last lookup found and its first token (`_segment_at` starts there)
+        self._at = 0
+        self._at_start = 0
         self.num_tokens = total  # (asked on every cache lookup)
 
     def __eq__(self, other: object) -> bool:
@@ -75,8 +77,8 @@ class Prefix:
 
     def _locate(self, token: int) -> tuple[int, int]:
         """The index of the segment holding token `token`, and the token's offset in it."""
-        i = _segment_at(self.segments, self._starts, token)
-        return i, token - self._starts[i]
+        i = _segment_at(self, token)
+        return i, token - self._at_start
 
     def token_key(self, token: int) -> tuple[int, int]:
         """Token `token` as (segment id, offset): two prefixes that agree before it hold the
@@ -116,33 +118,47 @@ class Prefix:
         return hashes
 
 
-def _segment_at(segments: tuple[Segment, ...], starts: list[int], token: int) -> int:
-    """The index of the segment holding token `token` (`starts`: each segment's first token,
-    filled at the first call): `bisect_right(starts, token) - 1`, written out so that the
-    compiled build runs it without a call."""
-    if not starts:
-        total = 0
-        for i in range(len(segments)):
-            starts.append(total)
-            total += segments[i][1]
-    low, high = 0, len(starts)
-    while low < high:
-        middle = (low + high) // 2
-        if token < starts[middle]:
-            high = middle
-        else:
-            low = middle + 1
-    return low - 1
+def extended(prefix: Prefix | None, more: tuple[Segment, ...]) -> Prefix:
+    """A new prefix: `prefix`'s segments, then `more`'s (a request's identity: its workload
+    prefix and its own tokens). Only `more` is checked and summed, `prefix` was when made."""
+    out = Prefix(more)
+    if prefix is not None:
+        out.segments = prefix.segments + out.segments
+        out.num_tokens += prefix.num_tokens
+    return out
+
+
+def _segment_at(prefix: Prefix, token: int) -> int:
+    """The index of the segment holding token `token` (the last one past the end): a scan
+    from the segment the last lookup found, or from the first for a token before it. The
+    caches look up tokens further and further on (a walk goes down its path), so a lookup
+    costs a step or two, and no list of each segment's first token is built per prefix
+    (a request's identity is looked up a few times in its life)."""
+    segments = prefix.segments
+    last = len(segments) - 1
+    i = prefix._at
+    start = prefix._at_start
+    if token < start:
+        i = start = 0
+    segment = segments[i]
+    length = segment[1]
+    while i < last and token >= start + length:
+        start += length
+        i += 1
+        segment = segments[i]
+        length = segment[1]
+    prefix._at = i
+    prefix._at_start = start
+    return i
 
 
 def block_key(prefix: Prefix, block_size: int, position: int) -> tuple:
     """`prefix.block_key(block_size, position)` (the caches call this, a C call in the
     compiled build)."""
     segments = prefix.segments
-    starts = prefix._starts
     token = position * block_size
-    i = _segment_at(segments, starts, token)
-    offset = token - starts[i]
+    i = _segment_at(prefix, token)
+    offset = token - prefix._at_start
     seg_id, length = segments[i]
     if offset + block_size <= length:
         return seg_id, offset

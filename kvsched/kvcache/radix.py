@@ -27,8 +27,8 @@ chunks as SGLang's `alloc_for_extend` does, evicting first what they lack
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
+from heapq import heappop, heappush
 from typing import TYPE_CHECKING
 
 from kvsched.prefix import Prefix, block_key, common_prefix
@@ -63,6 +63,23 @@ class _Node:
         return self.end - self.start
 
 
+class _Run:
+    """What an owner (a request's run) holds: its path locked to `node`, on `prefix`'s path;
+    `inserted` tokens that the tree holds, `private` ones allocated but not in the tree,
+    `promised` ones admitted but not yet taken; `done`: its tokens with KV (hit + chunks
+    noted). One record per owner, not a dict per count: a step reads them all."""
+
+    __slots__ = ("node", "prefix", "inserted", "private", "promised", "done")
+
+    def __init__(self, node: _Node, prefix: Prefix | None, hit_tokens: int) -> None:
+        self.node = node
+        self.prefix = prefix
+        self.inserted = hit_tokens
+        self.private = 0
+        self.promised = 0
+        self.done = hit_tokens
+
+
 def _agreement(node: _Node, prefix: Prefix, limit: int, page: int) -> int:
     """How far (in depth, at most `limit`, in whole pages) `prefix` follows `node`'s edge."""
     chain = node.chain
@@ -87,16 +104,11 @@ class RadixCache:
         self.root = _Node(None, 0, 0, (0, 0), None)
         self.root.lock = 1  # never evicted
         self.tree_tokens = 0
-        self._private: dict[int, int] = {}  # owner -> tokens allocated, not in the tree
-        self._private_total = 0
-        self._promised: dict[int, int] = {}  # owner -> tokens admitted but not yet taken
-        self._promised_total = 0
-        self._done: dict[int, int] = {}  # owner -> its tokens with KV (hit + chunks noted)
+        self._runs: dict[int, _Run] = {}  # owner -> what it holds
+        self._private_total = 0  # tokens allocated, not in the tree (every run's)
+        self._promised_total = 0  # tokens admitted but not yet taken
         self._chunks: list[tuple[int, int, int]] = []  # (owner, extend, tokens) to take
         self._grown: list[int] = []  # owners promised a block by the decode pass under way
-        self._node: dict[int, _Node] = {}  # owner -> the node its path is locked to
-        self._prefix: dict[int, Prefix | None] = {}
-        self._inserted: dict[int, int] = {}  # owner -> its tokens that the tree holds
         self._clock = 0  # the last access time given (each walk takes the next)
         self.evicted = 0  # tokens evicted so far
         self._evictable = 0  # tokens held by unlocked nodes
@@ -106,6 +118,9 @@ class RadixCache:
         self._heap: list[int] = []
         self._queued: dict[int, _Node] = {}
         self._tie = 0  # the last heap tie-breaker given
+        # the node the last match ended at, and its prefix (`_hit_start`)
+        self._matched: _Node | None = None
+        self._matched_prefix: Prefix | None = None
         # When a list: each evicted leaf, in order, as (first depth, tokens, its first token's
         # key) (the conformance harness reads it; None in a run)
         self.evicted_log: list[tuple[int, int, tuple[int, int]]] | None = None
@@ -117,11 +132,19 @@ class RadixCache:
     @property
     def free_tokens(self) -> int:
         """Tokens neither cached, held, nor promised to an admission."""
-        return self.capacity - self.tree_tokens - self._private_total - self._promised_total
+        return self._free()
 
     @property
     def available_tokens(self) -> int:
         """Tokens no request or node holds: SGLang's `allocator.available_size()`."""
+        return self._available()
+
+    # (the two counts as methods: C calls in the compiled build, where a property is an
+    # attribute lookup; the tree asks them at every allocation)
+    def _free(self) -> int:
+        return self.capacity - self.tree_tokens - self._private_total - self._promised_total
+
+    def _available(self) -> int:
         return self.capacity - self.tree_tokens - self._private_total
 
     def evictable_tokens(self) -> int:
@@ -129,7 +152,7 @@ class RadixCache:
 
     @property
     def num_free(self) -> int:
-        return (self.free_tokens + self.evictable_tokens()) // self.block_size
+        return (self._free() + self._evictable) // self.block_size
 
     @property
     def num_cached(self) -> int:
@@ -141,14 +164,16 @@ class RadixCache:
 
     # -- the tree ------------------------------------------------------------------------
 
-    def _path(self, prefix: Prefix, limit: int) -> list[tuple[_Node, int]]:
-        """The nodes matching `prefix`'s first `limit` tokens from the root, each with the
-        tokens it matches (only the last may match part of its edge). Reads the tree,
-        changes nothing."""
+    def _path(self, prefix: Prefix, limit: int, start: _Node | None = None
+              ) -> list[tuple[_Node, int]]:
+        """The nodes matching `prefix`'s first `limit` tokens below `start` (the root, or a
+        node on `prefix`'s path: `_start`), each with the tokens it matches (only the last
+        may match part of its edge). Reads the tree, changes nothing."""
         out: list[tuple[_Node, int]] = []
         limit = min(limit, prefix.num_tokens)
         page = self.block_size
-        node, depth = self.root, 0
+        node = self.root if start is None else start
+        depth = node.end
         while depth + page <= limit:
             child = node.children.get(block_key(prefix, page, depth // page))
             if child is None:
@@ -160,13 +185,27 @@ class RadixCache:
             node, depth = child, end
         return out
 
-    def _walk(self, prefix: Prefix, limit: int, split: bool) -> tuple[_Node, int]:
+    def _start(self, node: _Node | None, limit: int) -> _Node:
+        """Where a walk of `limit` tokens of a prefix may start instead of the root: `node`,
+        a node known to be on that prefix's path (a run's locked node, the last match's
+        end), if it is still in the tree and no deeper than `limit`. Every node above it is
+        on the path too, so the walk from the root would pass through it."""
+        if (node is None or node.end > limit
+                or (node.parent is None and node is not self.root)):  # (evicted)
+            return self.root
+        return node
+
+    def _walk(self, prefix: Prefix, limit: int, split: bool,
+              start: _Node | None = None) -> tuple[_Node, int]:
         """The deepest node matching `prefix`'s first `limit` tokens and the tokens matched;
-        with `split`, a match ending inside an edge splits it there (SGLang's match_prefix)."""
-        node, matched = self.root, 0
-        self._clock += 1
+        with `split`, a match ending inside an edge splits it there (SGLang's match_prefix).
+        `start`: a node on the path (`_start`), whose ancestors are read by their parent
+        pointers, not looked up."""
+        node = self.root if start is None else start
+        matched = node.end
+        self._refresh(node)  # (the walk's access time)
         now = self._clock
-        for child, shared in self._path(prefix, limit):
+        for child, shared in self._path(prefix, limit, node):
             child.last_access = now
             if not child.lock and not child.children:
                 self._candidate(child)
@@ -211,19 +250,24 @@ class RadixCache:
         self._tie += 1
         key = leaf.last_access * _TIE_SPAN + self._tie
         self._queued[key] = leaf
-        heapq.heappush(self._heap, key)
+        heappush(self._heap, key)
 
     def _insert(self, prefix: Prefix, total: int) -> int:
         """Insert `prefix`'s first `total` tokens; the tokens that were already in the tree."""
         before = self.tree_tokens
         end = self._grow(prefix, total)
-        return end.end - (self.tree_tokens - before)
+        added = self.tree_tokens - before
+        if added:  # a new leaf
+            self._candidate(end)
+        return end.end - added
 
-    def _grow(self, prefix: Prefix, total: int) -> _Node:
-        """Insert `prefix`'s first `total` tokens (whole pages); the node ending there."""
+    def _grow(self, prefix: Prefix, total: int, start: _Node | None = None) -> _Node:
+        """Insert `prefix`'s first `total` tokens (whole pages), walking from `start` (a node
+        on the path, or the root); the node ending there (a new leaf is not yet an eviction
+        candidate: the caller makes it one, or locks it)."""
         total = min(total, prefix.num_tokens)
         total -= total % self.block_size  # whole pages (RadixKey.page_aligned)
-        node, matched = self._walk(prefix, total, split=True)
+        node, matched = self._walk(prefix, total, True, self._start(start, total))
         if matched < total:
             leaf = _Node(prefix, matched, total,
                          block_key(prefix, self.block_size, matched // self.block_size), node)
@@ -232,7 +276,6 @@ class RadixCache:
             node.children[leaf.key] = leaf
             self.tree_tokens += total - matched
             self._evictable += total - matched
-            self._candidate(leaf)
             return leaf
         return node
 
@@ -255,7 +298,7 @@ class RadixCache:
         queued = self._queued
         freed = 0
         while freed < tokens and heap:
-            key = heapq.heappop(heap)
+            key = heappop(heap)
             leaf = queued.pop(key)
             access = key // _TIE_SPAN
             parent = leaf.parent
@@ -296,7 +339,11 @@ class RadixCache:
         inside an edge splits it there."""
         if prefix is None or num_tokens <= 1:
             return 0
-        _, matched = self._walk(prefix, num_tokens - 1, split)
+        node, matched = self._walk(prefix, num_tokens - 1, split)
+        # An admission asks next what its hit costs and then takes it: the same path,
+        # read from this node by its parents
+        self._matched = node
+        self._matched_prefix = prefix
         return matched // self.block_size * self.block_size
 
     def touch(self, prefix: Prefix, num_tokens: int) -> None:
@@ -305,23 +352,24 @@ class RadixCache:
 
     def can_allocate(self, prefix: Prefix | None, hit_tokens: int, num_new: int) -> bool:
         # The hit's path is locked before anything is evicted: it cannot make room.
-        return num_new * self.block_size <= (self.free_tokens + self.evictable_tokens()
+        return num_new * self.block_size <= (self._free() + self._evictable
                                              - self._unlocked_on_path(prefix, hit_tokens))
 
     def idle_hits(self, prefix: Prefix | None, hit_tokens: int) -> int:
         """Free blocks taking the hit costs: its tokens that no running request locks."""
         unlocked = self._unlocked_on_path(prefix, hit_tokens)
-        free = self.free_tokens + self._evictable
+        free = self._free() + self._evictable
         return free // self.block_size - (free - unlocked) // self.block_size
 
     def shrink(self, owner: int, num_blocks: int) -> None:
         """`owner` gives back its last `num_blocks` blocks (taken this step, holding nothing):
         promised ones first."""
         tokens = num_blocks * self.block_size
-        promised = min(self._promised.get(owner, 0), tokens)
-        self._promised[owner] -= promised
+        run = self._runs[owner]
+        promised = min(run.promised, tokens)
+        run.promised -= promised
         self._promised_total -= promised
-        self._private[owner] -= tokens - promised
+        run.private -= tokens - promised
         self._private_total -= tokens - promised
 
     def _unlocked_on_path(self, prefix: Prefix | None, hit_tokens: int) -> int:
@@ -329,36 +377,47 @@ class RadixCache:
         if prefix is None or hit_tokens <= 0:
             return 0
         unlocked = 0
-        for node, shared in self._path(prefix, hit_tokens):
+        start = self._hit_start(prefix, hit_tokens)
+        walk: _Node | None = start
+        while walk is not None and walk is not self.root:
+            if not walk.lock:
+                unlocked += walk.end - walk.start
+            walk = walk.parent
+        for node, shared in self._path(prefix, hit_tokens, start):
             if not node.lock:
                 unlocked += shared
         return unlocked
 
-    def _join(self, owner: int, prefix: Prefix | None, hit_tokens: int) -> None:
+    def _hit_start(self, prefix: Prefix, hit_tokens: int) -> _Node:
+        """Where a walk of a hit of `prefix` may start: the last match's node, if that
+        match was `prefix`'s (`_start`)."""
+        if self._matched_prefix is not prefix:
+            return self.root
+        return self._start(self._matched, hit_tokens)
+
+    def _join(self, owner: int, prefix: Prefix | None, hit_tokens: int) -> _Run:
         """`owner` takes its hit: the path locked, its tokens its own."""
         node = self.root
         if prefix is not None and hit_tokens > 0:
-            node, matched = self._walk(prefix, hit_tokens, split=True)
+            node, matched = self._walk(prefix, hit_tokens, True,
+                                       self._hit_start(prefix, hit_tokens))
             if matched != hit_tokens:
                 raise ValueError(f"owner {owner}: {hit_tokens} hit tokens are not cached")
         self._lock(node, +1)
-        self._node[owner] = node
-        self._prefix[owner] = prefix
-        self._inserted[owner] = hit_tokens
-        self._private[owner] = 0
-        self._promised[owner] = 0
-        self._done[owner] = hit_tokens
+        run = self._runs[owner] = _Run(node, prefix, hit_tokens)
+        return run
 
     def allocate(self, owner: int, prefix: Prefix | None, hit_tokens: int,
                  num_new: int) -> None:
         need = num_new * self.block_size
-        if owner not in self._private:
-            self._join(owner, prefix, hit_tokens)
-        if need > self.free_tokens:  # (blocks promised to admissions stay theirs)
-            self._evict(need - self.free_tokens)
-        if need > self.free_tokens:
+        run = self._runs.get(owner)
+        if run is None:
+            run = self._join(owner, prefix, hit_tokens)
+        if need > self._free():  # (blocks promised to admissions stay theirs)
+            self._evict(need - self._free())
+        if need > self._free():
             raise ValueError(f"owner {owner}: {num_new} new blocks do not fit")
-        self._private[owner] += need
+        run.private += need
         self._private_total += need
 
     def promise(self, owner: int, prefix: Prefix | None, hit_tokens: int,
@@ -366,19 +425,20 @@ class RadixCache:
         """Admit `owner` with its hit and `num_new` fresh blocks kept for its chunks, taken
         (and evicted for) as `materialize` takes the chunks `computed` notes."""
         need = num_new * self.block_size
-        if owner not in self._private:
-            self._join(owner, prefix, hit_tokens)
-        if need > self.free_tokens + self._evictable:
+        run = self._runs.get(owner)
+        if run is None:
+            run = self._join(owner, prefix, hit_tokens)
+        if need > self._free() + self._evictable:
             raise ValueError(f"owner {owner}: {num_new} new blocks do not fit")
-        self._promised[owner] += need
+        run.promised += need
         self._promised_total += need
 
     def computed(self, owner: int, num_tokens: int) -> None:
         """`owner`'s first `num_tokens` tokens are computed in this step (a chunk)."""
-        done = self._done.get(owner)
-        if done is not None and num_tokens > done:
-            self._chunks.append((owner, num_tokens - done, num_tokens))
-            self._done[owner] = num_tokens
+        run = self._runs.get(owner)
+        if run is not None and num_tokens > run.done:
+            self._chunks.append((owner, num_tokens - run.done, num_tokens))
+            run.done = num_tokens
 
     def materialize(self) -> None:
         """Take the pages of the step's chunks, as SGLang's `alloc_for_extend` does for a
@@ -394,17 +454,19 @@ class RadixCache:
             demand += extend
         if size > 1:
             demand += len(chunks) * size
-        available = self.available_tokens
+        available = self._available()
         if demand > available:
             self._evict(demand - available)
+        runs = self._runs
         for owner, _extend, tokens in chunks:
-            if owner not in self._private:
+            run = runs.get(owner)
+            if run is None:
                 continue
-            take = -(-tokens // size) * size - self._inserted[owner] - self._private[owner]
-            take = min(max(take, 0), self._promised[owner])
-            self._promised[owner] -= take
+            take = -(-tokens // size) * size - run.inserted - run.private
+            take = min(max(take, 0), run.promised)
+            run.promised -= take
             self._promised_total -= take
-            self._private[owner] += take
+            run.private += take
             self._private_total += take
         chunks.clear()
 
@@ -414,11 +476,12 @@ class RadixCache:
         pass's pages in `prepare_for_decode`, after `retract_decode`)."""
         size = self.block_size
         need = len(owners) * size
-        if need > self.free_tokens + self._evictable:
+        if need > self._free() + self._evictable:
             raise ValueError(f"{len(owners)} new blocks do not fit")
-        promised = self._promised
+        runs = self._runs
         for owner in owners:
-            promised[owner] += size
+            run = runs[owner]
+            run.promised += size
         self._promised_total += need
         self._grown.extend(owners)
 
@@ -428,16 +491,16 @@ class RadixCache:
         pages of one, exactly what the pass takes), then take them."""
         size = self.block_size
         demand = num_decodes * size
-        available = self.available_tokens
+        available = self._available()
         if demand > available:
             self._evict(demand - available)
         grown = self._grown
-        promised = self._promised
-        private = self._private
+        runs = self._runs
         for owner in grown:
-            if owner in private and promised[owner] >= size:
-                promised[owner] -= size
-                private[owner] += size
+            run = runs.get(owner)
+            if run is not None and run.promised >= size:
+                run.promised -= size
+                run.private += size
                 self._promised_total -= size
                 self._private_total += size
         grown.clear()
@@ -445,23 +508,19 @@ class RadixCache:
     def grow_passes(self, crossed: list[tuple[int, int]]) -> None:
         """Several decode passes' pages in one move, none of which evicts (the caller
         checked): each (owner, pages) takes them as `grow_promise` then `decode_pass`
-        would, pass by pass (an owner that left keeps them promised, as there)."""
+        would, pass by pass (every owner holds blocks, as there)."""
         size = self.block_size
-        private = self._private
-        promised = self._promised
+        runs = self._runs
         for owner, pages in crossed:
             tokens = pages * size
-            if owner in private:
-                private[owner] += tokens
-                self._private_total += tokens
-            else:
-                promised[owner] += tokens
-                self._promised_total += tokens
+            run = runs[owner]
+            run.private += tokens
+            self._private_total += tokens
 
     def decode_evicts(self, num_decodes: int) -> bool:
         """Whether the next decode pass of `num_decodes` requests evicts (a pool below a
         page per request, something evictable)."""
-        return self._evictable > 0 and num_decodes * self.block_size > self.available_tokens
+        return self._evictable > 0 and num_decodes * self.block_size > self._available()
 
     def evict_all(self) -> None:
         """Evict every unlocked leaf (SGLang's `check_decode_mem` before a retraction: the
@@ -473,7 +532,7 @@ class RadixCache:
         path unlocked, then evicted what the pool lacks for `reserve` tokens
         (`schedule_batch.py` line 2384: 20 per request left in the batch)."""
         self.free(owner)
-        available = self.available_tokens
+        available = self._available()
         if reserve > available:
             self._evict(reserve - available)
 
@@ -482,13 +541,14 @@ class RadixCache:
         the leaves `allocate(owner, None, 0, 1)` one owner after another evicts."""
         size = self.block_size
         need = len(owners) * size
-        if need > self.free_tokens:
-            self._evict(need - self.free_tokens)
-        if need > self.free_tokens:
+        if need > self._free():
+            self._evict(need - self._free())
+        if need > self._free():
             raise ValueError(f"{len(owners)} new blocks do not fit")
-        private = self._private
+        runs = self._runs
         for owner in owners:
-            private[owner] += size
+            run = runs[owner]
+            run.private += size
         self._private_total += need
 
     def commit(self, owner: int, prefix: Prefix | None, num_tokens: int,
@@ -497,44 +557,50 @@ class RadixCache:
         their last node. `prompt_tokens`: as SGLang's `checkpoint_into_tree`
         (`unified_radix_cache.py` line 1268), the new path is also split at the prompt's
         last whole page, so that eviction can drop the output without the prompt."""
-        if prefix is None or owner not in self._private:
+        run = self._runs.get(owner)
+        if prefix is None or run is None:
             return
         size = self.block_size
         tokens = num_tokens // size * size
-        if tokens <= self._inserted[owner]:
+        if tokens <= run.inserted:
             if tokens:  # nothing new, but SGLang's insert still walks (refreshes) the path
                 self._walk(prefix, tokens, True)
             return
         before = self.tree_tokens
-        end = self._grow(prefix, tokens)
+        old = run.node
+        known = old if run.prefix is prefix else None  # (on the path: walks start there)
+        end = self._grow(prefix, tokens, known)
+        # Locked at once, not after the walks below: they would make it an eviction
+        # candidate only to lock it (heap entries popped as stale). Its place in the
+        # eviction order is the same: its last access, which `_refresh` gives it alone
+        # (its ancestors, which share it, cannot be candidates while it is there).
+        self._lock(end, +1)
         added = self.tree_tokens - before
-        dup = tokens - self._inserted[owner] - added  # computed twice: back to the pool
-        back = min(self._private[owner], added + dup)
-        self._private[owner] -= back
+        dup = tokens - run.inserted - added  # computed twice: back to the pool
+        back = min(run.private, added + dup)
+        run.private -= back
         self._private_total -= back
         prompt = prompt_tokens - prompt_tokens % size
         if 0 < prompt < tokens:
-            self._walk(prefix, prompt, True)
+            self._walk(prefix, prompt, True, self._start(known, prompt))
         self._refresh(end)  # (SGLang walks the inserted path again)
-        self._lock(end, +1)
-        self._lock(self._node[owner], -1)
-        self._node[owner] = end
-        self._inserted[owner] = tokens
+        self._lock(old, -1)
+        run.node = end
+        run.inserted = tokens
 
     def free(self, owner: int) -> None:
-        if owner not in self._private:
+        run = self._runs.pop(owner, None)
+        if run is None:
             return
-        self._lock(self._node.pop(owner), -1)
-        self._private_total -= self._private.pop(owner)
-        self._promised_total -= self._promised.pop(owner)
-        self._prefix.pop(owner, None)
-        self._inserted.pop(owner, None)
-        self._done.pop(owner, None)
+        self._lock(run.node, -1)
+        self._private_total -= run.private
+        self._promised_total -= run.promised
 
     def blocks_of(self, owner: int) -> Sequence[int]:
-        held = (self._inserted.get(owner, 0) + self._private.get(owner, 0)
-                + self._promised.get(owner, 0))
-        return range(held // self.block_size)
+        run = self._runs.get(owner)
+        if run is None:
+            return range(0)
+        return range((run.inserted + run.private + run.promised) // self.block_size)
 
     def check(self) -> None:
         """Invariants (for tests): tokens conserved, locks consistent."""
@@ -548,8 +614,11 @@ class RadixCache:
                 assert child.parent is node and child.lock <= node.lock or node is self.root
                 stack.append(child)
         assert total == self.tree_tokens
-        assert self._private_total == sum(self._private.values())
-        assert self._promised_total == sum(self._promised.values())
+        private = promised = 0
+        for run in self._runs.values():
+            private += run.private
+            promised += run.promised
+        assert self._private_total == private and self._promised_total == promised
         assert 0 <= self.available_tokens <= self.capacity
         unlocked = 0
         stack = [self.root]

@@ -1,9 +1,11 @@
 cimport cython
 from kvsched.blocks cimport BlockPool
+from kvsched.prefix cimport Prefix, extended
 from kvsched.kvcache.radix cimport RadixCache
 from kvsched.sequence cimport Seq
 
-@cython.locals(covered=cython.longlong, prompt=cython.longlong, total=cython.longlong, segments=list)
+@cython.locals(covered=cython.longlong, prompt=cython.longlong, total=cython.longlong, more=list,
+               base=Prefix)
 cpdef object identity(Seq seq)
 
 cdef class PrefixTracker:

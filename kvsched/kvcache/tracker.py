@@ -30,7 +30,7 @@ from kvsched.kvcache.base import KVCache
 from kvsched.kvcache.offload import HostTier
 from kvsched.kvcache.radix import RadixCache
 from kvsched.plugins import load
-from kvsched.prefix import Prefix, common_prefix
+from kvsched.prefix import Prefix, common_prefix, extended
 from kvsched.reservation import RETRACT_DECODE_STEPS
 from kvsched.sequence import Seq
 
@@ -41,17 +41,16 @@ def identity(seq: Seq) -> Prefix:
     if own is not None:
         return own
     request = seq.request
-    segments = list(request.prefix.segments) if request.prefix is not None else []
-    covered = 0
-    for _, length in segments:
-        covered += length
+    base = request.prefix
+    covered = base.num_tokens if base is not None else 0
     prompt, total = request.prompt_len, request.prompt_len + request.output_len
+    more = []
     if covered < prompt:
-        segments.append((-2 * seq.index - 1, prompt - covered))
+        more.append((-2 * seq.index - 1, prompt - covered))
         covered = prompt
     if covered < total:
-        segments.append((-2 * seq.index - 2, total - covered))
-    own = seq.identity = Prefix(tuple(segments))
+        more.append((-2 * seq.index - 2, total - covered))
+    own = seq.identity = extended(base, tuple(more))
     return own
 
 
