@@ -62,6 +62,30 @@ def test_cluster_records_gain_a_replica_column(tmp_path):
     assert "r2_ttft_p99" in columns and "replicas" not in columns
 
 
+def test_the_replica_column_is_written_as_the_csv_module_writes_it(tmp_path):
+    """requests.csv's `replica` goes through the table's C formatter with the other
+    columns: the bytes the csv module writes of each record's row and its replica (None, a
+    turn that never arrived: an empty cell)."""
+    from dataclasses import replace
+
+    from kvsched.cluster.run import write_cluster_records
+    from kvsched.records.csvout import write_rows
+    from kvsched.records.steplog import RecordMode
+    from kvsched.runner import run_variant
+    from kvsched.scenario import load_scenario
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text(SCENARIO.replace("{cluster}", "cluster: {replicas: 3}"))
+    result = run_variant(load_scenario(path).variants[0])
+    result = replace(result, replica_of=(None, *result.replica_of[1:]))
+    write_cluster_records(tmp_path, result, RecordMode.SUMMARY)  # type: ignore[arg-type]
+    expected = tmp_path / "expected.csv"
+    write_rows(expected, (*REQUEST_COLUMNS, "replica"),
+               [(*r.as_row(), k) for r, k in zip(result.requests, result.replica_of,
+                                                 strict=True)])
+    assert (tmp_path / "requests.csv").read_bytes() == expected.read_bytes()
+
+
 def test_compact_and_summary_records_for_a_cluster(tmp_path):
     folder = run(tmp_path, "cluster: {replicas: 2}", "--records", "compact")
     assert header(folder / "a" / "steps.csv")[-1] == "replica"
