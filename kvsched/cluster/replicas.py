@@ -16,7 +16,6 @@ One replica behind any router gives `simulate()`'s records (tested); a run witho
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import math
 from bisect import bisect_right
@@ -408,9 +407,9 @@ class _Loop:
         if watch:
             self._watch_idle(views, now)
         if len(pool) != len(self.replicas):  # a pool of a P/D cluster: its own indices
-            views = [dataclasses.replace(v, index=n) for n, v in enumerate(views)]
+            views = [v._replace(index=n) for n, v in enumerate(views)]
         choice = router.route(seen, views)
-        if isinstance(choice, bool) or not isinstance(choice, int | np.integer) \
+        if isinstance(choice, bool) or not isinstance(choice, (int, np.integer)) \
                 or not 0 <= choice < len(pool):
             raise ValueError(f"router returned {choice!r} for {request.request_id}; expected "
                              f"a replica index 0..{len(pool) - 1}")
@@ -433,10 +432,18 @@ class _Loop:
 
     def _watch_idle(self, views: list[EngineView], now: float) -> None:
         """Remember the longest queue seen while another replica had nothing to do."""
-        idle = next((v.index for v in views if v.num_outstanding == 0), None)
-        if idle is None:
+        # (plain loops: a generator and max() with a key cost a microsecond an arrival)
+        for view in views:
+            if view.num_outstanding == 0:
+                idle = view.index
+                break
+        else:
             return
-        worst = max(views, key=lambda v: (v.num_waiting, -v.index))
+        worst = views[0]
+        for view in views:  # the longest queue, ties to the lowest index
+            if view.num_waiting > worst.num_waiting or (
+                    view.num_waiting == worst.num_waiting and view.index < worst.index):
+                worst = view
         if worst.num_waiting and (self.idle_witness is None
                                   or worst.num_waiting > self.idle_witness[0]):
             self.idle_witness = (worst.num_waiting, worst.index, now, idle)
