@@ -524,11 +524,32 @@ class ClusterSteps:
 def _merged_events(results: Sequence[RunResult]) -> tuple[list[tuple], list[int]]:
     """Every replica's events interleaved by time (ties: replica order), each replica's kept
     in the order it made them (a finish, stamped at its step's end, may precede the next
-    step's events in time order but not in the record)."""
-    streams = [[(event[1], index, event) for event in result.events]
-               for index, result in enumerate(results)]
-    merged = list(heapq.merge(*streams, key=lambda t: (t[0], t[1])))
-    return [t[2] for t in merged], [t[1] for t in merged]
+    step's events in time order but not in the record): `merge_by_time`'s order."""
+    streams = [result.events for result in results]
+    order, tags = merge_by_time([time_keys([event[1] for event in s]) for s in streams])
+    flat = [event for s in streams for event in s]
+    return [flat[j] for j in order.tolist()], tags.tolist()
+
+
+def time_keys(times: Sequence[float], start: float = -math.inf) -> np.ndarray:
+    """A stream's merge keys: each time raised to the largest before it (`start`: the
+    largest of the stream's earlier chunks)."""
+    return np.maximum(np.maximum.accumulate(np.asarray(times, dtype=np.float64)), start)
+
+
+def merge_by_time(keys: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The order `heapq.merge` gives streams of events by (time, stream), as positions into
+    the streams' concatenation, and the stream of each, from each stream's `time_keys`.
+
+    A stream's times may run back (a finish before the next step's events); the merge takes
+    the least head each time, so an event whose time is below one before it in its stream
+    goes as soon as it is a head (that earlier event, larger, was the least): exactly as if
+    it had that larger time. With those keys every stream is in order, and the merge is a
+    stable sort by key of the streams laid end to end (ties: stream, then place). A sort in
+    numpy, not a heap a Python call an event (0.03 s of R5's 58k events)."""
+    order = np.argsort(np.concatenate([np.zeros(0), *keys]), kind="stable")
+    tags = np.repeat(np.arange(len(keys)), [len(k) for k in keys])
+    return order, tags[order]
 
 
 def _merged_stats(replicas: Sequence[_Replica]) -> StepStats:

@@ -11,11 +11,10 @@ records then joins the parts, so that the bytes are those written from memory.
 
 from __future__ import annotations
 
-import heapq
+import math
 import pickle
 import shutil
 from collections.abc import Callable, Iterator, Sequence
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,13 @@ import numpy as np
 from kvsched.backpressure import Action, Backpressure
 from kvsched.cluster.loop import collector_off
 from kvsched.cluster.pd import Disaggregation, PdDecider, Phases
-from kvsched.cluster.replicas import ClusterResult, ReplicaSetup, run_cluster
+from kvsched.cluster.replicas import (
+    ClusterResult,
+    ReplicaSetup,
+    merge_by_time,
+    run_cluster,
+    time_keys,
+)
 from kvsched.cluster.transfer import Link
 from kvsched.errors import KvschedError
 from kvsched.records import EVENT_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS
@@ -267,27 +272,65 @@ def _chunks(path: Path) -> Iterator[list[tuple]]:
                 return
 
 
-def _tagged(path: Path, index: int) -> Iterator[tuple[float, int, tuple]]:
-    for chunk in _chunks(path):
-        for event in chunk:
-            yield event[1], index, event
+class _Spool:
+    """One replica's spooled events, a chunk at a time, with their merge keys (`time_keys`)."""
+
+    __slots__ = ("chunks", "events", "keys", "top", "finished")
+
+    def __init__(self, path: Path) -> None:
+        self.chunks = _chunks(path)
+        self.events: list[tuple] = []  # read and not yet written
+        self.keys = np.zeros(0)
+        self.top = -math.inf  # the largest time read so far
+        self.finished = False  # every chunk read
+
+    def fill(self) -> None:
+        """The next chunk, if every event read is written."""
+        while not self.events and not self.finished:
+            chunk = next(self.chunks, None)
+            if chunk is None:
+                self.finished = True
+                return
+            self.events, self.keys = chunk, time_keys([e[1] for e in chunk], self.top)
+            if chunk:
+                self.top = float(self.keys[-1])
+
+    def take(self, bound: tuple[float, int] | None, index: int) -> tuple[list[tuple], np.ndarray]:
+        """The events (and keys) that merge before `bound`, (key, stream), the least last key
+        read of a stream not finished (None: all)."""
+        n = len(self.events)
+        if bound is not None:  # this stream's ties to the bound's key go first if it is first
+            n = int(np.searchsorted(self.keys, bound[0], "right" if index <= bound[1] else "left"))
+        events, keys = self.events[:n], self.keys[:n]
+        self.events, self.keys = self.events[n:], self.keys[n:]
+        return events, keys
 
 
 def _merge_events(path: Path, parts: list[Path]) -> None:
     """events.csv from the replicas' spooled events, merged as `cluster._merged_events`
-    merges them in memory (by time, ties by replica); the spools removed. The collector is
-    off meanwhile: the chunks of tuples it reads and writes live across a few of its passes,
-    which then count them as long-lived and walk everything the run holds (two full passes,
-    0.17 s of R5's 3.2 s). Nor a pass as it ends: the chunks are gone by then, and a full
-    pass there walked all the run still holds to free only what the replicas' prefix caches
-    left (0.07 s of R5's 2.2 s)."""
-    streams = [_tagged(part, index) for index, part in enumerate(parts)]
-    merged = heapq.merge(*streams, key=lambda t: (t[0], t[1]))
+    merges them in memory (`merge_by_time`), a chunk of each at a time: what can go now is
+    what no unread event can precede (a stream's keys only grow); the spools removed. The
+    collector is off meanwhile: the chunks of tuples it reads and writes live across a few of
+    its passes, which then count them as long-lived and walk everything the run holds (two
+    full passes, 0.17 s of R5's 3.2 s). Nor a pass as it ends: the chunks are gone by then,
+    and a full pass there walked all the run still holds to free only what the replicas'
+    prefix caches left (0.07 s of R5's 2.2 s)."""
+    spools = [_Spool(part) for part in parts]
     writer = RowCsv(path, (*EVENT_COLUMNS, "replica"))
     try:
         with collector_off(pass_after=False):
-            for batch in iter(lambda: list(islice(merged, 1 << 15)), []):
-                writer([(*event, index) for _, index, event in batch])
+            while True:
+                for spool in spools:
+                    spool.fill()
+                if not any(spool.events for spool in spools):
+                    break
+                bound = min(((float(s.keys[-1]), k) for k, s in enumerate(spools)
+                             if not s.finished), default=None)
+                taken = [spool.take(bound, k) for k, spool in enumerate(spools)]
+                order, tags = merge_by_time([keys for _, keys in taken])
+                flat = [event for events, _ in taken for event in events]
+                rows = [flat[j] for j in order.tolist()]
+                writer.columns([*zip(*rows, strict=True), tags.tolist()], len(rows))
     finally:
         writer.close()
     for part in parts:
