@@ -197,20 +197,24 @@ def run_cluster_variant(variant: Variant, requests: Sequence[Request],
                             PdDecider(decider.prompt_over if isinstance(decider, PromptOver)
                                       else 0))
     try:
-        return run_cluster(requests, setups, policies, router,
-                           signal_delay=cluster.signal_delay,
-                           admissions=[admission] * len(setups), slo=slo_of(spec),
-                           backpressure=Backpressure(pressure.window, pressure.threshold,
-                                                     pressure.release, Action(pressure.act)),
-                           keep_steps=keep_steps,
-                           imbalance_ttft_ratio=cluster.imbalance_ttft_ratio,
-                           imbalance_queue=cluster.imbalance_queue,
-                           step_logs=None if spool is None else [
-                               spool.step_log(k, setup.config.num_blocks)
-                               for k, setup in enumerate(setups)],
-                           event_sinks=None if spool is None else [
-                               spool.event_sink(k) for k in range(len(setups))],
-                           pd=pd)
+        # The collector off until the run's engines are gone (run_cluster's own pause ends
+        # inside it, while they live: its next pass then walked their objects, ~25k in R5,
+        # and kept them a generation longer).
+        with collector_off(pass_after=False):
+            return run_cluster(requests, setups, policies, router,
+                               signal_delay=cluster.signal_delay,
+                               admissions=[admission] * len(setups), slo=slo_of(spec),
+                               backpressure=Backpressure(pressure.window, pressure.threshold,
+                                                         pressure.release, Action(pressure.act)),
+                               keep_steps=keep_steps,
+                               imbalance_ttft_ratio=cluster.imbalance_ttft_ratio,
+                               imbalance_queue=cluster.imbalance_queue,
+                               step_logs=None if spool is None else [
+                                   spool.step_log(k, setup.config.num_blocks)
+                                   for k, setup in enumerate(setups)],
+                               event_sinks=None if spool is None else [
+                                   spool.event_sink(k) for k in range(len(setups))],
+                               pd=pd)
     except ValueError as exc:  # a user router that returned a bad index
         raise KvschedError(f"{variant.scenario.source}: cluster.router: {exc}") from None
 
