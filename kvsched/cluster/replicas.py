@@ -120,7 +120,7 @@ class _Replica:
                               running, free, self.lookup)
         seen = now - delay
         history = self.history
-        k = bisect_right(history, seen, key=lambda s: s[0])
+        k = bisect_right(history, seen, key=_snapshot_time)
         _, waiting, running, free = history[k - 1] if k else (0.0, 0, 0, self.num_blocks)
         # Requests routed here after that snapshot and by `seen` were queued then.
         since = history[k - 1][0] if k else -math.inf
@@ -137,6 +137,10 @@ class _Replica:
     def lookup(self, request: RouteLike) -> int:
         """Prompt tokens of `request` this replica's prefix cache holds now."""
         return self.engine.cached_prefix_len(request.prefix, request.prompt_len)
+
+
+def _snapshot_time(snapshot: tuple[float, int, int, int]) -> float:
+    return snapshot[0]
 
 
 def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], policies:
@@ -403,7 +407,9 @@ class _Loop:
         seen = RouteRequest(request.request_id, request.arrival_time, request.prompt_len,
                             request.priority, request.class_name, request.session,
                             request.prefix)
-        views = [r.view(now, self.delay, self._routed_at[r.index]) for r in pool]
+        views: list[EngineView] = []
+        for replica in pool:  # (typed: C calls in the compiled build)
+            views.append(replica.view(now, self.delay, self._routed_at[replica.index]))
         if watch:
             self._watch_idle(views, now)
         if len(pool) != len(self.replicas):  # a pool of a P/D cluster: its own indices
@@ -452,7 +458,9 @@ class _Loop:
         """Take in what was routed to `replica`, then run its next step or stretch.
         True when it reached `max_steps`."""
         engine = replica.engine
-        replica.events.poll()
+        stream = replica.events  # (EventStream.poll, inlined: a Python call an advance)
+        if len(stream.events) >= stream._chunk:
+            stream.drain()
         arrivals = self.arrivals
         while replica.pending:
             pending = replica.pending[:]
