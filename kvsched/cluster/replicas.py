@@ -45,7 +45,7 @@ from kvsched.request import Request, Status
 from kvsched.routers import EngineView, Router, RouteRequest
 from kvsched.sequence import Seq
 from kvsched.timing import TimeModel
-from kvsched.turns import ARRIVAL_SLACK, ArrivalQueue, check_turns
+from kvsched.turns import ARRIVAL_SLACK, ArrivalQueue, check_ids, check_turns
 
 ARRIVAL, STEP = 0, 1  # heap kinds: an arrival before a step starting at the same time
 _PRUNE = 4096  # delayed views: drop snapshots and routing times older than this many
@@ -161,11 +161,7 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
     as `keep_steps` says) and `event_sinks` stream each replica's records as in a single
     run: the result's events are then those the diagnosis reads. `pd`: the replicas form a
     prefill and a decode pool (`kvsched.cluster.pd`), whose routers replace `router`."""
-    ids = [r.request_id for r in requests]
-    if len(set(ids)) != len(ids):
-        seen: set[str] = set()
-        duplicate = next(i for i in ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
-        raise ValueError(f"duplicate request_id '{duplicate}'")
+    check_ids(requests)  # (columns' ids are distinct: no Request made of each to see it)
     if not setups:
         raise ValueError("a cluster needs at least one replica")
     if slo is None and admissions and admissions[0] is not None:
