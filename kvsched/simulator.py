@@ -27,7 +27,7 @@ from kvsched.records.table import RecordTable
 from kvsched.request import Request
 from kvsched.request_columns import RequestColumns
 from kvsched.timing import StepClock, TimeModel
-from kvsched.turns import check_turns
+from kvsched.turns import check_ids, check_turns
 
 
 def simulate(requests: Sequence[Request], config: EngineConfig | None = None,
@@ -109,14 +109,3 @@ def _simulate_compiled(requests: RequestColumns, config: EngineConfig, clock: Ti
     summary = summarize(records, stats, slo, final_blocks_used=config.usable_blocks - free,
                         itl=gaps)
     return RunResult(config, clock.unit, records, log, events.kept, None, summary)
-
-
-def check_ids(requests: Sequence[Request]) -> None:
-    """ValueError naming the first request id used twice (columns' ids are distinct)."""
-    if isinstance(requests, RequestColumns):
-        return
-    seen: set[str] = set()
-    for request in requests:
-        if request.request_id in seen:
-            raise ValueError(f"duplicate request_id '{request.request_id}'")
-        seen.add(request.request_id)

@@ -30,6 +30,17 @@ cluster loop and the decode stretches read it; the C loop (kvsched/_fastcore.c) 
 same number."""
 
 
+def check_ids(requests: Sequence[Request]) -> None:
+    """ValueError naming the first request id used twice (columns' ids are distinct)."""
+    if isinstance(requests, RequestColumns):
+        return
+    seen: set[str] = set()
+    for request in requests:
+        if request.request_id in seen:
+            raise ValueError(f"duplicate request_id '{request.request_id}'")
+        seen.add(request.request_id)
+
+
 def check_turns(requests: Sequence[Request]) -> None:
     """Every `after` names an earlier request of the list (so turns cannot wait in a
     circle), or ValueError naming the first that does not."""

@@ -208,3 +208,10 @@ def test_the_loops_collector_pause_ends_with_one_full_pass_only_when_asked(pass_
         if not was_on:
             gc.disable()
     assert len(kept) == LOOP_LEFT + 1000
+
+
+def test_a_request_id_used_twice_is_refused():
+    config = EngineConfig(num_blocks=40, max_num_batched_tokens=64)
+    twice = [Request("a", 0.0, 10, 2), Request("b", 0.1, 10, 2), Request("a", 0.2, 10, 2)]
+    with pytest.raises(ValueError, match="duplicate request_id 'a'"):
+        cluster(twice, config, "fcfs", StepClock(), 2)

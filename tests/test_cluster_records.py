@@ -6,6 +6,8 @@ import csv
 import json
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from kvsched.cli import app
@@ -60,6 +62,30 @@ def test_cluster_records_gain_a_replica_column(tmp_path):
     assert "incident_imbalance" in summary
     columns = header(folder / "summary.csv")
     assert "r2_ttft_p99" in columns and "replicas" not in columns
+
+
+def test_the_replica_column_is_written_as_the_csv_module_writes_it(tmp_path):
+    """requests.csv's `replica` goes through the table's C formatter with the other
+    columns: the bytes the csv module writes of each record's row and its replica (None, a
+    turn that never arrived: an empty cell)."""
+    from dataclasses import replace
+
+    from kvsched.cluster.run import write_cluster_records
+    from kvsched.records.csvout import write_rows
+    from kvsched.records.steplog import RecordMode
+    from kvsched.runner import run_variant
+    from kvsched.scenario import load_scenario
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text(SCENARIO.replace("{cluster}", "cluster: {replicas: 3}"))
+    result = run_variant(load_scenario(path).variants[0])
+    result = replace(result, replica_of=(None, *result.replica_of[1:]))
+    write_cluster_records(tmp_path, result, RecordMode.SUMMARY)  # type: ignore[arg-type]
+    expected = tmp_path / "expected.csv"
+    write_rows(expected, (*REQUEST_COLUMNS, "replica"),
+               [(*r.as_row(), k) for r, k in zip(result.requests, result.replica_of,
+                                                 strict=True)])
+    assert (tmp_path / "requests.csv").read_bytes() == expected.read_bytes()
 
 
 def test_compact_and_summary_records_for_a_cluster(tmp_path):
@@ -228,3 +254,39 @@ def test_a_streamed_cluster_run_writes_the_bytes_of_an_in_memory_one(tmp_path, m
                     assert not (folder / file).exists()
                     continue
                 assert (folder / file).read_bytes() == (memory / file).read_bytes(), file
+
+
+TIMES = st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 3.0])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.lists(TIMES, max_size=6), max_size=4), min_size=1, max_size=4))
+def test_spooled_events_merge_as_heapq_merges_them_in_memory(tmp_path_factory, spools):
+    """events.csv merges each replica's spooled chunks by (time, replica) as `heapq.merge`
+    merges whole streams, though a stream's times may run back and its chunks are read one
+    at a time (each replica's `spools` entry: its chunks of event times)."""
+    import heapq
+    import pickle
+
+    from kvsched.cluster.run import _merge_events
+
+    folder = tmp_path_factory.mktemp("spools")
+    parts, streams = [], []
+    for k, chunks in enumerate(spools):
+        part = folder / f".events-{k}.pickle"
+        stream = []
+        with part.open("wb") as handle:
+            for chunk in chunks:
+                events = [(len(stream) + p, t, f"r{k}", "arrive", "") for p, t in enumerate(chunk)]
+                stream.extend(events)
+                pickle.dump(events, handle)
+        parts.append(part)
+        streams.append(stream)
+    _merge_events(folder / "events.csv", parts)
+    tagged = [[(event[1], k, event) for event in stream] for k, stream in enumerate(streams)]
+    expected = [(*event, k) for _, k, event in heapq.merge(*tagged, key=lambda t: (t[0], t[1]))]
+    with (folder / "events.csv").open() as handle:
+        rows = list(csv.reader(handle))[1:]
+    assert rows == [[str(v) if not isinstance(v, float) else f"{v:.10g}" for v in row]
+                    for row in expected]
+    assert not any(part.exists() for part in parts)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from conftest import make_requests
 
 from kvsched import EngineConfig
@@ -44,3 +45,13 @@ def test_nothing_outside_the_engine_reads_its_parts():
             if re.search(r"\.sched\b", line):
                 offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert offenders == []
+
+
+def test_a_view_is_a_snapshot_nobody_changes():
+    engine = Engine(EngineConfig(num_blocks=40, max_num_batched_tokens=64), Fcfs(),
+                    ConstantStep(0.01))
+    view = engine.view(2)
+    for name in ("index", "num_waiting", "num_free_blocks"):
+        with pytest.raises(AttributeError):
+            setattr(view, name, 5)
+    assert (view.index, view.num_waiting, view.num_free_blocks) == (2, 0, 40)

@@ -13,7 +13,7 @@ from test_invariants import SETTINGS, configs, workloads
 from kvsched import EngineConfig, LinearStep, Request, make_policy, simulate
 from kvsched.records.metrics import summarize
 from kvsched.records.slo import Slo
-from kvsched.records.table import RecordTable, columns_of, rows_of
+from kvsched.records.table import RecordSubset, RecordTable, columns_of, rows_of
 from kvsched.request_columns import RequestColumns
 from kvsched.workload import build_requests
 
@@ -78,6 +78,28 @@ def test_the_table_reads_as_the_records_it_holds(requests, config, policy, ttft_
             assert record.ttft == record.first_token_time - record.arrival_time
         if record.tpot is not None:
             assert record.tpot == (record.e2e_latency - record.ttft) / (record.output_len - 1)
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(workloads(), configs(), st.sampled_from([None, 0.5]), st.data())
+def test_rows_of_a_table_read_and_summarize_as_the_list_of_their_records(requests, config,
+                                                                         ttft_target, data):
+    """A cluster replica's requests: a subset of the cluster's table, as its records."""
+    slo = Slo(ttft=ttft_target) if ttft_target else None
+    result = simulate(requests, config, make_policy("fcfs"), LinearStep(0.01, 0.0001))
+    table = result.requests
+    rows = sorted(data.draw(st.sets(st.integers(0, len(table) - 1))))
+    subset = RecordSubset(table, np.array(rows, dtype=np.int64))
+    listed = [table[i] for i in rows]
+    assert list(subset) == listed and subset == listed and len(subset) == len(listed)
+    if rows:
+        assert subset[-1] == listed[-1] and subset[1:] == listed[1:]
+    assert summarize(subset, result.step_log.stats, slo) == \
+        summarize(listed, result.step_log.stats, slo)
+    mine, theirs = columns_of(subset), columns_of(listed)
+    for name in ("arrival_time", "status", "ttft", "ttft_steps", "tpot", "generated_tokens",
+                 "prefix_hit_tokens", "max_token_gap"):
+        assert _same(getattr(mine, name), getattr(theirs, name)), name
 
 
 def test_a_preempting_run_fills_its_count_columns():

@@ -78,6 +78,24 @@ def test_the_time_model_protocol_reads_one_chunk_without_cached_context(h100, p,
         BatchShape(chunks, n, kv, swapped))
 
 
+@settings(max_examples=60, deadline=None)
+@given(chunks=st.lists(st.tuples(st.integers(1, 4096), st.integers(0, 50_000)), max_size=4),
+       n=st.integers(0, 256), kv=st.integers(0, 10**6), swapped=st.integers(0, 5))
+def test_a_step_priced_from_its_fields_is_its_shape_priced(chunks, n, kv, swapped):
+    """The engine's per-step call (no BatchShape made) gives the shape's floats, whether the
+    batch size is priced for the first time or read from the caches."""
+    fresh = RooflineStep(LLAMA8, "h100-sxm")
+    shape = BatchShape(tuple(chunks), n, kv, swapped)
+    first = fresh.step_duration(chunks, n, kv, swapped)  # (the caches filled now)
+    assert first == fresh.step_duration(chunks, n, kv, swapped) == \
+        RooflineStep(LLAMA8, "h100-sxm").duration_shape(shape)
+    if first > 0:
+        assert fresh.step_utilisation(chunks, n, kv, first) == fresh.utilisation(shape, first)
+        assert fresh.utilisation(shape, first) == (
+            fresh.flops(shape) / (first * fresh.gpu.peak_flops),  # type: ignore[union-attr]
+            fresh.memory_bytes(shape) / (first * fresh.gpu.memory_bw))  # type: ignore[union-attr]
+
+
 def test_swaps_cost_host_link_time(h100):
     assert h100.duration(0, 0, 0, 3) > h100.duration(0, 0, 0, 0)  # swaps cost host-link time
 

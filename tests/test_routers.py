@@ -51,6 +51,10 @@ def test_least_outstanding_counts_queued_plus_running_ties_to_lowest_index():
     router = build("least_outstanding")
     assert router.route(req(), views((3, 2, 10), (1, 3, 90), (0, 5, 90))) == 1
     assert router.route(req(), views((2, 2, 10), (1, 3, 90), (0, 4, 90))) == 0
+    # Ties go to the lowest index, not the first listed.
+    shuffled = [EngineView(2, 100, 1, 0, 9), EngineView(1, 100, 0, 2, 9),
+                EngineView(0, 100, 0, 1, 9)]
+    assert router.route(req(), shuffled) == 0
 
 
 def test_least_kv_takes_the_most_free_blocks():

@@ -20,6 +20,7 @@ cdef class _Replica:
     cdef public long long num_blocks
 
     cpdef observe(self, double time, long long waiting, long long running, long long free)
+    cpdef view(self, double now, double delay, list routed_at)
 
 cdef class _Loop:
     cdef public list replicas
@@ -37,3 +38,5 @@ cdef class _Loop:
     cpdef _route(self, double now, list heap)
     @cython.locals(engine=Engine, arrivals=ArrivalQueue, seq=Seq, horizon=cython.double, due=cython.double, upcoming=cython.double, stretch=Stretch, pending=list, start=cython.double, used=cython.longlong)
     cpdef bint _advance(self, _Replica replica, list heap)
+    @cython.locals(replica=_Replica, views=list)
+    cpdef _Replica _pick(self, object request, double now, list pool, object router, bint watch)

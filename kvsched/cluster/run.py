@@ -11,11 +11,10 @@ records then joins the parts, so that the bytes are those written from memory.
 
 from __future__ import annotations
 
-import heapq
+import math
 import pickle
 import shutil
 from collections.abc import Callable, Iterator, Sequence
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,13 @@ import numpy as np
 from kvsched.backpressure import Action, Backpressure
 from kvsched.cluster.loop import collector_off
 from kvsched.cluster.pd import Disaggregation, PdDecider, Phases
-from kvsched.cluster.replicas import ClusterResult, ReplicaSetup, run_cluster
+from kvsched.cluster.replicas import (
+    ClusterResult,
+    ReplicaSetup,
+    merge_by_time,
+    run_cluster,
+    time_keys,
+)
 from kvsched.cluster.transfer import Link
 from kvsched.errors import KvschedError
 from kvsched.records import EVENT_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS
@@ -36,7 +41,7 @@ from kvsched.records.steplog import (
     compact_row,
     replica_chunk,
 )
-from kvsched.records.table import rows_of
+from kvsched.records.table import TableRows, rows_of
 from kvsched.request import Request
 from kvsched.routers import Router, load_router, make_router
 from kvsched.scenario import Variant
@@ -165,7 +170,10 @@ def run_cluster_variant(variant: Variant, requests: Sequence[Request],
     spec = variant.spec
     cluster: ClusterSpec = spec.cluster  # type: ignore[assignment]
     specs = replica_specs(spec)
-    setups = [ReplicaSetup(s.engine.to_config(), time_model_of(s)) for s in specs]
+    # The replicas of one entry share its time model (what it caches, a batch size's layer
+    # times, is then priced once, not once a replica: 25 ms of R5's four).
+    models = {id(s): time_model_of(s) for s in specs}
+    setups = [ReplicaSetup(s.engine.to_config(), models[id(s)]) for s in specs]
     units = {setup.clock.unit for setup in setups}
     if len(units) > 1:
         raise variant.error(("cluster", "replicas"), "every replica's time model must count "
@@ -189,20 +197,24 @@ def run_cluster_variant(variant: Variant, requests: Sequence[Request],
                             PdDecider(decider.prompt_over if isinstance(decider, PromptOver)
                                       else 0))
     try:
-        return run_cluster(requests, setups, policies, router,
-                           signal_delay=cluster.signal_delay,
-                           admissions=[admission] * len(setups), slo=slo_of(spec),
-                           backpressure=Backpressure(pressure.window, pressure.threshold,
-                                                     pressure.release, Action(pressure.act)),
-                           keep_steps=keep_steps,
-                           imbalance_ttft_ratio=cluster.imbalance_ttft_ratio,
-                           imbalance_queue=cluster.imbalance_queue,
-                           step_logs=None if spool is None else [
-                               spool.step_log(k, setup.config.num_blocks)
-                               for k, setup in enumerate(setups)],
-                           event_sinks=None if spool is None else [
-                               spool.event_sink(k) for k in range(len(setups))],
-                           pd=pd)
+        # The collector off until the run's engines are gone (run_cluster's own pause ends
+        # inside it, while they live: its next pass then walked their objects, ~25k in R5,
+        # and kept them a generation longer).
+        with collector_off(pass_after=False):
+            return run_cluster(requests, setups, policies, router,
+                               signal_delay=cluster.signal_delay,
+                               admissions=[admission] * len(setups), slo=slo_of(spec),
+                               backpressure=Backpressure(pressure.window, pressure.threshold,
+                                                         pressure.release, Action(pressure.act)),
+                               keep_steps=keep_steps,
+                               imbalance_ttft_ratio=cluster.imbalance_ttft_ratio,
+                               imbalance_queue=cluster.imbalance_queue,
+                               step_logs=None if spool is None else [
+                                   spool.step_log(k, setup.config.num_blocks)
+                                   for k, setup in enumerate(setups)],
+                               event_sinks=None if spool is None else [
+                                   spool.event_sink(k) for k in range(len(setups))],
+                               pd=pd)
     except ValueError as exc:  # a user router that returned a bad index
         raise KvschedError(f"{variant.scenario.source}: cluster.router: {exc}") from None
 
@@ -213,9 +225,12 @@ def write_cluster_records(folder: Path, result: ClusterResult, records: RecordMo
     (`streamed`: its steps and events are in `ClusterSpool` part files in `folder`)."""
     rows = rows_of(result.requests)  # (a table's rows, not records made of them first)
     if result.phases is None:
+        assert isinstance(rows, TableRows)
+        # `replica` as one more typed column of the table's (-1: none, an empty cell): the
+        # rows are then CSV text made in C, not tuples through the csv module (0.1 s of R5)
+        replica = np.array([-1 if k is None else k for k in result.replica_of], dtype=np.int64)
         write_rows(folder / "requests.csv", (*REQUEST_COLUMNS, "replica"),
-                   ((*row, replica) for row, replica in zip(
-                       rows, result.replica_of, strict=True)))
+                   TableRows(rows.table, [("I", replica)]))
     else:
         write_rows(folder / "requests.csv", (*REQUEST_COLUMNS, "replica", *PD_REQUEST_COLUMNS),
                    ((*row, replica, *_phase_row(replica, phases)) for row, replica, phases
@@ -264,27 +279,65 @@ def _chunks(path: Path) -> Iterator[list[tuple]]:
                 return
 
 
-def _tagged(path: Path, index: int) -> Iterator[tuple[float, int, tuple]]:
-    for chunk in _chunks(path):
-        for event in chunk:
-            yield event[1], index, event
+class _Spool:
+    """One replica's spooled events, a chunk at a time, with their merge keys (`time_keys`)."""
+
+    __slots__ = ("chunks", "events", "keys", "top", "finished")
+
+    def __init__(self, path: Path) -> None:
+        self.chunks = _chunks(path)
+        self.events: list[tuple] = []  # read and not yet written
+        self.keys = np.zeros(0)
+        self.top = -math.inf  # the largest time read so far
+        self.finished = False  # every chunk read
+
+    def fill(self) -> None:
+        """The next chunk, if every event read is written."""
+        while not self.events and not self.finished:
+            chunk = next(self.chunks, None)
+            if chunk is None:
+                self.finished = True
+                return
+            self.events, self.keys = chunk, time_keys([e[1] for e in chunk], self.top)
+            if chunk:
+                self.top = float(self.keys[-1])
+
+    def take(self, bound: tuple[float, int] | None, index: int) -> tuple[list[tuple], np.ndarray]:
+        """The events (and keys) that merge before `bound`, (key, stream), the least last key
+        read of a stream not finished (None: all)."""
+        n = len(self.events)
+        if bound is not None:  # this stream's ties to the bound's key go first if it is first
+            n = int(np.searchsorted(self.keys, bound[0], "right" if index <= bound[1] else "left"))
+        events, keys = self.events[:n], self.keys[:n]
+        self.events, self.keys = self.events[n:], self.keys[n:]
+        return events, keys
 
 
 def _merge_events(path: Path, parts: list[Path]) -> None:
     """events.csv from the replicas' spooled events, merged as `cluster._merged_events`
-    merges them in memory (by time, ties by replica); the spools removed. The collector is
-    off meanwhile: the chunks of tuples it reads and writes live across a few of its passes,
-    which then count them as long-lived and walk everything the run holds (two full passes,
-    0.17 s of R5's 3.2 s). Nor a pass as it ends: the chunks are gone by then, and a full
-    pass there walked all the run still holds to free only what the replicas' prefix caches
-    left (0.07 s of R5's 2.2 s)."""
-    streams = [_tagged(part, index) for index, part in enumerate(parts)]
-    merged = heapq.merge(*streams, key=lambda t: (t[0], t[1]))
+    merges them in memory (`merge_by_time`), a chunk of each at a time: what can go now is
+    what no unread event can precede (a stream's keys only grow); the spools removed. The
+    collector is off meanwhile: the chunks of tuples it reads and writes live across a few of
+    its passes, which then count them as long-lived and walk everything the run holds (two
+    full passes, 0.17 s of R5's 3.2 s). Nor a pass as it ends: the chunks are gone by then,
+    and a full pass there walked all the run still holds to free only what the replicas'
+    prefix caches left (0.07 s of R5's 2.2 s)."""
+    spools = [_Spool(part) for part in parts]
     writer = RowCsv(path, (*EVENT_COLUMNS, "replica"))
     try:
         with collector_off(pass_after=False):
-            for batch in iter(lambda: list(islice(merged, 1 << 15)), []):
-                writer([(*event, index) for _, index, event in batch])
+            while True:
+                for spool in spools:
+                    spool.fill()
+                if not any(spool.events for spool in spools):
+                    break
+                bound = min(((float(s.keys[-1]), k) for k, s in enumerate(spools)
+                             if not s.finished), default=None)
+                taken = [spool.take(bound, k) for k, spool in enumerate(spools)]
+                order, tags = merge_by_time([keys for _, keys in taken])
+                flat = [event for events, _ in taken for event in events]
+                rows = [flat[j] for j in order.tolist()]
+                writer.columns([*zip(*rows, strict=True), tags.tolist()], len(rows))
     finally:
         writer.close()
     for part in parts:

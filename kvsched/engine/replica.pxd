@@ -10,7 +10,7 @@ cdef class Engine:
     cdef public object config
     cdef public bint stretches
     cdef public object clock
-    cdef public object _duration_shape, _shape, _utilisation
+    cdef public object _step_duration, _duration_shape, _shape, _utilisation
     cdef public Scheduler sched
     cdef public list events
     cdef public ThrashMonitor monitor

@@ -41,19 +41,22 @@ class Engine:
         self.stretches = stretches  # False: every step on its own (the exact path, for checks)
         self.clock = clock
         # Time models that price a step from its real batch (each prefill chunk with its
-        # cached context) take a BatchShape; the others keep the four-integer `duration`.
+        # cached context) take a BatchShape, or its fields (`step_duration`: the roofline,
+        # no shape made a step); the others keep the four-integer `duration`.
+        self._step_duration = getattr(clock, "step_duration", None)
         self._duration_shape = getattr(clock, "duration_shape", None)
         self._shape: type | None = None
         if self._duration_shape is not None:  # (hardware models only: their module)
             from kvsched.timing.roofline import BatchShape
 
             self._shape = BatchShape
-        # Hardware models also give each step's MFU and memory-bandwidth utilisation.
+        # The roofline also gives each step's MFU and memory-bandwidth utilisation.
         # `utilisation=False` skips them (a third of a roofline run's cost) for a caller that
         # reads no mfu or mbu: a capacity probe.
-        has_utilisation = utilisation and self._duration_shape is not None and hasattr(
+        has_utilisation = utilisation and self._step_duration is not None and hasattr(
             clock, "stretch_utilisation")
-        self._utilisation = getattr(clock, "utilisation", None) if has_utilisation else None
+        self._utilisation = (getattr(clock, "step_utilisation", None) if has_utilisation
+                             else None)
         self.sched = scheduler_class(config)(config, policy, events, record_batches)
         self.sched.fast_loops = stretches
         if not itl:  # nobody reads the itl_* figures: count no gaps
@@ -181,6 +184,11 @@ class Engine:
         mfu = mbu = None
         if self._constant_time:
             duration = self._step_time
+        elif self._step_duration is not None:
+            chunks = plan.prefill_chunks
+            duration = self._step_duration(chunks, num_decodes, plan.kv_read_tokens, swapped)
+            if self._utilisation is not None:
+                mfu, mbu = self._utilisation(chunks, num_decodes, plan.kv_read_tokens, duration)
         elif self._duration_shape is None:
             duration = self.clock.duration(computed, num_decodes, plan.kv_read_tokens, swapped)
         else:
@@ -188,8 +196,6 @@ class Engine:
             shape = self._shape(tuple(plan.prefill_chunks), num_decodes, plan.kv_read_tokens,
                                 swapped)
             duration = self._duration_shape(shape)
-            if self._utilisation is not None:
-                mfu, mbu = self._utilisation(shape, duration)
         if plan.loaded_blocks:  # the host tier's loads, overlapped with the forward
             load = plan.loaded_blocks * self._load_per_block
             if load > duration:

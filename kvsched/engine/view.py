@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from kvsched.prefix import Prefix
 
@@ -22,8 +21,7 @@ class PrefixLookup(Protocol):
     def __call__(self, request: RouteLike) -> int: ...
 
 
-@dataclass(frozen=True, slots=True)
-class EngineView:
+class EngineView(NamedTuple):
     """One replica as its router, its admission gate and the loop read it (a snapshot:
     changing it is an error; nothing outside the engine reads the engine's parts).
 
@@ -33,14 +31,18 @@ class EngineView:
     blocks; `queued_tokens` the budget tokens admitting everything queued takes;
     `kv_tokens` the KV the decoding requests hold. Queues and blocks are as its current
     batch runs: a batch's finishes show once it ends.
+
+    A named tuple, not a frozen dataclass: a cluster makes one per replica per arrival,
+    and a frozen dataclass sets each field through `object.__setattr__` (0.7 against 0.2
+    us a view, 35 ms of R5's four replicas).
     """
 
-    index: int
+    index: int  # type: ignore[assignment]  # (shadows tuple.index: a view is not searched)
     num_blocks: int
     num_waiting: int
     num_running: int
     num_free_blocks: int
-    prefix: PrefixLookup | None = field(default=None, repr=False, compare=False)
+    prefix: PrefixLookup | None = None
     num_decoding: int = 0
     queued_tokens: int = 0
     kv_tokens: int = 0

@@ -81,6 +81,14 @@ class RowCsv:
         else:
             self._handle.write(text.decode("utf-8"))
 
+    def columns(self, columns: Sequence[Sequence[Any]], n: int) -> None:
+        """`n` rows given as columns (written as `__call__` writes the rows they make)."""
+        text = _columns_text(columns, n) if n else None
+        if text is None:
+            self._writer.writerows(formatted(zip(*columns, strict=True)))
+        else:
+            self._handle.write(text.decode("utf-8"))
+
     def text(self, lines: bytes) -> None:
         """Rows already made CSV lines (the compiled loop's events)."""
         self._handle.write(lines.decode("utf-8"))
@@ -96,8 +104,15 @@ def _rows_text(rows: list[Sequence[Any]]) -> bytes | None:
     carriage return): the csv module writes those."""
     if not rows or not fastcsv.available():
         return None
+    return _columns_text(list(zip(*rows, strict=True)), len(rows))
+
+
+def _columns_text(columns: Sequence[Sequence[Any]], n: int) -> bytes | None:
+    """`_rows_text` of the `n` rows these columns make."""
+    if not fastcsv.available():
+        return None
     specs: list[tuple] = []
-    for column in zip(*rows, strict=True):
+    for column in columns:
         kinds = set(map(type, column))
         if kinds == {int}:
             try:
@@ -110,7 +125,7 @@ def _rows_text(rows: list[Sequence[Any]]) -> bytes | None:
             specs.append(("s", list(column)))  # (a StrEnum's cell is its value, as csv's)
         else:
             return None
-    return fastcsv.format_csv(specs, len(rows))
+    return fastcsv.format_csv(specs, n)
 
 
 Run = tuple[str, str, Any]

@@ -102,10 +102,8 @@ def host_summary(summary: dict[str, Any], requests: Sequence[RequestRecord],
     for f, t, s, d, b in counts:
         first, loaded, stored, dropped, blocks = (first + f, loaded + t, stored + s,
                                                   dropped + d, blocks + b)
-    prompts = 0
-    for record in requests:
-        if record.prefix_hit_tokens is not None:
-            prompts += record.prompt_len
+    c = columns_of(requests)
+    prompts = int(c.prompt_len[c.prefix_hit_tokens >= 0].sum())  # those admitted
     replicas = summary.pop("replicas", None)
     host_rate = first / prompts if prompts else 0.0
     summary |= {"host_hit_rate": host_rate,

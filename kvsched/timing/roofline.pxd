@@ -4,7 +4,21 @@ cdef class StepCosts:
     cdef public long long layers
     cdef public double dense_per_token, attention_per_pair, head_per_row, weight_bytes
     cdef public double kv_bytes_per_token, kv_coef, peak_flops, memory_bw
+    cdef public double step_fixed, decode_fixed, swap_per_block
+    cdef public double attn_pair, attn_kv_byte, attn_q_byte, attn_fixed
+    cdef public dict layer_cache, head_cache
 
+    @cython.locals(pairs=cython.double, kv_tokens=cython.longlong, queries=cython.longlong, chunk=cython.longlong, cached=cython.longlong, memory=cython.double)
+    cpdef double prefill_attention(self, object chunks)
+    @cython.locals(layer=cython.double, head=cython.double, base=cython.double)
+    cpdef double base(self, object model, long long tokens, long long rows, double prefill_attention, long long num_decodes, long long swapped_blocks)
+    @cython.locals(tokens=cython.longlong, chunk=cython.longlong, base=cython.double)
+    cpdef double duration(self, object model, object chunks, long long num_decodes, long long kv_read_tokens, long long swapped_blocks)
+    @cython.locals(pairs=cython.double, tokens=cython.longlong, c=cython.longlong, k=cython.longlong)
+    cpdef double batch_flops(self, object chunks, long long num_decodes, long long kv_read_tokens)
+    @cython.locals(kv_tokens=cython.longlong, c=cython.longlong, k=cython.longlong)
+    cpdef double batch_bytes(self, object chunks, long long kv_read_tokens)
+    cpdef tuple utilisation(self, object chunks, long long num_decodes, long long kv_read_tokens, double seconds)
     @cython.locals(dense=cython.double, attention=cython.double)
     cpdef double flops(self, long long tokens, double attended, long long rows)
     cpdef double memory_bytes(self, long long kv_tokens)

@@ -20,6 +20,7 @@ attention reads half the KV bytes, and a swapped block moves half). Activations 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -185,7 +186,13 @@ class RooflineStep:
         set_(self, "_swap_per_block", block_bytes / gpu.host_bw)
         set_(self, "_block_bytes", block_bytes)
         set_(self, "_step_fixed", cal.step_overhead)
-        set_(self, "_costs", StepCosts(model, gpu, tp, self._kv_coef, wb, kvb, fp8_peak))
+        costs = StepCosts(model, gpu, tp, self._kv_coef, wb, kvb, fp8_peak)
+        costs.step_fixed, costs.decode_fixed = self._step_fixed, self._decode_fixed
+        costs.swap_per_block = self._swap_per_block
+        costs.attn_pair, costs.attn_kv_byte = self._attn_pair, self._attn_kv_byte
+        costs.attn_q_byte, costs.attn_fixed = self._attn_q_byte, self._attn_fixed
+        costs.layer_cache, costs.head_cache = self._layer_cache, self._head_cache
+        set_(self, "_costs", costs)
 
     @property
     def block_bytes(self) -> float:
@@ -241,38 +248,30 @@ class RooflineStep:
                 self._head_cache[rows] = cached
         return cached
 
-    def prefill_attention_time(self, chunks: tuple[tuple[int, int], ...]) -> float:
+    def prefill_attention_time(self, chunks: Sequence[tuple[int, int]]) -> float:
         """One layer's attention over the prefill chunks (one varlen kernel)."""
-        if not chunks:
-            return 0.0
-        pairs = 0.0
-        kv_tokens = 0
-        queries = 0
-        for chunk, cached in chunks:
-            pairs += chunk * (cached + chunk)
-            kv_tokens += cached + chunk
-            queries += chunk
-        memory = self._attn_kv_byte * kv_tokens + self._attn_q_byte * queries
-        return max(self._attn_pair * pairs, memory) + self._attn_fixed
+        return self._costs.prefill_attention(chunks)
 
     # -- the time model ----------------------------------------------------------------
 
     def _base(self, tokens: int, rows: int, prefill_attention: float, num_decodes: int,
               swapped_blocks: int) -> float:
         """Everything but the decodes' KV reads, which `duration` adds last."""
-        layers = self.model.layers  # type: ignore[union-attr]
-        base = self._step_fixed + layers * (self.layer_time(tokens) + prefill_attention)
-        base += self.head_time(rows)
-        if num_decodes:
-            base += self._decode_fixed
-        return base + self._swap_per_block * swapped_blocks
+        return self._costs.base(self, tokens, rows, prefill_attention, num_decodes,
+                                swapped_blocks)
 
     def duration_shape(self, shape: BatchShape) -> float:
         """Seconds one step of this batch takes."""
-        base = self._base(shape.num_tokens, len(shape.prefill_chunks) + shape.num_decodes,
-                          self.prefill_attention_time(shape.prefill_chunks), shape.num_decodes,
-                          shape.swapped_blocks)
-        return base + shape.decode_kv_tokens * self._kv_coef
+        return self._costs.duration(self, shape.prefill_chunks, shape.num_decodes,
+                                    shape.decode_kv_tokens, shape.swapped_blocks)
+
+    def step_duration(self, prefill_chunks: Sequence[tuple[int, int]], num_decodes: int,
+                      decode_kv_tokens: int, swapped_blocks: int) -> float:
+        """`duration_shape` of the batch of those fields, without making its `BatchShape`:
+        the engine's call, once a step (a frozen dataclass made and read a step cost 0.4
+        us of R1's 1.2 a step of pricing)."""
+        return self._costs.duration(self, prefill_chunks, num_decodes, decode_kv_tokens,
+                                    swapped_blocks)
 
     def duration(self, prefill_tokens: int, num_decodes: int, kv_read_tokens: int,
                  swapped_blocks: int) -> float:
@@ -304,19 +303,21 @@ class RooflineStep:
     def memory_bytes(self, shape: BatchShape) -> float:
         """Bytes one GPU must move in the step at least (for memory-bandwidth utilisation):
         its shard of the weights, LM head included, and the KV the attention reads."""
-        kv_tokens = shape.decode_kv_tokens
-        for c, k in shape.prefill_chunks:
-            kv_tokens += c + k
-        return self._costs.memory_bytes(kv_tokens)
+        return self._costs.batch_bytes(shape.prefill_chunks, shape.decode_kv_tokens)
 
     def utilisation(self, shape: BatchShape, seconds: float) -> tuple[float, float]:
         """(MFU, memory-bandwidth utilisation) of one GPU over a step of `seconds`: useful
         FLOPs / (seconds x peak FLOPS) and bytes moved / (seconds x peak bandwidth), against
         the datasheet peaks (not the calibrated achievable ones; the fp8 peak for fp8 weights
         on a GPU that has one)."""
-        costs = self._costs
-        return (self.flops(shape) / (seconds * costs.peak_flops),
-                self.memory_bytes(shape) / (seconds * costs.memory_bw))
+        return self._costs.utilisation(shape.prefill_chunks, shape.num_decodes,
+                                       shape.decode_kv_tokens, seconds)
+
+    def step_utilisation(self, prefill_chunks: Sequence[tuple[int, int]], num_decodes: int,
+                         decode_kv_tokens: int, seconds: float) -> tuple[float, float]:
+        """`utilisation` of the batch of those fields, without making its `BatchShape`."""
+        return self._costs.utilisation(prefill_chunks, num_decodes, decode_kv_tokens,
+                                       seconds)
 
     def stretch_utilisation(self, num_decodes: int, kv_tokens_start: int,
                             durations: list[float]) -> tuple[list[float], list[float]]:
@@ -327,21 +328,22 @@ class RooflineStep:
 
     def flops(self, shape: BatchShape) -> float:
         """Useful FLOPs of the step on one GPU (for MFU): dense layers, attention, LM head."""
-        pairs = 0.0  # causal, useful: summed left to right (a fold, written out: per step)
-        for c, k in shape.prefill_chunks:
-            pairs += c * (k + (c + 1) / 2)
-        return self._costs.flops(shape.num_tokens, pairs + shape.decode_kv_tokens,
-                                 len(shape.prefill_chunks) + shape.num_decodes)
+        return self._costs.batch_flops(shape.prefill_chunks, shape.num_decodes,
+                                       shape.decode_kv_tokens)
 
 
 class StepCosts:
-    """A step's useful FLOPs and bytes on one GPU from the model's shapes, with the
-    constants multiplied out once (in the order the formulas multiply them, so the floats
-    are the formulas'), and a decode stretch's durations and utilisation step by step
-    (typed loops in the compiled build, kvsched/timing/roofline.pxd)."""
+    """A step's duration (from the model's constants and its cached layer and LM-head
+    times), useful FLOPs and bytes on one GPU, with the constants multiplied out once (in
+    the order the formulas multiply them, so the floats are the formulas'), and a decode
+    stretch's durations and utilisation step by step (typed loops in the compiled build,
+    kvsched/timing/roofline.pxd). A step's batch is read from its fields: its prefill chunks
+    as (chunk tokens, cached context) pairs, its decodes and the KV they read."""
 
     __slots__ = ("layers", "dense_per_token", "attention_per_pair", "head_per_row",
-                 "weight_bytes", "kv_bytes_per_token", "kv_coef", "peak_flops", "memory_bw")
+                 "weight_bytes", "kv_bytes_per_token", "kv_coef", "peak_flops", "memory_bw",
+                 "step_fixed", "decode_fixed", "swap_per_block", "attn_pair", "attn_kv_byte",
+                 "attn_q_byte", "attn_fixed", "layer_cache", "head_cache")
 
     def __init__(self, model: Model, gpu: Gpu, tp: int, kv_coef: float,
                  weight_dtype_bytes: int = DTYPE_BYTES, kv_dtype_bytes: int = DTYPE_BYTES,
@@ -358,6 +360,73 @@ class StepCosts:
         self.kv_coef = kv_coef  # seconds per token of KV a decode reads
         self.peak_flops = peak_flops or gpu.peak_flops  # the GEMMs' (fp8 or bf16) datasheet peak
         self.memory_bw = gpu.memory_bw
+        # The duration's constants and caches: the RooflineStep's own, set by it.
+        self.step_fixed = self.decode_fixed = self.swap_per_block = 0.0
+        self.attn_pair = self.attn_kv_byte = self.attn_q_byte = self.attn_fixed = 0.0
+        self.layer_cache: dict[int, float] = {}  # layer (head) time by tokens (rows)
+        self.head_cache: dict[int, float] = {}
+
+    def prefill_attention(self, chunks: Sequence[tuple[int, int]]) -> float:
+        """One layer's attention over the prefill chunks (one varlen kernel)."""
+        if not chunks:
+            return 0.0
+        pairs = 0.0
+        kv_tokens = 0
+        queries = 0
+        for chunk, cached in chunks:
+            pairs += chunk * (cached + chunk)
+            kv_tokens += cached + chunk
+            queries += chunk
+        memory = self.attn_kv_byte * kv_tokens + self.attn_q_byte * queries
+        return max(self.attn_pair * pairs, memory) + self.attn_fixed
+
+    def base(self, model: RooflineStep, tokens: int, rows: int, prefill_attention: float,
+             num_decodes: int, swapped_blocks: int) -> float:
+        """Everything but the decodes' KV reads (`model` prices a layer or LM-head size
+        its caches do not hold)."""
+        cached = self.layer_cache.get(tokens)
+        layer = model.layer_time(tokens) if cached is None else cached
+        cached = self.head_cache.get(rows)
+        head = model.head_time(rows) if cached is None else cached
+        base = self.step_fixed + self.layers * (layer + prefill_attention)
+        base += head
+        if num_decodes:
+            base += self.decode_fixed
+        return base + self.swap_per_block * swapped_blocks
+
+    def duration(self, model: RooflineStep, chunks: Sequence[tuple[int, int]],
+                 num_decodes: int, kv_read_tokens: int, swapped_blocks: int) -> float:
+        """Seconds one step of that batch takes (`RooflineStep.duration_shape`)."""
+        tokens = num_decodes  # through the dense layers: every prefill token, one a decode
+        for chunk, _ in chunks:
+            tokens += chunk
+        base = self.base(model, tokens, len(chunks) + num_decodes,
+                         self.prefill_attention(chunks), num_decodes, swapped_blocks)
+        return base + kv_read_tokens * self.kv_coef
+
+    def batch_flops(self, chunks: Sequence[tuple[int, int]], num_decodes: int,
+                    kv_read_tokens: int) -> float:
+        """Useful FLOPs of a step of that batch (`RooflineStep.flops`)."""
+        pairs = 0.0  # causal, useful: summed left to right (a fold, written out: per step)
+        tokens = num_decodes
+        for c, k in chunks:
+            pairs += c * (k + (c + 1) / 2)
+            tokens += c
+        return self.flops(tokens, pairs + kv_read_tokens, len(chunks) + num_decodes)
+
+    def batch_bytes(self, chunks: Sequence[tuple[int, int]], kv_read_tokens: int) -> float:
+        """Bytes a step of that batch moves at least (`RooflineStep.memory_bytes`)."""
+        kv_tokens = kv_read_tokens
+        for c, k in chunks:
+            kv_tokens += c + k
+        return self.memory_bytes(kv_tokens)
+
+    def utilisation(self, chunks: Sequence[tuple[int, int]], num_decodes: int,
+                    kv_read_tokens: int, seconds: float) -> tuple[float, float]:
+        """(MFU, MBU) of a step of that batch lasting `seconds`."""
+        return (self.batch_flops(chunks, num_decodes, kv_read_tokens)
+                / (seconds * self.peak_flops),
+                self.batch_bytes(chunks, kv_read_tokens) / (seconds * self.memory_bw))
 
     def flops(self, tokens: int, attended: float, rows: int) -> float:
         """FLOPs of `tokens` through the dense layers, `attended` (query, key) pairs of
