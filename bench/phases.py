@@ -1,6 +1,6 @@
 """Where one `kvsched run` process spends its time, phase by phase, least and median of N
 fresh processes (`python bench/phases.py SCENARIO [--repeat N] [--baseline DIR]
-[--dataclasses]`).
+[--dataclasses] [--records MODE]`).
 
 Phases: the interpreter's start (to the first line of the child), importing the CLI, the
 runner and the scenario loader, then each of the command's own steps (the CLI's parsing
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHILD = """
 import json, sys, time
 marks = [("start", time.time())]
-scenario, out, marks_file, dataclasses_too = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+scenario, out, marks_file, dataclasses_too, records = sys.argv[1:6]
 totals = {}
 if dataclasses_too == "1":
     import dataclasses
@@ -76,16 +76,17 @@ else:  # older code ends with sys.exit
         save()
         real_exit(code)
     sys.exit = exiting
-sys.argv = ["kvsched", "run", scenario, "--out", out, "--no-check"]
+sys.argv = ["kvsched", "run", scenario, "--out", out, "--no-check", "--records", records]
 cli.main()
 """
 
 
-def measure(scenario: Path, baseline: Path | None, dataclasses_too: bool) -> dict:
+def measure(scenario: Path, baseline: Path | None, dataclasses_too: bool,
+            records: str = "full") -> dict:
     with tempfile.TemporaryDirectory() as scratch:
         marks_file = os.path.join(scratch, "marks.json")
         command = [sys.executable, "-c", CHILD, str(scenario), os.path.join(scratch, "out"),
-                   marks_file, "1" if dataclasses_too else "0"]
+                   marks_file, "1" if dataclasses_too else "0", records]
         env = dict(os.environ)
         if baseline is not None:
             env["PYTHONPATH"] = str(baseline)
@@ -109,6 +110,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--baseline", type=Path, metavar="DIR")
     parser.add_argument("--dataclasses", action="store_true")
+    parser.add_argument("--records", default="full",
+                        help="the run's --records mode (the issue-21 bench cases: compact)")
     args = parser.parse_args()
     codes = {"current": None}
     if args.baseline is not None:
@@ -116,7 +119,8 @@ def main() -> None:
     runs: dict[str, list[dict]] = {code: [] for code in codes}
     for _ in range(args.repeat):
         for code, tree in codes.items():  # interleaved: a noisy machine hits both alike
-            runs[code].append(measure(args.scenario.resolve(), tree, args.dataclasses))
+            runs[code].append(measure(args.scenario.resolve(), tree, args.dataclasses,
+                                      args.records))
     for code, measured in runs.items():
         print(f"== {code} ({len(measured)} runs): least and median, ms")
         names = list(measured[0]["phases"])
