@@ -58,6 +58,7 @@ MOVED = {
     "kvsched.serve_defaults": "kvsched.timing.serve_defaults",
     "kvsched.stepfit": "kvsched.timing.stepfit",
     "kvsched.trace_csv": "kvsched.workload.trace_csv",
+    "kvsched.workload.formats": "kvsched.trace_formats",
     "kvsched.trace_notes": "kvsched.workload.trace_notes",
 }
 """Old dotted name -> the module that holds its code now (an old name may point at another

@@ -45,7 +45,7 @@ from kvsched.presets import expand as expand_preset
 from kvsched.timing import ConstantStep, LinearStep, StepClock, TimeModel
 from kvsched.timing.dtypes import KV_DTYPE_BYTES, WEIGHT_DTYPE_BYTES
 from kvsched.timing.serve_defaults import USAGES, with_defaults
-from kvsched.workload.formats import FORMATS
+from kvsched.trace_formats import FORMATS
 
 MAX_SYNTHETIC_REQUESTS = 10_000_000
 # Bounds on every number, so that extreme values are refused with the bound in the message

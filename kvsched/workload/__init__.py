@@ -1,12 +1,12 @@
 """Workloads: the requests a run replays, from an inline list, a seeded generator or a trace
-file (`build`), the trace formats (`formats`, one entry per format), the fast readers of a
-clean CSV trace (`trace_csv`) and of a clean JSON-lines one (`trace_jsonl`), and what a run's
-warnings say of a trace (`trace_notes`).
+file (`build`), in one of the trace formats (`kvsched.trace_formats`, one entry per
+format, below the schema that reads it), the fast readers of a clean CSV trace
+(`trace_csv`) and of a clean JSON-lines one (`trace_jsonl`), and what a run's warnings say
+of a trace (`trace_notes`).
 
 The names below are the package's public face (`from kvsched.workload import
-build_requests`, as before the package existed), imported on first use: the schema reads
-`kvsched.workload.formats` while it is itself being imported, and `build` imports the
-schema."""
+build_requests`, as before the package existed), imported on first use: `build` imports the
+schema, which a caller may be importing."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ _EXPORTS = {
     **dict.fromkeys(("MAX_LOCAL_ID", "PREFIX_GROUP", "TAG_SHIFT", "TRACE_BLOCK", "TURN",
                      "Locate", "build_requests", "count_requests", "segment_id",
                      "trace_layout"), "kvsched.workload.build"),
-    **dict.fromkeys(("FORMATS", "UNIT_SECONDS", "TraceLayout"), "kvsched.workload.formats"),
+    **dict.fromkeys(("FORMATS", "UNIT_SECONDS", "TraceLayout"), "kvsched.trace_formats"),
 }
 
 __all__ = ["FORMATS", "MAX_LOCAL_ID", "PREFIX_GROUP", "TAG_SHIFT", "TRACE_BLOCK", "TURN",
@@ -36,6 +36,7 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
+    from kvsched.trace_formats import FORMATS, UNIT_SECONDS, TraceLayout
     from kvsched.workload.build import (
         MAX_LOCAL_ID,
         PREFIX_GROUP,
@@ -48,4 +49,3 @@ if TYPE_CHECKING:
         segment_id,
         trace_layout,
     )
-    from kvsched.workload.formats import FORMATS, UNIT_SECONDS, TraceLayout

@@ -45,7 +45,7 @@ from kvsched.schema import (
     UniformLen,
     WorkloadSpec,
 )
-from kvsched.workload.formats import FORMATS, UNIT_SECONDS, TraceLayout
+from kvsched.trace_formats import FORMATS, UNIT_SECONDS, TraceLayout
 from kvsched.workload.trace_csv import read_clean_columns
 from kvsched.workload.trace_jsonl import read_clean_lines
 

@@ -3,7 +3,8 @@ one `FORMATS` entry per format. A new format whose columns carry what kvsched re
 entry here: `TraceWorkload.format` takes its choices from `FORMATS`; one whose file needs
 parsing of its own (rows to drop, nested records) is also one module with its `reader`
 (`kvsched.workload.burstgpt`). Data only, importing nothing of kvsched: the schema reads it
-while it is itself being imported."""
+while it is itself being imported, and the workload's builder reads the schema, so it lives
+below both (it was `kvsched.workload.formats`, which still imports it)."""
 
 from __future__ import annotations
 
