@@ -150,7 +150,18 @@ def test_run_prints_nothing_more_when_it_is_short(tmp_path):
     assert not heartbeat_lines(result.stderr, "run")
 
 
-def test_sweep_off_a_terminal_counts_points_checked_and_run(often, tmp_path):
+def test_sweep_off_a_terminal_counts_points_checked_and_run(often, monkeypatch, tmp_path):
+    # Each point held 2 ms, so that heartbeats land while the points run however fast the
+    # machine (a quiet one runs the 200 lesson points in well under one 20 ms beat).
+    from kvsched.analysis import sweep
+
+    plain = sweep.run_variant
+
+    def held(*args, **kwargs):
+        time.sleep(0.002)
+        return plain(*args, **kwargs)
+
+    monkeypatch.setattr(sweep, "run_variant", held)
     result = CliRunner().invoke(app, ["sweep", "--budget", "64..263:+1", "--out",
                                       str(tmp_path), "--plot"])
     assert result.exit_code == 0, result.output
