@@ -101,18 +101,13 @@ class RooflineStep:
     _tile: int = field(init=False, repr=False, compare=False)
     _ew_per_token: float = field(init=False, repr=False, compare=False)
     _ew_fixed: float = field(init=False, repr=False, compare=False)
-    _attn_pair: float = field(init=False, repr=False, compare=False)
-    _attn_kv_byte: float = field(init=False, repr=False, compare=False)
-    _attn_q_byte: float = field(init=False, repr=False, compare=False)
     _attn_fixed: float = field(init=False, repr=False, compare=False)
     _kv_per_token: float = field(init=False, repr=False, compare=False)
     _kv_coef: float = field(init=False, repr=False, compare=False)
-    _decode_fixed: float = field(init=False, repr=False, compare=False)
     _ar_per_token: float = field(init=False, repr=False, compare=False)
     _ar_fixed: float = field(init=False, repr=False, compare=False)
     _swap_per_block: float = field(init=False, repr=False, compare=False)
     _block_bytes: float = field(init=False, repr=False, compare=False)
-    _step_fixed: float = field(init=False, repr=False, compare=False)
     _costs: StepCosts = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -165,16 +160,12 @@ class RooflineStep:
         set_(self, "_ew_fixed", 5 * cal.elementwise_overhead)
         attn_flops = gpu.peak_flops * cal.attn_prefill_compute_eff
         attn_bw = gpu.memory_bw * cal.attn_decode_memory_eff
-        set_(self, "_attn_pair", 4 * heads * hd / attn_flops)  # seconds per (query, key) pair
-        set_(self, "_attn_kv_byte", 2 * kv_heads * hd * kvb / attn_bw)  # a token of K and V
-        set_(self, "_attn_q_byte", 2 * heads * hd * b / attn_bw)  # per query (read q, write o)
         set_(self, "_attn_fixed", cal.attn_overhead)
         # a decode reads each token's K and V once; its FLOPs rarely bind but are kept honest
         per_kv = max(4 * heads * hd / (gpu.peak_flops * cal.attn_prefill_compute_eff),
                      2 * kv_heads * hd * kvb / attn_bw)
         set_(self, "_kv_per_token", per_kv)
         set_(self, "_kv_coef", model.layers * per_kv)
-        set_(self, "_decode_fixed", model.layers * cal.attn_overhead)
         if tp > 1:
             ring = 2 * (tp - 1) / tp * h * b  # bytes a rank sends per token per all-reduce
             set_(self, "_ar_per_token", 2 * ring / (gpu.interconnect_bw / 2 * cal.allreduce_bw_eff))
@@ -185,12 +176,15 @@ class RooflineStep:
         block_bytes = model.layers * kv_heads * hd * 2 * kvb * self.block_size
         set_(self, "_swap_per_block", block_bytes / gpu.host_bw)
         set_(self, "_block_bytes", block_bytes)
-        set_(self, "_step_fixed", cal.step_overhead)
+        # A step's prices, held where the typed step formulas read them (StepCosts)
         costs = StepCosts(model, gpu, tp, self._kv_coef, wb, kvb, fp8_peak)
-        costs.step_fixed, costs.decode_fixed = self._step_fixed, self._decode_fixed
+        costs.step_fixed = cal.step_overhead
+        costs.decode_fixed = model.layers * cal.attn_overhead
         costs.swap_per_block = self._swap_per_block
-        costs.attn_pair, costs.attn_kv_byte = self._attn_pair, self._attn_kv_byte
-        costs.attn_q_byte, costs.attn_fixed = self._attn_q_byte, self._attn_fixed
+        costs.attn_pair = 4 * heads * hd / attn_flops  # seconds per (query, key) pair
+        costs.attn_kv_byte = 2 * kv_heads * hd * kvb / attn_bw  # a token of K and V
+        costs.attn_q_byte = 2 * heads * hd * b / attn_bw  # per query (read q, write o)
+        costs.attn_fixed = self._attn_fixed
         costs.layer_cache, costs.head_cache = self._layer_cache, self._head_cache
         set_(self, "_costs", costs)
 
@@ -275,17 +269,10 @@ class RooflineStep:
 
     def duration(self, prefill_tokens: int, num_decodes: int, kv_read_tokens: int,
                  swapped_blocks: int) -> float:
-        """`TimeModel.duration`: the prefill tokens as one chunk with no cached context."""
-        attention = 0.0
-        rows = num_decodes
-        if prefill_tokens:  # prefill_attention_time(((prefill_tokens, 0),)), inlined: hot path
-            p = prefill_tokens
-            memory = self._attn_kv_byte * p + self._attn_q_byte * p
-            attention = max(self._attn_pair * (0.0 + p * p), memory) + self._attn_fixed
-            rows += 1
-        base = self._base(prefill_tokens + num_decodes, rows, attention, num_decodes,
-                          swapped_blocks)
-        return base + kv_read_tokens * self._kv_coef
+        """`TimeModel.duration`: the prefill tokens as one chunk with no cached context
+        (the engine prices its steps by `step_duration`; a gate's estimate asks this)."""
+        chunks = ((prefill_tokens, 0),) if prefill_tokens else ()
+        return self._costs.duration(self, chunks, num_decodes, kv_read_tokens, swapped_blocks)
 
     def stretch_durations(self, num_decodes: int, kv_tokens_start: int,
                           num_steps: int) -> list[float]:
@@ -360,7 +347,7 @@ class StepCosts:
         self.kv_coef = kv_coef  # seconds per token of KV a decode reads
         self.peak_flops = peak_flops or gpu.peak_flops  # the GEMMs' (fp8 or bf16) datasheet peak
         self.memory_bw = gpu.memory_bw
-        # The duration's constants and caches: the RooflineStep's own, set by it.
+        # The duration's constants and the layer and LM-head caches: set by the RooflineStep.
         self.step_fixed = self.decode_fixed = self.swap_per_block = 0.0
         self.attn_pair = self.attn_kv_byte = self.attn_q_byte = self.attn_fixed = 0.0
         self.layer_cache: dict[int, float] = {}  # layer (head) time by tokens (rows)
