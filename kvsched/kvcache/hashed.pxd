@@ -37,10 +37,12 @@ cdef class HashedBlockCache:
     cdef public _Node root
     cdef public long long _uncached_free
     cdef public _Copy _lru
-    cdef public long long _lru_blocks, _num_cached
+    cdef public long long _lru_blocks, cached
     cdef public list _owners
     cdef public long long evicted
     cdef public object spill
+
+    cdef long long blocks_free(self)
 
     @cython.locals(owners=list)
     cdef _Owner _held(self, long long owner)

@@ -136,7 +136,7 @@ class HashedBlockCache:
         self._lru = _Copy(None, [])  # the free queue's sentinel: next is evicted first
         self._lru.prev = self._lru.next = self._lru
         self._lru_blocks = 0
-        self._num_cached = 0
+        self.cached = 0  # blocks holding a hash (in use or free)
         # owner id -> its blocks (None: holds none); ids are requests' indices, small and
         # dense: a list slot, not a dict lookup (whose key compare read a cold int object)
         self._owners: list[_Owner | None] = []
@@ -146,11 +146,15 @@ class HashedBlockCache:
 
     @property
     def num_free(self) -> int:
+        return self.blocks_free()
+
+    def blocks_free(self) -> int:
+        """`num_free` as the compiled tracker reads it: a C call, not a Python property."""
         return self._uncached_free + self._lru_blocks
 
     @property
     def num_cached(self) -> int:
-        return self._num_cached
+        return self.cached
 
     @property
     def evicted_blocks(self) -> int:
@@ -274,7 +278,7 @@ class HashedBlockCache:
                 del node.parent.children[node.key]
                 node.parent = None
             left -= size
-        self._num_cached -= num_blocks
+        self.cached -= num_blocks
         self.evicted += num_blocks
 
     # -- lookups -------------------------------------------------------------------------
@@ -381,7 +385,7 @@ class HashedBlockCache:
             self._attach(held, prefix, done, top)
             held.tail -= top - done
             held.covered = top
-            self._num_cached += top - done
+            self.cached += top - done
         held.committed = full
 
     def _attach(self, held: _Owner, prefix: Prefix, start: int, end: int) -> None:
@@ -494,7 +498,7 @@ class HashedBlockCache:
             if grower is not None:  # its own leaf: the last copy of its one owner
                 assert grower.leaf is node and not node.children and len(node.copies) == 1
                 assert node.copies[0].owners == [grower] and grower.copies[-1] is node.copies[0]
-        assert cached == self._num_cached
+        assert cached == self.cached
         free, copy = 0, self._lru.next
         while copy is not self._lru:
             assert not copy.owners and copy.node is not None and copy.next.prev is copy

@@ -1,6 +1,7 @@
 cimport cython
 from kvsched.blocks cimport BlockPool
 from kvsched.prefix cimport Prefix, extended
+from kvsched.kvcache.hashed cimport HashedBlockCache
 from kvsched.kvcache.radix cimport RadixCache
 from kvsched.sequence cimport Seq
 
@@ -10,6 +11,7 @@ cpdef object identity(Seq seq)
 
 cdef class PrefixTracker:
     cdef public object cache
+    cdef public HashedBlockCache hashed
     cdef public RadixCache radix
     cdef public BlockPool pool
     cdef public long long block_size, _evicted_seen
@@ -18,13 +20,17 @@ cdef class PrefixTracker:
     cdef public object host
     cdef public long long host_first_tokens, host_tokens
 
+    @cython.locals(hashed=HashedBlockCache)
+    cdef long long _free(self)
+    @cython.locals(hashed=HashedBlockCache)
+    cdef _commit(self, Seq seq, long long num_tokens, long long prompt_tokens=*)
     cpdef long long match(self, Seq seq, bint admission=*, bint whole=*)
     @cython.locals(seq=Seq, cache=RadixCache)
     cpdef refresh(self, list seqs)
     cpdef long long hit_cost(self, Seq seq, long long hit)
     cpdef admit(self, Seq seq, long long hit, long long fresh)
     cpdef grow(self, Seq seq, long long fresh)
-    @cython.locals(seq=Seq, owners=list, size=cython.longlong)
+    @cython.locals(seq=Seq, owners=list, size=cython.longlong, hashed=HashedBlockCache)
     cpdef grow_each(self, list seqs)
     cpdef shrink(self, Seq seq, long long blocks)
     cpdef computed(self, Seq seq, long long num_tokens)
@@ -49,7 +55,7 @@ cdef class PrefixTracker:
     @cython.locals(tree=RadixCache)
     cpdef grow_passes(self, list crossed)
     cpdef bint decode_evicts(self, long long num_decodes)
-    @cython.locals(total=cython.longlong, evicted=cython.longlong)
+    @cython.locals(total=cython.longlong, evicted=cython.longlong, hashed=HashedBlockCache)
     cpdef long long take_evicted(self)
 
 cpdef long long _admission(Seq seq)

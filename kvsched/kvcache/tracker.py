@@ -27,6 +27,7 @@ from __future__ import annotations
 from kvsched.blocks import BlockPool
 from kvsched.config import PREFIX_CACHES, EngineConfig
 from kvsched.kvcache.base import KVCache
+from kvsched.kvcache.hashed import HashedBlockCache
 from kvsched.kvcache.offload import HostTier
 from kvsched.kvcache.radix import RadixCache
 from kvsched.plugins import load
@@ -58,15 +59,17 @@ class PrefixTracker:
     """Drives a prefix cache (vLLM's hashed blocks or SGLang's radix tree) alongside the
     scheduler's block counts."""
 
-    __slots__ = ("cache", "radix", "pool", "block_size", "eager", "lagged", "stepped", "v0",
-                 "_evicted_seen", "_computed", "_middle", "_fresh", "host",
+    __slots__ = ("cache", "hashed", "radix", "pool", "block_size", "eager", "lagged", "stepped",
+                 "v0", "_evicted_seen", "_computed", "_middle", "_fresh", "host",
                  "host_first_tokens", "host_tokens")
 
     def __init__(self, cache: KVCache, pool: BlockPool,
                  host: HostTier | None = None) -> None:
         self.cache = cache
-        # the same cache when it is the radix tree, typed: the compiled build calls it
-        # directly (a page-of-one pool calls it every decode pass)
+        # the same cache when it is vLLM's hashed blocks or the radix tree, typed: the
+        # compiled build calls it directly, not through Python's method dispatch (a decode
+        # pass calls it for each request that crosses a block; a page-of-one pool, every pass)
+        self.hashed = cache if isinstance(cache, HashedBlockCache) else None
         self.radix = cache if isinstance(cache, RadixCache) else None
         self.pool = pool
         # A host tier under the cache (`engine.kv_offload`): what it evicts goes there.
@@ -109,11 +112,26 @@ class PrefixTracker:
 
     @property
     def num_free(self) -> int:
-        return self.cache.num_free
+        return self._free()
 
     @property
     def num_cached(self) -> int:
+        if self.hashed is not None:
+            return self.hashed.cached
         return self.cache.num_cached
+
+    def _free(self) -> int:
+        """The cache's free blocks (what the pool's free count follows)."""
+        hashed = self.hashed
+        return hashed.blocks_free() if hashed is not None else self.cache.num_free
+
+    def _commit(self, seq: Seq, num_tokens: int, prompt_tokens: int = 0) -> None:
+        """`KVCache.commit` of `seq`'s first `num_tokens` tokens."""
+        hashed = self.hashed
+        if hashed is not None:
+            hashed.commit(seq.index, identity(seq), num_tokens, prompt_tokens)
+        else:
+            self.cache.commit(seq.index, identity(seq), num_tokens, prompt_tokens)
 
     def match(self, seq: Seq, admission: bool = False, whole: bool = False) -> int:
         """Tokens of `seq`'s next (re)prefill cached now: whole blocks, at most all but one
@@ -164,37 +182,40 @@ class PrefixTracker:
             self._tree().promise(seq.index, identity(seq), hit, fresh)
         else:
             self.cache.allocate(seq.index, identity(seq), hit, fresh)
-        self.pool.free = self.cache.num_free
+        self.pool.free = self._free()
 
     def grow(self, seq: Seq, fresh: int) -> None:
         if self.stepped:  # SGLang: taken by the pass's decode_pass, after its retractions
             self._tree().grow_promise([seq.index] * fresh)
         else:
             self.cache.allocate(seq.index, None, 0, fresh)
-        self.pool.free = self.cache.num_free
+        self.pool.free = self._free()
 
     def grow_each(self, seqs: list[Seq]) -> None:
         """`grow(seq, 1)` for each of `seqs` (a decode pass's block boundaries, their
         `blocks` counting the new one): taken at once, the same blocks and evictions as one
         by one; `lagged`, each then caches the block before its new one."""
         owners = [seq.index for seq in seqs]
-        cache = self.cache
+        hashed = self.hashed
         if self.stepped:
             self._tree().grow_promise(owners)
         else:
-            cache.grow_each(owners)
+            if hashed is not None:
+                hashed.grow_each(owners)
+            else:
+                self.cache.grow_each(owners)
             if self.lagged:
                 size = self.block_size
                 for seq in seqs:
-                    cache.commit(seq.index, identity(seq), (seq.blocks - 1) * size)
-        self.pool.free = cache.num_free
+                    self._commit(seq, (seq.blocks - 1) * size)
+        self.pool.free = self._free()
 
     def decode_pass(self, num_decodes: int) -> None:
         """A decode pass of `num_decodes` requests ends its retractions (the radix tree:
         its pages are taken, SGLang's `prepare_for_decode`)."""
         if self.stepped:
             self._tree().decode_pass(num_decodes)
-            self.pool.free = self.cache.num_free
+            self.pool.free = self._free()
 
     def passes_fit(self, num_decodes: int, num_blocks: int) -> bool:
         """Whether SGLang's radix tree gives `num_blocks` blocks to decode passes of
@@ -218,7 +239,7 @@ class PrefixTracker:
 
     def shrink(self, seq: Seq, blocks: int) -> None:
         self.cache.shrink(seq.index, blocks)
-        self.pool.free = self.cache.num_free
+        self.pool.free = self._free()
 
     def computed(self, seq: Seq, num_tokens: int) -> None:
         """`seq`'s first `num_tokens` tokens are (being) computed: its full blocks are cached
@@ -234,10 +255,10 @@ class PrefixTracker:
             cache.commit(seq.index, chain, num_tokens)
             if num_tokens // self.block_size > before:
                 self._fresh.append((chain, before))
-            self.pool.free = cache.num_free
+            self.pool.free = self._free()
         else:
-            self.cache.commit(seq.index, identity(seq), num_tokens)
-            self.pool.free = self.cache.num_free
+            self._commit(seq, num_tokens)
+            self.pool.free = self._free()
 
     def computed_count(self, seq: Seq, hit: int) -> int:
         """vLLM V0's cached tokens of `seq` whose `hit` is cached now: those hashed before
@@ -291,21 +312,21 @@ class PrefixTracker:
         """A decode pass fills `seq`'s last block: vLLM caches it in that step (`lagged`:
         in the step that takes the next block, `grow_each`)."""
         if not self.lagged:
-            self.cache.commit(seq.index, identity(seq), seq.blocks * self.block_size)
+            self._commit(seq, seq.blocks * self.block_size)
 
     def filled_each(self, seqs: list[Seq]) -> None:
         """`filled` for each of `seqs`, in their order."""
         if self.lagged:
             return
-        cache, size = self.cache, self.block_size
+        size = self.block_size
         for seq in seqs:
-            cache.commit(seq.index, identity(seq), seq.blocks * size)
+            self._commit(seq, seq.blocks * size)
 
     def release(self, seq: Seq, computed: int) -> None:
         """`seq` stops running with `computed` tokens of KV: cache them, free its blocks."""
-        self.cache.commit(seq.index, identity(seq), computed, seq.prompt_len)
+        self._commit(seq, computed, seq.prompt_len)
         self.cache.free(seq.index)
-        self.pool.free = self.cache.num_free
+        self.pool.free = self._free()
 
     def preempted(self, seq: Seq, computed: int, remaining: int = 0,
                   retraction: bool = False) -> None:
@@ -320,13 +341,14 @@ class PrefixTracker:
             tree.retract(seq.index, remaining * RETRACT_DECODE_STEPS)
         else:
             if self.eager:
-                self.cache.commit(seq.index, identity(seq), computed)
+                self._commit(seq, computed)
             self.cache.free(seq.index)
-        self.pool.free = self.cache.num_free
+        self.pool.free = self._free()
 
     def take_evicted(self) -> int:
         """Cached blocks evicted since the last call (a step's `evicted_blocks`)."""
-        total = self.cache.evicted_blocks
+        hashed = self.hashed
+        total = hashed.evicted if hashed is not None else self.cache.evicted_blocks
         evicted = total - self._evicted_seen
         self._evicted_seen = total
         return evicted
