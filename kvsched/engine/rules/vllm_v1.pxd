@@ -1,5 +1,6 @@
 cimport cython
 from kvsched.blocks cimport BlockPool
+from kvsched.engine cimport head_of_line
 from kvsched.engine.mechanism cimport Scheduler
 from kvsched.engine.plan cimport StepPlan
 from kvsched.kvcache.tracker cimport PrefixTracker
