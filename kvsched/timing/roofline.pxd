@@ -6,14 +6,17 @@ cdef class StepCosts:
     cdef public double kv_bytes_per_token, kv_coef, peak_flops, memory_bw
     cdef public double step_fixed, decode_fixed, swap_per_block
     cdef public double attn_pair, attn_kv_byte, attn_q_byte, attn_fixed
-    cdef public dict layer_cache, head_cache
+    cdef public dict layer_cache, head_cache, decode_cache
+    cdef public object roofline
 
     @cython.locals(pairs=cython.double, kv_tokens=cython.longlong, queries=cython.longlong, chunk=cython.longlong, cached=cython.longlong, memory=cython.double)
     cpdef double prefill_attention(self, object chunks)
     @cython.locals(layer=cython.double, head=cython.double, base=cython.double)
-    cpdef double base(self, object model, long long tokens, long long rows, double prefill_attention, long long num_decodes, long long swapped_blocks)
+    cpdef double base(self, long long tokens, long long rows, double prefill_attention, long long num_decodes, long long swapped_blocks)
     @cython.locals(tokens=cython.longlong, chunk=cython.longlong, base=cython.double)
-    cpdef double duration(self, object model, object chunks, long long num_decodes, long long kv_read_tokens, long long swapped_blocks)
+    cpdef double duration(self, object chunks, long long num_decodes, long long kv_read_tokens, long long swapped_blocks)
+    @cython.locals(base=object)
+    cpdef list stretch_durations(self, long long num_decodes, long long kv_start, long long num_steps)
     @cython.locals(pairs=cython.double, tokens=cython.longlong, c=cython.longlong, k=cython.longlong)
     cpdef double batch_flops(self, object chunks, long long num_decodes, long long kv_read_tokens)
     @cython.locals(kv_tokens=cython.longlong, c=cython.longlong, k=cython.longlong)

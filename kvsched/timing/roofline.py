@@ -20,7 +20,7 @@ attention reads half the KV bytes, and a swapped block moves half). Activations 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -91,8 +91,6 @@ class RooflineStep:
                                            compare=False)
     _head_cache: dict[int, float] = field(default_factory=dict, init=False, repr=False,
                                           compare=False)
-    _decode_cache: dict[int, float] = field(default_factory=dict, init=False, repr=False,
-                                            compare=False)
 
     # constants derived in __post_init__ (seconds, or seconds per token, byte or pair)
     _gemms: list[_Gemm] = field(init=False, repr=False, compare=False)
@@ -186,6 +184,7 @@ class RooflineStep:
         costs.attn_q_byte = 2 * heads * hd * b / attn_bw  # per query (read q, write o)
         costs.attn_fixed = self._attn_fixed
         costs.layer_cache, costs.head_cache = self._layer_cache, self._head_cache
+        costs.roofline = self  # (a cycle: the two live and die together)
         set_(self, "_costs", costs)
 
     @property
@@ -251,39 +250,37 @@ class RooflineStep:
     def _base(self, tokens: int, rows: int, prefill_attention: float, num_decodes: int,
               swapped_blocks: int) -> float:
         """Everything but the decodes' KV reads, which `duration` adds last."""
-        return self._costs.base(self, tokens, rows, prefill_attention, num_decodes,
-                                swapped_blocks)
+        return self._costs.base(tokens, rows, prefill_attention, num_decodes, swapped_blocks)
 
     def duration_shape(self, shape: BatchShape) -> float:
         """Seconds one step of this batch takes."""
-        return self._costs.duration(self, shape.prefill_chunks, shape.num_decodes,
+        return self._costs.duration(shape.prefill_chunks, shape.num_decodes,
                                     shape.decode_kv_tokens, shape.swapped_blocks)
 
-    def step_duration(self, prefill_chunks: Sequence[tuple[int, int]], num_decodes: int,
-                      decode_kv_tokens: int, swapped_blocks: int) -> float:
-        """`duration_shape` of the batch of those fields, without making its `BatchShape`:
-        the engine's call, once a step (a frozen dataclass made and read a step cost 0.4
-        us of R1's 1.2 a step of pricing)."""
-        return self._costs.duration(self, prefill_chunks, num_decodes, decode_kv_tokens,
-                                    swapped_blocks)
+    # The engine's calls, once a step or a decode stretch, are StepCosts' own methods,
+    # bound: the engine calls the compiled method without a call of this class in between
+    # (whose attribute read and Python call cost R1 as much as the pricing itself).
+
+    @property
+    def step_duration(self) -> Callable[[Sequence[tuple[int, int]], int, int, int], float]:
+        """(prefill_chunks, num_decodes, decode_kv_tokens, swapped_blocks) -> seconds:
+        `duration_shape` of the batch of those fields, without making its `BatchShape` (a
+        frozen dataclass made and read a step cost 0.4 us of R1's 1.2 a step of pricing)."""
+        return self._costs.duration
 
     def duration(self, prefill_tokens: int, num_decodes: int, kv_read_tokens: int,
                  swapped_blocks: int) -> float:
         """`TimeModel.duration`: the prefill tokens as one chunk with no cached context
         (the engine prices its steps by `step_duration`; a gate's estimate asks this)."""
         chunks = ((prefill_tokens, 0),) if prefill_tokens else ()
-        return self._costs.duration(self, chunks, num_decodes, kv_read_tokens, swapped_blocks)
+        return self._costs.duration(chunks, num_decodes, kv_read_tokens, swapped_blocks)
 
-    def stretch_durations(self, num_decodes: int, kv_tokens_start: int,
-                          num_steps: int) -> list[float]:
-        """Durations of `num_steps` pure-decode steps where each of `num_decodes` requests reads
-        one more token per step; element k equals `duration(0, n, kv_start + k * n, 0)`."""
-        base = self._decode_cache.get(num_decodes)
-        if base is None:
-            base = self._base(num_decodes, num_decodes, 0.0, num_decodes, 0)
-            if len(self._decode_cache) < 65536:
-                self._decode_cache[num_decodes] = base
-        return self._costs.decode_durations(base, num_decodes, kv_tokens_start, num_steps)
+    @property
+    def stretch_durations(self) -> Callable[[int, int, int], list[float]]:
+        """(num_decodes, kv_tokens_start, num_steps) -> durations of `num_steps` pure-decode
+        steps where each of `num_decodes` requests reads one more token per step; element k
+        equals `duration(0, n, kv_start + k * n, 0)`."""
+        return self._costs.stretch_durations
 
     # -- accounting ----------------------------------------------------------------------
 
@@ -300,18 +297,21 @@ class RooflineStep:
         return self._costs.utilisation(shape.prefill_chunks, shape.num_decodes,
                                        shape.decode_kv_tokens, seconds)
 
-    def step_utilisation(self, prefill_chunks: Sequence[tuple[int, int]], num_decodes: int,
-                         decode_kv_tokens: int, seconds: float) -> tuple[float, float]:
-        """`utilisation` of the batch of those fields, without making its `BatchShape`."""
-        return self._costs.utilisation(prefill_chunks, num_decodes, decode_kv_tokens,
-                                       seconds)
+    @property
+    def step_utilisation(self) -> Callable[[Sequence[tuple[int, int]], int, int, float],
+                                           tuple[float, float]]:
+        """(prefill_chunks, num_decodes, decode_kv_tokens, seconds) -> (MFU, MBU):
+        `utilisation` of the batch of those fields, without making its `BatchShape`."""
+        return self._costs.utilisation
 
-    def stretch_utilisation(self, num_decodes: int, kv_tokens_start: int,
-                            durations: list[float]) -> tuple[list[float], list[float]]:
-        """`utilisation` of each step of a decode stretch (step k reads
-        `kv_tokens_start + k * num_decodes` tokens of KV and lasts `durations[k]`): element
-        for element the floats `utilisation` gives, through the same formulas."""
-        return self._costs.decode_utilisation(num_decodes, kv_tokens_start, durations)
+    @property
+    def stretch_utilisation(self) -> Callable[[int, int, list[float]],
+                                              tuple[list[float], list[float]]]:
+        """(num_decodes, kv_tokens_start, durations) -> (MFU list, MBU list): `utilisation`
+        of each step of a decode stretch (step k reads `kv_tokens_start + k * num_decodes`
+        tokens of KV and lasts `durations[k]`): element for element the floats
+        `utilisation` gives, through the same formulas."""
+        return self._costs.decode_utilisation
 
     def flops(self, shape: BatchShape) -> float:
         """Useful FLOPs of the step on one GPU (for MFU): dense layers, attention, LM head."""
@@ -330,7 +330,8 @@ class StepCosts:
     __slots__ = ("layers", "dense_per_token", "attention_per_pair", "head_per_row",
                  "weight_bytes", "kv_bytes_per_token", "kv_coef", "peak_flops", "memory_bw",
                  "step_fixed", "decode_fixed", "swap_per_block", "attn_pair", "attn_kv_byte",
-                 "attn_q_byte", "attn_fixed", "layer_cache", "head_cache")
+                 "attn_q_byte", "attn_fixed", "layer_cache", "head_cache", "decode_cache",
+                 "roofline")
 
     def __init__(self, model: Model, gpu: Gpu, tp: int, kv_coef: float,
                  weight_dtype_bytes: int = DTYPE_BYTES, kv_dtype_bytes: int = DTYPE_BYTES,
@@ -352,6 +353,9 @@ class StepCosts:
         self.attn_pair = self.attn_kv_byte = self.attn_q_byte = self.attn_fixed = 0.0
         self.layer_cache: dict[int, float] = {}  # layer (head) time by tokens (rows)
         self.head_cache: dict[int, float] = {}
+        self.decode_cache: dict[int, float] = {}  # a decode step's base by its decodes
+        # the RooflineStep that prices a layer or LM-head size the caches do not hold
+        self.roofline: RooflineStep | None = None
 
     def prefill_attention(self, chunks: Sequence[tuple[int, int]]) -> float:
         """One layer's attention over the prefill chunks (one varlen kernel)."""
@@ -367,10 +371,11 @@ class StepCosts:
         memory = self.attn_kv_byte * kv_tokens + self.attn_q_byte * queries
         return max(self.attn_pair * pairs, memory) + self.attn_fixed
 
-    def base(self, model: RooflineStep, tokens: int, rows: int, prefill_attention: float,
-             num_decodes: int, swapped_blocks: int) -> float:
-        """Everything but the decodes' KV reads (`model` prices a layer or LM-head size
-        its caches do not hold)."""
+    def base(self, tokens: int, rows: int, prefill_attention: float, num_decodes: int,
+             swapped_blocks: int) -> float:
+        """Everything but the decodes' KV reads."""
+        model = self.roofline
+        assert model is not None
         cached = self.layer_cache.get(tokens)
         layer = model.layer_time(tokens) if cached is None else cached
         cached = self.head_cache.get(rows)
@@ -381,15 +386,26 @@ class StepCosts:
             base += self.decode_fixed
         return base + self.swap_per_block * swapped_blocks
 
-    def duration(self, model: RooflineStep, chunks: Sequence[tuple[int, int]],
-                 num_decodes: int, kv_read_tokens: int, swapped_blocks: int) -> float:
+    def duration(self, chunks: Sequence[tuple[int, int]], num_decodes: int,
+                 kv_read_tokens: int, swapped_blocks: int) -> float:
         """Seconds one step of that batch takes (`RooflineStep.duration_shape`)."""
         tokens = num_decodes  # through the dense layers: every prefill token, one a decode
         for chunk, _ in chunks:
             tokens += chunk
-        base = self.base(model, tokens, len(chunks) + num_decodes,
-                         self.prefill_attention(chunks), num_decodes, swapped_blocks)
+        base = self.base(tokens, len(chunks) + num_decodes, self.prefill_attention(chunks),
+                         num_decodes, swapped_blocks)
         return base + kv_read_tokens * self.kv_coef
+
+    def stretch_durations(self, num_decodes: int, kv_start: int,
+                          num_steps: int) -> list[float]:
+        """`RooflineStep.stretch_durations`: the step's base, kept by `num_decodes`, plus
+        each step's KV reads."""
+        base = self.decode_cache.get(num_decodes)
+        if base is None:
+            base = self.base(num_decodes, num_decodes, 0.0, num_decodes, 0)
+            if len(self.decode_cache) < 65536:
+                self.decode_cache[num_decodes] = base
+        return self.decode_durations(base, num_decodes, kv_start, num_steps)
 
     def batch_flops(self, chunks: Sequence[tuple[int, int]], num_decodes: int,
                     kv_read_tokens: int) -> float:
