@@ -62,8 +62,12 @@ cdef class HashedBlockCache:
     cpdef long long idle_hits(self, object prefix, long long hit_tokens)
     @cython.locals(held=_Owner, fresh=cython.longlong, size=cython.longlong, hit_blocks=cython.longlong, node=_Node, end=cython.longlong, copy=_Copy)
     cpdef allocate(self, object owner, object prefix, long long hit_tokens, long long num_new)
-    @cython.locals(num_new=cython.longlong, fresh=cython.longlong, held=_Owner, owner=cython.longlong)
+    @cython.locals(owner=cython.longlong)
     cpdef grow_each(self, list owners)
+    @cython.locals(fresh=cython.longlong)
+    cdef void take_fresh(self, long long num_new) except *
+    @cython.locals(held=_Owner)
+    cdef void grow_tail(self, long long owner) except *
     @cython.locals(held=_Owner, size=cython.longlong, full=cython.longlong, done=cython.longlong, top=cython.longlong)
     cpdef commit(self, object owner, object prefix, long long num_tokens, long long prompt_tokens=*)
     @cython.locals(leaf=_Node, copies=list, last=_Copy, parent=_Node, child=_Node, copy=_Copy, position=cython.longlong, size=cython.longlong, stop=cython.longlong)

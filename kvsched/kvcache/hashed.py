@@ -352,16 +352,24 @@ class HashedBlockCache:
     def grow_each(self, owners: list[int]) -> None:
         """One fresh block for each of `owners` (which hold blocks already), taken at once:
         what `allocate(owner, None, 0, 1)` one owner after another takes."""
-        num_new = len(owners)
+        self.take_fresh(len(owners))
+        for owner in owners:
+            self.grow_tail(owner)
+
+    def take_fresh(self, num_new: int) -> None:
+        """`grow_each`'s first half: `num_new` fresh blocks are taken (the compiled tracker
+        calls the halves, without a list of owner ids)."""
         if num_new > self._uncached_free + self._lru_blocks:
             raise ValueError(f"{num_new} new blocks, {self.num_free} free")
         fresh = min(num_new, self._uncached_free)
         self._uncached_free -= fresh
         if num_new > fresh:
             self._evict(num_new - fresh)
-        for owner in owners:
-            held = self._holder(owner)
-            held.tail += 1
+
+    def grow_tail(self, owner: int) -> None:
+        """`grow_each`'s second half, for one owner: its tail holds one of the blocks taken."""
+        held = self._holder(owner)
+        held.tail += 1
 
     def commit(self, owner: int, prefix: Prefix | None, num_tokens: int,
                prompt_tokens: int = 0) -> None:

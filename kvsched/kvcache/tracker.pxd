@@ -30,7 +30,7 @@ cdef class PrefixTracker:
     cpdef long long hit_cost(self, Seq seq, long long hit)
     cpdef admit(self, Seq seq, long long hit, long long fresh)
     cpdef grow(self, Seq seq, long long fresh)
-    @cython.locals(seq=Seq, owners=list, size=cython.longlong, hashed=HashedBlockCache)
+    @cython.locals(seq=Seq, size=cython.longlong, hashed=HashedBlockCache)
     cpdef grow_each(self, list seqs)
     cpdef shrink(self, Seq seq, long long blocks)
     cpdef computed(self, Seq seq, long long num_tokens)

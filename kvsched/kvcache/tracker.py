@@ -195,15 +195,16 @@ class PrefixTracker:
         """`grow(seq, 1)` for each of `seqs` (a decode pass's block boundaries, their
         `blocks` counting the new one): taken at once, the same blocks and evictions as one
         by one; `lagged`, each then caches the block before its new one."""
-        owners = [seq.index for seq in seqs]
         hashed = self.hashed
         if self.stepped:
-            self._tree().grow_promise(owners)
+            self._tree().grow_promise([seq.index for seq in seqs])
         else:
-            if hashed is not None:
-                hashed.grow_each(owners)
+            if hashed is not None:  # its grow_each, without a list of ids
+                hashed.take_fresh(len(seqs))
+                for seq in seqs:
+                    hashed.grow_tail(seq.index)
             else:
-                self.cache.grow_each(owners)
+                self.cache.grow_each([seq.index for seq in seqs])
             if self.lagged:
                 size = self.block_size
                 for seq in seqs:
