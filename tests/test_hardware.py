@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from importlib import resources
 
 import pytest
+import yaml
 
 from kvsched.errors import KvschedError
+from kvsched.timing import hardware
 from kvsched.timing.hardware import (
     known_gpus,
     known_models,
@@ -86,3 +89,12 @@ def test_a_config_without_the_shape_keys_is_refused(tmp_path):
 def test_unmeasured_gpus_take_a_transferred_calibration():
     assert "transferred" in load_calibration("l40s").source
     assert "transferred" not in load_calibration("h100-sxm").source
+
+
+@pytest.mark.parametrize("name", ["models.yaml", "gpus.yaml", "calibration.yaml"])
+def test_the_catalogue_reads_as_pyyamls_own_parser_reads_it(name):
+    """The shipped files give the same data through the fast loader as through PyYAML's."""
+    text = (resources.files("kvsched.timing.hardware") / name).read_text(encoding="utf-8")
+    data = hardware._read(name)
+    assert data and data == yaml.load(text, Loader=yaml.SafeLoader)
+    assert repr(data) == repr(yaml.load(text, Loader=yaml.SafeLoader))  # (floats, bit for bit)

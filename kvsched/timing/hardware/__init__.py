@@ -148,9 +148,16 @@ class Calibration:
                              f"got {self.gemm_tile}")
 
 
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's safe loader where PyYAML has it: these files, shipped with the package, read as
+PyYAML's own reads them (tests/test_hardware.py), in a tenth of the instructions (PyYAML's
+parser spent 66M of a roofline run's start). A user's scenario keeps PyYAML's parser, which
+refuses what libyaml accepts (kvsched.scenario)."""
+
+
 def _read(name: str) -> dict[str, dict[str, Any]]:
     text = (resources.files("kvsched.timing.hardware") / name).read_text(encoding="utf-8")
-    return yaml.safe_load(text) or {}
+    return yaml.load(text, Loader=_LOADER) or {}  # (a safe loader)
 
 
 @cache
