@@ -2,6 +2,7 @@ cimport cython
 
 cdef extern from "Python.h":
     int PyObject_GenericSetAttr(object o, object name, object value) except -1
+    object PyType_GenericAlloc(type kind, Py_ssize_t items)
 
 cdef class ArrivalQueue:
     cdef public object requests, times, _order
@@ -15,5 +16,5 @@ cdef class ArrivalQueue:
     cpdef tuple pop(self)
 
 
-@cython.locals(made=list, k=Py_ssize_t, code=cython.longlong, name=object, default=object)
+@cython.locals(made=list, k=Py_ssize_t, code=cython.longlong, request=object, name=object, default=object)
 cpdef list plain_requests(list ids, list arrivals, list prompts, list outputs, list priorities, list codes, tuple names)

@@ -25,8 +25,11 @@ try:
     import cython
 except ImportError:  # (the source run as Python where Cython is not installed)
     from kvsched.compiled import PurePython as cython
-if not cython.compiled:  # C's own call in the compiled build (turns.pxd)
+if not cython.compiled:  # C's own calls in the compiled build (turns.pxd)
     PyObject_GenericSetAttr = object.__setattr__
+
+    def PyType_GenericAlloc(kind: type[Request], items: int) -> Request:
+        return object.__new__(kind)
 
 _CHUNK = 1 << 14
 
@@ -186,12 +189,12 @@ def plain_requests(ids: list[int], arrivals: list[float], prompts: list[int], ou
     """The requests `r{ids[k]}` of these values (`codes[k]` indexes `names`, -1: no class),
     made without the dataclass's __init__: a frozen one sets each field through
     object.__setattr__, a generic call of ~1.4k instructions in Python 3.11 (ten of them
-    made most of an arrival's cost); compiled, each is one C call. __post_init__ only
-    checks, and `RequestColumns._check` checked the whole table."""
+    made most of an arrival's cost); compiled, each is one C call, and so is the
+    allocation. __post_init__ only checks, and `RequestColumns._check` checked the whole
+    table."""
     made = []
-    new = Request.__new__
     for k in range(len(ids)):
-        request = new(Request)
+        request = PyType_GenericAlloc(Request, 0)  # (object.__new__'s own allocation)
         code = codes[k]
         PyObject_GenericSetAttr(request, "request_id", f"r{ids[k]}")
         PyObject_GenericSetAttr(request, "arrival_time", arrivals[k])
