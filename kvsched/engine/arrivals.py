@@ -107,6 +107,12 @@ def explain_starvation(sched: Scheduler, step: int, now: float) -> None:
     queued = list(sched.waiting)
     head = queued[0] if queued else None
     budget = sched.config.max_num_batched_tokens
+    # Every request behind the head starves for the same reason: one Reason for them all (a
+    # str subclass with a dict: each made costs ~5k instructions, and a queue may hold
+    # thousands). None of its holders changes it.
+    behind = (None if head is None else
+              Reason(f"queued behind {head.request.request_id}, which can never run",
+                     BEHIND_HEAD))
     for seq in queued:
         if seq.unschedulable:
             reason = seq.unschedulable
@@ -115,9 +121,8 @@ def explain_starvation(sched: Scheduler, step: int, now: float) -> None:
             reason = Reason(f"recompute of {seq.prompt_len + seq.generated} tokens after "
                             f"preemption > max_num_batched_tokens {budget}",
                             Why.RECOMPUTE_OVER_BUDGET)
-        elif head is not None and seq is not head:
-            reason = Reason(f"queued behind {head.request.request_id}, which can never run",
-                            BEHIND_HEAD)
+        elif behind is not None and seq is not head:
+            reason = behind
         else:
             reason = Reason("never admitted", NEVER_ADMITTED)
         seq.end_reason = reason
