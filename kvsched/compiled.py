@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from importlib.machinery import ModuleSpec
 from types import ModuleType
+from typing import Any
 
 COMPILED = ("kvsched.kvcache.hashed",
             "kvsched.kvcache.radix",
@@ -64,6 +65,12 @@ class PurePython:
     """
 
     compiled = False
+
+    @staticmethod
+    def cast(kind: type, value: Any) -> Any:
+        """`cython.cast` as Cython's own pure-Python module does it for a Python type: the
+        value itself when it is one already (compiled: a C cast, no check, no copy)."""
+        return value if isinstance(value, kind) else kind(value)
 
 
 def _pure() -> bool:

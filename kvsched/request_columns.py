@@ -75,20 +75,6 @@ class RequestColumns(Sequence[Request]):
                        int(self.prompt_len[i]), int(self.output_len[i]),
                        int(self.priority[i]), self.class_names[code] if code >= 0 else None)
 
-    def rows(self, indices: np.ndarray) -> list[Request]:
-        """The requests at `indices`, made from each column read once for all of them (a
-        loop takes a chunk of arrivals at a time: numpy's per-item reads cost more than
-        the requests themselves)."""
-        names = self.class_names
-        codes = self.class_codes[indices].tolist()
-        ids = (indices if self.id_numbers is None else self.id_numbers[indices]).tolist()
-        return [Request(f"r{number}", arrival, prompt, output, priority,
-                        names[code] if code >= 0 else None)
-                for number, arrival, prompt, output, priority, code in zip(
-                    ids, self.arrival_time[indices].tolist(),
-                    self.prompt_len[indices].tolist(), self.output_len[indices].tolist(),
-                    self.priority[indices].tolist(), codes, strict=True)]
-
     def __iter__(self) -> Iterator[Request]:
         for i in range(len(self)):
             yield self[i]

@@ -20,6 +20,9 @@ class SeqState(Enum):
     REJECTED = "rejected"
 
 
+ARRIVING = SeqState.ARRIVING  # (a member read through its class: a lookup in Python 3.11)
+
+
 class Seq:
     """Mutable per-run state of one request.
 
@@ -44,7 +47,7 @@ class Seq:
         self.index = index  # position in arrival order: the last tie-breaker everywhere
         self.prompt_len = prompt_len
         self.output_len = output_len
-        self.state: SeqState = SeqState.ARRIVING
+        self.state: SeqState = ARRIVING
         self.generated = 0
         self.base = 0
         self.blocks = 0  # device blocks held

@@ -1,5 +1,9 @@
 cimport cython
 
+cdef extern from "Python.h":
+    int PyObject_GenericSetAttr(object o, object name, object value) except -1
+    object PyType_GenericAlloc(type kind, Py_ssize_t items)
+
 cdef class ArrivalQueue:
     cdef public object requests, times, _order
     cdef public long long _next, _k, _held
@@ -10,3 +14,7 @@ cdef class ArrivalQueue:
     cpdef double next_time(self)
     @cython.locals(k=cython.longlong, i=cython.longlong)
     cpdef tuple pop(self)
+
+
+@cython.locals(made=list, k=Py_ssize_t, code=cython.longlong, request=object, name=object, default=object)
+cpdef list plain_requests(list ids, list arrivals, list prompts, list outputs, list priorities, list codes, tuple names)

@@ -14,12 +14,22 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import numpy as np
 
 from kvsched.request import Request
 from kvsched.request_columns import RequestColumns
+
+try:
+    import cython
+except ImportError:  # (the source run as Python where Cython is not installed)
+    from kvsched.compiled import PurePython as cython
+if not cython.compiled:  # C's own calls in the compiled build (turns.pxd)
+    PyObject_GenericSetAttr = object.__setattr__
+
+    def PyType_GenericAlloc(kind: type[Request], items: int) -> Request:
+        return object.__new__(kind)
 
 _CHUNK = 1 << 14
 
@@ -99,7 +109,7 @@ class ArrivalQueue:
         self._chunk_order = self._order[start:stop].tolist()
         requests = self.requests
         # (columns: the chunk's requests made at once; a list holds them already)
-        self._chunk_requests = (requests.rows(self._order[start:stop])
+        self._chunk_requests = (column_requests(requests, self._order[start:stop])
                                 if isinstance(requests, RequestColumns) else None)
         self._k = 0
         if stop == len(self.times) and start:  # the last chunk: the arrays are done with
@@ -154,3 +164,45 @@ class ArrivalQueue:
     def unreleased(self) -> list[int]:
         """Input indices of the turns never released (their previous turn never ended)."""
         return sorted(i for waiting in self._waiters.values() for i in waiting)
+
+
+def column_requests(columns: RequestColumns, indices: np.ndarray) -> list[Request]:
+    """The requests of `columns` at `indices`, made from each column read once for all of
+    them (a loop takes a chunk of arrivals at a time: numpy's per-item reads cost more than
+    the requests themselves)."""
+    ids = (indices if columns.id_numbers is None else columns.id_numbers[indices]).tolist()
+    return plain_requests(ids, columns.arrival_time[indices].tolist(),
+                          columns.prompt_len[indices].tolist(),
+                          columns.output_len[indices].tolist(),
+                          columns.priority[indices].tolist(),
+                          columns.class_codes[indices].tolist(), columns.class_names)
+
+
+_OWN = ("request_id", "arrival_time", "prompt_len", "output_len", "priority", "class_name")
+_REST = tuple((field.name, field.default) for field in fields(Request) if field.name not in _OWN)
+"""The fields a request of columns leaves at their defaults (no prefix, session or turn)."""
+
+
+def plain_requests(ids: list[int], arrivals: list[float], prompts: list[int], outputs: list[int],
+                   priorities: list[int], codes: list[int],
+                   names: tuple[str, ...]) -> list[Request]:
+    """The requests `r{ids[k]}` of these values (`codes[k]` indexes `names`, -1: no class),
+    made without the dataclass's __init__: a frozen one sets each field through
+    object.__setattr__, a generic call of ~1.4k instructions in Python 3.11 (ten of them
+    made most of an arrival's cost); compiled, each is one C call, and so is the
+    allocation. __post_init__ only checks, and `RequestColumns._check` checked the whole
+    table."""
+    made = []
+    for k in range(len(ids)):
+        request = PyType_GenericAlloc(Request, 0)  # (object.__new__'s own allocation)
+        code = codes[k]
+        PyObject_GenericSetAttr(request, "request_id", f"r{ids[k]}")
+        PyObject_GenericSetAttr(request, "arrival_time", arrivals[k])
+        PyObject_GenericSetAttr(request, "prompt_len", prompts[k])
+        PyObject_GenericSetAttr(request, "output_len", outputs[k])
+        PyObject_GenericSetAttr(request, "priority", priorities[k])
+        PyObject_GenericSetAttr(request, "class_name", names[code] if code >= 0 else None)
+        for name, default in _REST:
+            PyObject_GenericSetAttr(request, name, default)
+        made.append(request)
+    return made

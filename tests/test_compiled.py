@@ -116,3 +116,13 @@ def test_counts_past_what_the_build_counts_in_64_bits_are_refused(tmp_path):
         EngineConfig(num_blocks=2 ** 40 + 1)
     with pytest.raises(ValueError, match="2\\*\\*40"):
         Request("r", 0.0, 2 ** 40 + 1, 1)
+
+
+def test_pure_cast_keeps_a_value_of_the_type_and_converts_the_rest():
+    """`cython.cast` where Cython is not installed: what Cython's own pure module does for a
+    Python type (a StepOutcome read as the tuple it is, not copied)."""
+    from kvsched.records import StepOutcome
+
+    row = StepOutcome(*range(23))
+    assert compiled.PurePython.cast(tuple, row) is row
+    assert compiled.PurePython.cast(tuple, [1, 2]) == (1, 2)

@@ -149,6 +149,21 @@ def test_columns_refuse_what_a_request_refuses():
                        np.ones(3, dtype=int))
 
 
+def test_columns_make_the_requests_the_dataclass_makes():
+    """The loop makes their requests without Request's __init__ (`plain_requests`): each
+    field, the defaults of those the columns do not hold included, as Request(...) sets it."""
+    from kvsched.turns import column_requests
+
+    columns = RequestColumns(np.array([0.5, 2.0]), np.array([3, 7]), np.array([5, 1]),
+                             priority=np.array([2, -1]), class_codes=np.array([-1, 0]),
+                             class_names=["long"], id_numbers=np.array([9, 4]))
+    expected = [Request("r9", 0.5, 3, 5, 2), Request("r4", 2.0, 7, 1, -1, "long")]
+    made = column_requests(columns, np.arange(2))
+    assert made == expected == [columns[0], columns[1]]
+    assert [hash(r) for r in made] == [hash(r) for r in expected]
+    assert [repr(r) for r in made] == [repr(r) for r in expected]
+
+
 @settings(max_examples=40, **SETTINGS)
 @given(st.lists(st.integers(0, 6), min_size=1, max_size=20), st.integers(1, 4),
        st.booleans())

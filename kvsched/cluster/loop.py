@@ -247,9 +247,9 @@ def run_loop(engine: Engine, seqs: Arrivals, log: StepLog, max_steps: int,
 
 def put_record(records: RecordTable, i: int, seq: Seq, leftover: Status, engine: Engine) -> None:
     state = seq.state
-    if state is SeqState.FINISHED:
+    if state is FINISHED:
         status = _FINISHED
-    elif state is SeqState.REJECTED:
+    elif state is REJECTED:
         status = _REJECTED
     else:
         status = leftover.value
@@ -257,3 +257,5 @@ def put_record(records: RecordTable, i: int, seq: Seq, leftover: Status, engine:
 
 
 _FINISHED, _REJECTED = Status.FINISHED.value, Status.REJECTED.value
+# (Module constants: an enum member read through its class costs a lookup in Python 3.11.)
+FINISHED, REJECTED = SeqState.FINISHED, SeqState.REJECTED

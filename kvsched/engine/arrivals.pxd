@@ -6,5 +6,5 @@ from kvsched.sequence cimport Seq
 cpdef arrive(Scheduler sched, Seq seq, long long step)
 @cython.locals(need=cython.longlong, usable=cython.longlong)
 cpdef object unschedulable_reason(Scheduler sched, Seq seq)
-@cython.locals(queued=list, head=Seq, budget=cython.longlong)
+@cython.locals(queued=list, head=Seq, budget=cython.longlong, behind=object)
 cpdef explain_starvation(Scheduler sched, long long step, double now)

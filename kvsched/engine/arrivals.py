@@ -16,6 +16,18 @@ if TYPE_CHECKING:
     from kvsched.engine.mechanism import Scheduler
     from kvsched.sequence import Seq
 
+# (Module constants: an enum member read through its class costs a call of the enum type's
+# __getattribute__ hook in Python 3.11, ~1k instructions; read once per arrival here.)
+WAITING = SeqState.WAITING
+PREEMPTED = SeqState.PREEMPTED
+ARRIVE = EventKind.ARRIVE
+STARVE = EventKind.STARVE
+V0_TEXTS = RejectionTexts.VLLM_V0
+RUNNING_LOOP = StepOrder.RUNNING_LOOP
+REJECT = Unschedulable.REJECT
+BEHIND_HEAD = Why.BEHIND_HEAD
+NEVER_ADMITTED = Why.NEVER_ADMITTED
+
 
 def arrive(sched: Scheduler, seq: Seq, step: int) -> None:
     """A request arrives: queue it, or reject it if it can never run and the engine says so."""
@@ -28,7 +40,7 @@ def arrive(sched: Scheduler, seq: Seq, step: int) -> None:
     max_model_len = sched.config.max_model_len
     if max_model_len is not None:
         too_long = model_len_rejection(seq.prompt_len, max_model_len)
-        v0 = sched.config.rejection_texts is RejectionTexts.VLLM_V0
+        v0 = sched.config.rejection_texts is V0_TEXTS
         if v0 and seq.prompt_len == max_model_len:
             too_long = None  # vLLM 0.8.5 runs a prompt of exactly max_model_len
         if too_long:
@@ -42,21 +54,21 @@ def arrive(sched: Scheduler, seq: Seq, step: int) -> None:
             seq.lifetime_blocks = blocks_for(seq.prompt_len + seq.output_len - 1,
                                              sched._block_size)
     seq.unschedulable = unschedulable_reason(sched, seq)
-    if seq.unschedulable and sched.config.on_unschedulable is Unschedulable.REJECT:
+    if seq.unschedulable and sched.config.on_unschedulable is REJECT:
         sched.reject(seq, step, seq.unschedulable)
         return
-    seq.state = SeqState.WAITING
+    seq.state = WAITING
     if sched.in_flight and sched._async:
         sched.late.append(seq)  # the next step was decided before it came (RULES.md A2)
     else:
         sched.waiting.push(seq, request.arrival_time)
-    sched.events.append((step, request.arrival_time, request.request_id, EventKind.ARRIVE,
+    sched.events.append((step, request.arrival_time, request.request_id, ARRIVE,
                         f"unschedulable: {seq.unschedulable}" if seq.unschedulable else ""))
 
 def unschedulable_reason(sched: Scheduler, seq: Seq) -> Reason | None:
     """Why `seq` can never run under this engine, or None."""
     cfg = sched.config
-    if cfg.rejection_texts is RejectionTexts.VLLM_V0:
+    if cfg.rejection_texts is V0_TEXTS:
         v0 = v0_rejection(seq.prompt_len, cfg)
         if v0 is not None:
             return v0
@@ -64,7 +76,7 @@ def unschedulable_reason(sched: Scheduler, seq: Seq) -> Reason | None:
             and seq.prompt_len - seq.remote_tokens > cfg.max_num_batched_tokens):
         return Reason(f"prompt_len {seq.prompt_len} > max_num_batched_tokens "
                       f"{cfg.max_num_batched_tokens}", Why.PROMPT_OVER_BUDGET)
-    if cfg.step_order is StepOrder.RUNNING_LOOP:
+    if cfg.step_order is RUNNING_LOOP:
         # vLLM V1 looks at the pool only at the full-prompt gate, and without the
         # watermark when nothing runs: only a prompt over the whole pool never runs.
         need = blocks_for(seq.prompt_len, sched._block_size)
@@ -95,18 +107,23 @@ def explain_starvation(sched: Scheduler, step: int, now: float) -> None:
     queued = list(sched.waiting)
     head = queued[0] if queued else None
     budget = sched.config.max_num_batched_tokens
+    # Every request behind the head starves for the same reason: one Reason for them all (a
+    # str subclass with a dict: each made costs ~5k instructions, and a queue may hold
+    # thousands). None of its holders changes it.
+    behind = (None if head is None else
+              Reason(f"queued behind {head.request.request_id}, which can never run",
+                     BEHIND_HEAD))
     for seq in queued:
         if seq.unschedulable:
             reason = seq.unschedulable
-        elif seq.state is SeqState.PREEMPTED and not sched.config.chunked_prefill \
+        elif seq.state is PREEMPTED and not sched.config.chunked_prefill \
                 and seq.prompt_len + seq.generated > budget:
             reason = Reason(f"recompute of {seq.prompt_len + seq.generated} tokens after "
                             f"preemption > max_num_batched_tokens {budget}",
                             Why.RECOMPUTE_OVER_BUDGET)
-        elif head is not None and seq is not head:
-            reason = Reason(f"queued behind {head.request.request_id}, which can never run",
-                            Why.BEHIND_HEAD)
+        elif behind is not None and seq is not head:
+            reason = behind
         else:
-            reason = Reason("never admitted", Why.NEVER_ADMITTED)
+            reason = Reason("never admitted", NEVER_ADMITTED)
         seq.end_reason = reason
-        sched.events.append((step, now, seq.request.request_id, EventKind.STARVE, reason))
+        sched.events.append((step, now, seq.request.request_id, STARVE, reason))

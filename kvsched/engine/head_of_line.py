@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from kvsched.engine.plan import StepPlan
     from kvsched.sequence import Seq
 
+SWAPPED = SeqState.SWAPPED  # (an enum member read through its class: a lookup in Python 3.11)
+
 
 def track(sched: Scheduler, plan: StepPlan) -> None:
     """Record head-of-line blocking: the head cannot be admitted, the next one could.
@@ -49,10 +51,10 @@ def fits(sched: Scheduler, seq: Seq, budget: int) -> bool:
     if seq.unschedulable:
         return False
     cached = seq.prompt_len + seq.generated
-    swap_or_chunk = seq.state is SeqState.SWAPPED or sched.config.chunked_prefill
+    swap_or_chunk = seq.state is SWAPPED or sched.config.chunked_prefill
     need = blocks_for(cached, sched._block_size)
     hit = 0
-    if sched.prefix is not None and seq.state is not SeqState.SWAPPED:
+    if sched.prefix is not None and seq.state is not SWAPPED:
         hit = sched.prefix.match(seq)
         if not sched._v0_prefix:
             need = sched._blocks_with_hit(seq, need, hit)[0]
@@ -69,6 +71,6 @@ def hol_floor(sched: Scheduler) -> int:
         return 0
     need = blocks_for(behind.prompt_len + behind.generated, sched._block_size)
     if (sched.prefix is not None and not sched._v0_prefix
-            and behind.state is not SeqState.SWAPPED):
+            and behind.state is not SWAPPED):
         need = sched._blocks_with_hit(behind, need)[0]  # (V0 counts every prompt block)
     return need + sched.pool.watermark_blocks

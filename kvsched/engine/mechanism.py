@@ -38,6 +38,8 @@ WAITING = SeqState.WAITING
 SWAPPED = SeqState.SWAPPED
 PREEMPTED = SeqState.PREEMPTED
 FINISHED = SeqState.FINISHED
+ADMIT = EventKind.ADMIT
+FINISH = EventKind.FINISH
 
 
 class Scheduler:
@@ -810,7 +812,7 @@ class Scheduler:
             detail += f", {loaded} from host"
         if chunk < tokens - present:
             detail += f", first chunk {chunk}"
-        self.events.append((plan.step, plan.time, seq.request.request_id, EventKind.ADMIT, detail))
+        self.events.append((plan.step, plan.time, seq.request.request_id, ADMIT, detail))
         self._prefill_chunk(plan, seq, chunk)
 
     def _take_head(self, plan: StepPlan, seq: Seq, blocks: int, hit: int = 0) -> None:
@@ -885,7 +887,7 @@ class Scheduler:
         self.kv_tokens -= seq.prompt_len + seq.output_len - 1
         del self.running[seq.index]
         seq.epoch += 1
-        self.events.append((step, end_time, seq.request.request_id, EventKind.FINISH,
+        self.events.append((step, end_time, seq.request.request_id, FINISH,
                             f"{seq.output_len} tokens"))
         if self._async:  # the scheduler learns it after deciding the next step
             self.departing.append(seq)

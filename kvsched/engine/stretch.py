@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from typing import TYPE_CHECKING
 
 from kvsched.engine.head_of_line import hol_floor
@@ -231,7 +232,10 @@ def cross_all(sched: Scheduler, tick: int, limit: int, blocks_used: int,
     `crossed` gets each request's (index, blocks taken)."""
     block_due, block_size = sched._block_due, sched._block_size
     horizon = tick + limit
-    grown = [0] * limit  # blocks taken at each pass
+    # Blocks taken at each pass: C integers (a typed view compiled), not a Python int per
+    # pass and per bucket (a stretch is often hundreds of passes over ~a bucket a request).
+    grown = array("q", bytes(8 * limit))
+    counts = grown
     for t in [t for t in block_due if t <= horizon]:
         # (No comprehension per bucket: each is a function call in Python 3.11, and a
         # bucket nearly always holds one request, still live.)
@@ -245,8 +249,10 @@ def cross_all(sched: Scheduler, tick: int, limit: int, blocks_used: int,
         assert t > tick, "a block boundary left behind"
         crossings = (horizon - t) // block_size + 1
         count = len(growing)
-        for j in range(t - tick - 1, limit, block_size):
-            grown[j] += count
+        j = t - tick - 1  # (a while loop: a range with a step not known compiled is Python's)
+        while j < limit:
+            counts[j] += count
+            j += block_size
         for seq, _epoch in growing:
             seq.blocks += crossings
             if crossed is not None:
@@ -259,6 +265,6 @@ def cross_all(sched: Scheduler, tick: int, limit: int, blocks_used: int,
             later.extend(growing)
     total = blocks_used  # (in use after each pass: the running sum, in place)
     for j in range(limit):
-        total += grown[j]
-        grown[j] = total
-    return grown
+        total += counts[j]
+        counts[j] = total
+    return grown.tolist()

@@ -31,7 +31,7 @@ cdef class StepStats:
     cdef public double _mfu_sum, _mbu_sum
     cdef public long long evicted_blocks
 
-    @cython.locals(start=cython.double, duration=cython.double, used=cython.longlong, mfu=object, ratio=cython.double)
+    @cython.locals(values=tuple, start=cython.double, duration=cython.double, used=cython.longlong, prefill=cython.longlong, decoded=cython.longlong, recomputed=cython.longlong, swapped_out=cython.longlong, swapped_in=cython.longlong, ratio=cython.double, signal=cython.longlong, evicted=cython.longlong, mfu=object)
     cpdef add_row(self, object row)
     @cython.locals(total=cython.longlong, used=cython.longlong, evicted=cython.longlong)
     cpdef add_stretch(self, Stretch stretch)
@@ -43,7 +43,7 @@ cdef class CompactRows:
     cdef long long[:, ::1] _ints
     cdef double[:, ::1] _floats
 
-    @cython.locals(i=Py_ssize_t, k=Py_ssize_t, ints=cython.longlong[:, ::1], floats=cython.double[:, ::1])
+    @cython.locals(values=tuple, i=Py_ssize_t, k=Py_ssize_t, ints=cython.longlong[:, ::1], floats=cython.double[:, ::1])
     cpdef add_row(self, object row)
     @cython.locals(i=Py_ssize_t, k=Py_ssize_t, ints=cython.longlong[:, ::1], floats=cython.double[:, ::1], times=list, duration=cython.double, step_mfu=list, step_mbu=list, flops=cython.double, bytes_moved=cython.double, each=cython.double, seconds=cython.double, evicted=cython.longlong, blocks=cython.longlong, decoded=cython.longlong, used=cython.longlong)
     cpdef add_stretch(self, Stretch stretch)

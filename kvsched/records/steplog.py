@@ -23,6 +23,11 @@ from kvsched.floatsum import fold
 from kvsched.records.mode import RecordMode as RecordMode  # (importable from here too)
 from kvsched.records.rows import STEP_COLUMNS
 
+try:
+    import cython
+except ImportError:  # (the source run as Python where Cython is not installed)
+    from kvsched.compiled import PurePython as cython
+
 
 class Stretch:
     """Steps `step` .. `step + num_steps - 1`, run in one move: every one decoded the same
@@ -216,31 +221,36 @@ class StepStats:
             self.add_row(row)
 
     def add_row(self, row: tuple) -> None:
-        """One exact step, as its STEP_COLUMNS row."""
-        row = tuple(row)  # (see CompactRows.add_row)
-        start, duration, used = row[1], row[2], row[10]
+        """One exact step, as its STEP_COLUMNS row (a tuple, or a StepOutcome)."""
+        values = cython.cast(tuple, row)  # (see CompactRows.add_row)
+        start = values[1]
+        duration = values[2]
+        used = values[10]
         if self.timeline is not None:
-            self.timeline.add_row(start, duration, row[4])
+            self.timeline.add_row(start, duration, values[4])
         self.num_steps += 1
         self.end = start + duration
         self.busy_time += duration
-        self.prefill_tokens += row[6]
-        self.decode_tokens += row[7]
-        self.recomputed_tokens += row[8]
+        prefill, decoded, recomputed = values[6], values[7], values[8]
+        self.prefill_tokens += prefill
+        self.decode_tokens += decoded
+        self.recomputed_tokens += recomputed
         self.blocks_used_sum += used
         if used > self.peak_blocks_used:
             self.peak_blocks_used = used
-        self.swapped_blocks += row[15] + row[16]
-        ratio = row[17]
+        swapped_out, swapped_in = values[15], values[16]
+        self.swapped_blocks += swapped_out + swapped_in
+        ratio = values[17]
         if ratio > self.thrash_ratio_max:
             self.thrash_ratio_max = ratio
-        self.backpressure_steps += row[18]
-        self.evicted_blocks += row[22]
-        mfu = row[19]
+        signal, evicted = values[18], values[22]
+        self.backpressure_steps += signal
+        self.evicted_blocks += evicted
+        mfu = values[19]
         if mfu is not None:
             self.has_utilisation = True
             self._mfu_sum += mfu
-            self._mbu_sum += row[20]
+            self._mbu_sum += values[20]
 
     def add_stretch(self, stretch: Stretch) -> None:
         """One decode stretch: its steps' sums, in step order."""
@@ -305,27 +315,28 @@ class CompactRows:
 
     def add_row(self, row: tuple) -> None:
         """One exact step, as its STEP_COLUMNS row."""
-        # A plain tuple: a StepOutcome (a NamedTuple, a Python subclass of tuple) is indexed
-        # through its type's __getitem__, a method lookup and a call per item.
-        row = tuple(row)
+        # Read as the tuple it is (compiled: a typed tuple, each item a C read): a StepOutcome
+        # (a NamedTuple, a Python subclass of tuple) is otherwise indexed through its type's
+        # __getitem__, and a copy to a plain tuple costs as much as the reads.
+        values = cython.cast(tuple, row)
         i = self.size
         ints = self._ints  # (one at a time: a pair would make Python objects of them)
         floats = self._floats
         if not i:
-            self.no_mfu = row[19] is None
-        ints[0, i] = row[0]
+            self.no_mfu = values[19] is None
+        ints[0, i] = values[0]
         ints[1, i] = 1
         for k in range(3, 17):  # num_running .. swapped_in_blocks
-            ints[k - 1, i] = row[k]
-        ints[16, i] = row[18]
-        ints[17, i] = row[21]
-        ints[18, i] = row[22]
-        floats[0, i] = row[1]
-        floats[1, i] = row[2]
-        floats[2, i] = row[17]
+            ints[k - 1, i] = values[k]
+        ints[16, i] = values[18]
+        ints[17, i] = values[21]
+        ints[18, i] = values[22]
+        floats[0, i] = values[1]
+        floats[1, i] = values[2]
+        floats[2, i] = values[17]
         if not self.no_mfu:
-            floats[3, i] = row[19]
-            floats[4, i] = row[20]
+            floats[3, i] = values[19]
+            floats[4, i] = values[20]
         self.size = i + 1
 
     def add_stretch(self, stretch: Stretch) -> None:
@@ -502,9 +513,8 @@ class StepLog:
     def row(self, row: tuple) -> None:
         compact = self._compact
         if compact is not None:
-            values = tuple(row)  # (made once for both: see CompactRows.add_row)
-            self.stats.add_row(values)
-            compact.add_row(values)
+            self.stats.add_row(row)
+            compact.add_row(row)
             if compact.size >= self._limit:
                 self.flush()
             return
