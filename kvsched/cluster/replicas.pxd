@@ -40,3 +40,5 @@ cdef class _Loop:
     cpdef bint _advance(self, _Replica replica, list heap)
     @cython.locals(replica=_Replica, views=list)
     cpdef _Replica _pick(self, object request, double now, list pool, object router, bint watch)
+    @cython.locals(idle=cython.longlong)
+    cpdef _watch_idle(self, list views, double now)

@@ -47,6 +47,10 @@ from kvsched.sequence import Seq
 from kvsched.timing import TimeModel
 from kvsched.turns import ARRIVAL_SLACK, ArrivalQueue, check_ids, check_turns
 
+_new = tuple.__new__
+"""A named tuple made in one C call: `EngineView` and `RouteRequest` spelled whole (their
+own `__new__` is Python code, a frame per view, four views and a request an arrival)."""
+
 ARRIVAL, STEP = 0, 1  # heap kinds: an arrival before a step starting at the same time
 _PRUNE = 4096  # delayed views: drop snapshots and routing times older than this many
 
@@ -116,8 +120,8 @@ class _Replica:
         """As a router may see it at `now`: live, or as of `now - delay`."""
         if self.history is None or delay == 0:
             _, waiting, running, free = self.snapshot
-            return EngineView(self.index, self.num_blocks, waiting + len(self.pending),
-                              running, free, self.lookup)
+            return _new(EngineView, (self.index, self.num_blocks, waiting + len(self.pending),
+                                     running, free, self.lookup, 0, 0, 0))
         seen = now - delay
         history = self.history
         k = bisect_right(history, seen, key=_snapshot_time)
@@ -131,8 +135,8 @@ class _Replica:
             del history[:k - 1]
         if lo > _PRUNE:
             del routed_at[:lo]
-        return EngineView(self.index, self.num_blocks, waiting + max(0, hi - lo), running,
-                          free, self.lookup)
+        return _new(EngineView, (self.index, self.num_blocks, waiting + max(0, hi - lo),
+                                 running, free, self.lookup, 0, 0, 0))
 
     def lookup(self, request: RouteLike) -> int:
         """Prompt tokens of `request` this replica's prefix cache holds now."""
@@ -400,9 +404,9 @@ class _Loop:
               watch: bool) -> _Replica:
         """The replica of `pool` that `router` sends `request` to (`watch`: an arrival,
         for the idle-witness)."""
-        seen = RouteRequest(request.request_id, request.arrival_time, request.prompt_len,
-                            request.priority, request.class_name, request.session,
-                            request.prefix)
+        seen = _new(RouteRequest, (request.request_id, request.arrival_time,
+                                   request.prompt_len, request.priority, request.class_name,
+                                   request.session, request.prefix))
         views: list[EngineView] = []
         for replica in pool:  # (typed: C calls in the compiled build)
             views.append(replica.view(now, self.delay, self._routed_at[replica.index]))
@@ -411,7 +415,8 @@ class _Loop:
         if len(pool) != len(self.replicas):  # a pool of a P/D cluster: its own indices
             views = [v._replace(index=n) for n, v in enumerate(views)]
         choice = router.route(seen, views)
-        if isinstance(choice, bool) or not isinstance(choice, (int, np.integer)) \
+        if type(choice) is not int and (  # (the exact type first: no lookup of np.integer)
+                isinstance(choice, bool) or not isinstance(choice, (int, np.integer))) \
                 or not 0 <= choice < len(pool):
             raise ValueError(f"router returned {choice!r} for {request.request_id}; expected "
                              f"a replica index 0..{len(pool) - 1}")
@@ -436,7 +441,7 @@ class _Loop:
         """Remember the longest queue seen while another replica had nothing to do."""
         # (plain loops: a generator and max() with a key cost a microsecond an arrival)
         for view in views:
-            if view.num_outstanding == 0:
+            if view.num_waiting == 0 and view.num_running == 0:  # nothing outstanding
                 idle = view.index
                 break
         else:
