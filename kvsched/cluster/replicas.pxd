@@ -34,14 +34,14 @@ cdef class _Loop:
     cdef public list _routed_at
     cdef public object pd
 
-    @cython.locals(arrival=cython.double, start=cython.double, replica=_Replica)
+    @cython.locals(arrival=cython.double, start=cython.double, replica=_Replica, slack=cython.double, never=cython.double)
     cpdef run(self)
     @cython.locals(first=_Replica, replica=_Replica)
     cpdef _Replica _first_due(self)
     @cython.locals(i=cython.longlong, k=cython.longlong, replica=_Replica, seq=Seq)
     cpdef _route(self, double now)
     cpdef _send(self, Seq seq, _Replica replica, double now)
-    @cython.locals(engine=Engine, arrivals=ArrivalQueue, seq=Seq, horizon=cython.double, due=cython.double, upcoming=cython.double, stretch=Stretch, pending=list, start=cython.double, used=cython.longlong, first=_Replica)
+    @cython.locals(engine=Engine, arrivals=ArrivalQueue, seq=Seq, horizon=cython.double, due=cython.double, upcoming=cython.double, stretch=Stretch, pending=list, start=cython.double, used=cython.longlong, first=_Replica, slack=cython.double)
     cpdef bint _advance(self, _Replica replica)
     @cython.locals(replica=_Replica, views=list)
     cpdef _Replica _pick(self, object request, double now, list pool, object router, bint watch)

@@ -326,6 +326,7 @@ class _Loop:
         arrivals = self.arrivals
         self._routed_at = [[] for _ in self.replicas]
         pd = self.pd
+        slack, never = ARRIVAL_SLACK, math.inf  # (C doubles in the compiled build)
         while True:
             arrival = arrivals.next_time()
             replica = self._first_due()
@@ -337,13 +338,13 @@ class _Loop:
                                       or due <= replica.now + 1e-9 * (1.0 + due)):
                     self._deliver(due)
                     continue
-            if arrival < math.inf:
+            if arrival < never:
                 if replica is None:
                     self._route(arrival)
                     continue
                 start = replica.now
                 # A hair of slack, as in run_loop: an arrival by a step's start joins it.
-                if arrival <= start + ARRIVAL_SLACK * (1.0 + start):
+                if arrival <= start + slack * (1.0 + start):
                     self._route(arrival)
                     continue
             elif replica is None:
@@ -472,18 +473,19 @@ class _Loop:
         """Take in what was routed to `replica`, then run its next step or stretch.
         True when it reached `max_steps`."""
         engine = replica.engine
+        slack = ARRIVAL_SLACK  # (a C double in the compiled build)
         if len(replica.backlog) >= replica.drain_at:
             replica.events.drain()
         arrivals = self.arrivals
         while replica.pending:
-            pending = replica.pending[:]
-            replica.pending.clear()
+            pending = replica.pending
+            replica.pending = []
             for seq in pending:
                 replica.now = max(replica.now, seq.request.arrival_time)  # never start early
                 engine.arrive(seq, replica.step, replica.now)
             # A rejection may have released a next turn due by now: route it before the
             # step (it joins this step if it lands here, as in a single run).
-            horizon = replica.now + ARRIVAL_SLACK * (1.0 + replica.now)
+            horizon = replica.now + slack * (1.0 + replica.now)
             while (due := arrivals.next_time()) <= horizon:
                 self._route(due)
         upcoming = arrivals.next_time()
