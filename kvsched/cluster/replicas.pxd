@@ -20,8 +20,10 @@ cdef class _Replica:
     cdef public long long waiting, running, free
     cdef public list history
     cdef public long long num_blocks
+    cdef public tuple _fixed
 
     cpdef observe(self, double time, long long waiting, long long running, long long free)
+    @cython.locals(index=object, num_blocks=object, lookup=object)
     cpdef view(self, double now, double delay, list routed_at)
 
 cdef class _Loop:

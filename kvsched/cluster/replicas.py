@@ -20,6 +20,7 @@ import math
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -88,7 +89,7 @@ class _Replica:
 
     __slots__ = ("index", "engine", "log", "events", "backlog", "drain_at", "whole_steps",
                  "max_steps", "step", "now", "executed", "pending", "idle", "stopped", "due",
-                 "waiting", "running", "free", "history", "num_blocks")
+                 "waiting", "running", "free", "history", "num_blocks", "_fixed")
 
     def __init__(self, index: int, engine: Engine, log: StepLog, whole_steps: bool,
                  max_steps: int, event_sink: EventSink | None = None,
@@ -115,6 +116,10 @@ class _Replica:
         self.waiting = self.running = 0
         self.free = self.num_blocks
         self.history: list[tuple[float, int, int, int]] | None = None
+        # A view's fields that never change, made once (a view is made per arrival): its
+        # index, size and prefix lookup (a partial of the engine's, not a bound method of
+        # this replica: made each time, and a cycle if kept).
+        self._fixed = (index, self.num_blocks, partial(_lookup, engine))
 
     def observe(self, time: float, waiting: int, running: int, free: int) -> None:
         self.waiting, self.running, self.free = waiting, running, free
@@ -124,9 +129,9 @@ class _Replica:
     def view(self, now: float, delay: float, routed_at: list[float]) -> EngineView:
         """As a router may see it at `now`: live, or as of `now - delay`."""
         if self.history is None or delay == 0:
-            return _new(EngineView, (self.index, self.num_blocks,
-                                     self.waiting + len(self.pending), self.running, self.free,
-                                     self.lookup, 0, 0, 0))
+            index, num_blocks, lookup = self._fixed
+            return _new(EngineView, (index, num_blocks, self.waiting + len(self.pending),
+                                     self.running, self.free, lookup, 0, 0, 0))
         seen = now - delay
         history = self.history
         k = bisect_right(history, seen, key=_snapshot_time)
@@ -140,12 +145,15 @@ class _Replica:
             del history[:k - 1]
         if lo > _PRUNE:
             del routed_at[:lo]
-        return _new(EngineView, (self.index, self.num_blocks, waiting + max(0, hi - lo),
-                                 running, free, self.lookup, 0, 0, 0))
+        index, num_blocks, lookup = self._fixed
+        return _new(EngineView, (index, num_blocks, waiting + max(0, hi - lo), running, free,
+                                 lookup, 0, 0, 0))
 
-    def lookup(self, request: RouteLike) -> int:
-        """Prompt tokens of `request` this replica's prefix cache holds now."""
-        return self.engine.cached_prefix_len(request.prefix, request.prompt_len)
+
+def _lookup(engine: Engine, request: RouteLike) -> int:
+    """Prompt tokens of `request` the prefix cache of `engine` holds now (a view's
+    `prefix`)."""
+    return engine.cached_prefix_len(request.prefix, request.prompt_len)
 
 
 def _snapshot_time(snapshot: tuple[float, int, int, int]) -> float:
