@@ -224,8 +224,10 @@ variants:
 
 def test_a_streamed_cluster_run_writes_the_bytes_of_an_in_memory_one(tmp_path, monkeypatch):
     """`kvsched run` streams each replica's steps and events in chunks (made small here, so
-    that every replica hands on many) and joins them: the files are byte for byte those
-    written from a run that kept everything in memory."""
+    that every replica hands on many, its first events held in memory and the rest pickled)
+    and joins them: the files are byte for byte those written from a run that kept
+    everything in memory."""
+    import kvsched.cluster.run
     import kvsched.records.steplog
     from kvsched.cluster.run import write_cluster_records
     from kvsched.records.steplog import RecordMode
@@ -233,6 +235,7 @@ def test_a_streamed_cluster_run_writes_the_bytes_of_an_in_memory_one(tmp_path, m
     from kvsched.scenario import load_scenario
 
     monkeypatch.setattr(kvsched.records.steplog, "CHUNK", 64)  # replica chunks of 256 segments
+    monkeypatch.setattr(kvsched.cluster.run, "EVENTS_HELD", 1000)  # room for a chunk a replica
     path = tmp_path / "stream.yaml"
     path.write_text(STREAMED)
     variants = load_scenario(path).variants
@@ -260,29 +263,32 @@ TIMES = st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 3.0])
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.lists(st.lists(TIMES, max_size=6), max_size=4), min_size=1, max_size=4))
-def test_spooled_events_merge_as_heapq_merges_them_in_memory(tmp_path_factory, spools):
+@given(st.lists(st.lists(st.lists(TIMES, max_size=6), max_size=4), min_size=1, max_size=4),
+       st.integers(0, 12))
+def test_spooled_events_merge_as_heapq_merges_them_in_memory(tmp_path_factory, spools, room):
     """events.csv merges each replica's spooled chunks by (time, replica) as `heapq.merge`
     merges whole streams, though a stream's times may run back and its chunks are read one
-    at a time (each replica's `spools` entry: its chunks of event times)."""
+    at a time (each replica's `spools` entry: its chunks of event times), whether a spool
+    held them in memory or pickled them (`room`: the events it holds before it pickles)."""
     import heapq
-    import pickle
 
-    from kvsched.cluster.run import _merge_events
+    from kvsched.cluster.run import EventSpool, _merge_events
 
     folder = tmp_path_factory.mktemp("spools")
-    parts, streams = [], []
+    parts, streams, sinks = [], [], []
     for k, chunks in enumerate(spools):
         part = folder / f".events-{k}.pickle"
+        sink = EventSpool(part, room)
         stream = []
-        with part.open("wb") as handle:
-            for chunk in chunks:
-                events = [(len(stream) + p, t, f"r{k}", "arrive", "") for p, t in enumerate(chunk)]
-                stream.extend(events)
-                pickle.dump(events, handle)
+        for chunk in chunks:
+            events = [(len(stream) + p, t, f"r{k}", "arrive", "") for p, t in enumerate(chunk)]
+            stream.extend(events)
+            sink(events)
+        sink.close()
         parts.append(part)
         streams.append(stream)
-    _merge_events(folder / "events.csv", parts)
+        sinks.append(sink)
+    _merge_events(folder / "events.csv", [sink.chunks() for sink in sinks])
     tagged = [[(event[1], k, event) for event in stream] for k, stream in enumerate(streams)]
     expected = [(*event, k) for _, k, event in heapq.merge(*tagged, key=lambda t: (t[0], t[1]))]
     with (folder / "events.csv").open() as handle:

@@ -1,11 +1,11 @@
 """A cluster: N engine replicas behind a router, on one clock.
 
-The loop keeps a heap of `(time, kind, replica, seq_no)` for each replica's next step
-(kind 1, keyed by the time it starts) and merges into it the arrivals, already in time order,
-as kind-0 entries: the router sends each to one replica, where it joins at that replica's
-next step, through its own admission gate. It always handles the earliest entry; an
-arrival goes before a step that starts at the same time (as in the single-replica loop),
-steps at the same time go in replica order. Each
+The loop knows each replica's next step (the time it starts, `_Replica.now`, unless the
+replica is idle or stopped) and merges with them the arrivals, already in time order: the
+router sends each to one replica, where it joins at that replica's next step, through its
+own admission gate. It always handles the earliest; an arrival goes before a step that
+starts at the same time (as in the single-replica loop), steps at the same time go in
+replica order. Each
 replica is a full `Engine` (its own queue, KV pool, rules and time model); a replica's
 decode stretch is bounded by the next arrival anywhere in the cluster, since the router
 may send it there.
@@ -16,11 +16,11 @@ One replica behind any router gives `simulate()`'s records (tested); a run witho
 
 from __future__ import annotations
 
-import heapq
 import math
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -47,7 +47,10 @@ from kvsched.sequence import Seq
 from kvsched.timing import TimeModel
 from kvsched.turns import ARRIVAL_SLACK, ArrivalQueue, check_ids, check_turns
 
-ARRIVAL, STEP = 0, 1  # heap kinds: an arrival before a step starting at the same time
+_new = tuple.__new__
+"""A named tuple made in one C call: `EngineView` and `RouteRequest` spelled whole (their
+own `__new__` is Python code, a frame per view, four views and a request an arrival)."""
+
 _PRUNE = 4096  # delayed views: drop snapshots and routing times older than this many
 
 REPLICA_KEYS = ("num_requests", "num_finished", "num_rejected", "ttft_p50", "ttft_p99",
@@ -84,8 +87,9 @@ class ClusterResult(RunResult):
 class _Replica:
     """A replica's engine and its place on the cluster clock."""
 
-    __slots__ = ("index", "engine", "log", "events", "whole_steps", "max_steps", "step", "now",
-                 "executed", "pending", "idle", "stopped", "snapshot", "history", "num_blocks")
+    __slots__ = ("index", "engine", "log", "events", "backlog", "drain_at", "whole_steps",
+                 "max_steps", "step", "now", "executed", "pending", "idle", "stopped", "due",
+                 "waiting", "running", "free", "history", "num_blocks", "_fixed")
 
     def __init__(self, index: int, engine: Engine, log: StepLog, whole_steps: bool,
                  max_steps: int, event_sink: EventSink | None = None,
@@ -94,6 +98,9 @@ class _Replica:
         self.engine = engine
         self.log = log
         self.events = EventStream(engine.events, event_sink, chunk)
+        # (EventStream.poll, inlined: its list and size, read an advance without a call)
+        self.backlog = self.events.events
+        self.drain_at = float(self.events._chunk)
         self.whole_steps = whole_steps
         self.max_steps = max_steps
         self.num_blocks = engine.config.num_blocks
@@ -103,21 +110,28 @@ class _Replica:
         self.pending: list[Seq] = []  # routed here, to be taken in by its next step
         self.idle = False  # no step scheduled: waits for an arrival
         self.stopped = False  # reached max_steps: steps no more
-        # (time, waiting, running, free blocks) as its current batch runs; pending not counted
-        self.snapshot: tuple[float, int, int, int] = (0.0, 0, 0, self.num_blocks)
+        self.due = True  # its next step, at `now`, is on the cluster's clock
+        # Queued, running and free blocks as its current batch runs (pending not counted);
+        # `history`: each such (time, waiting, running, free), for views of the past.
+        self.waiting = self.running = 0
+        self.free = self.num_blocks
         self.history: list[tuple[float, int, int, int]] | None = None
+        # A view's fields that never change, made once (a view is made per arrival): its
+        # index, size and prefix lookup (a partial of the engine's, not a bound method of
+        # this replica: made each time, and a cycle if kept).
+        self._fixed = (index, self.num_blocks, partial(_lookup, engine))
 
     def observe(self, time: float, waiting: int, running: int, free: int) -> None:
-        self.snapshot = (time, waiting, running, free)
+        self.waiting, self.running, self.free = waiting, running, free
         if self.history is not None:
-            self.history.append(self.snapshot)
+            self.history.append((time, waiting, running, free))
 
     def view(self, now: float, delay: float, routed_at: list[float]) -> EngineView:
         """As a router may see it at `now`: live, or as of `now - delay`."""
         if self.history is None or delay == 0:
-            _, waiting, running, free = self.snapshot
-            return EngineView(self.index, self.num_blocks, waiting + len(self.pending),
-                              running, free, self.lookup)
+            index, num_blocks, lookup = self._fixed
+            return _new(EngineView, (index, num_blocks, self.waiting + len(self.pending),
+                                     self.running, self.free, lookup, 0, 0, 0))
         seen = now - delay
         history = self.history
         k = bisect_right(history, seen, key=_snapshot_time)
@@ -131,12 +145,15 @@ class _Replica:
             del history[:k - 1]
         if lo > _PRUNE:
             del routed_at[:lo]
-        return EngineView(self.index, self.num_blocks, waiting + max(0, hi - lo), running,
-                          free, self.lookup)
+        index, num_blocks, lookup = self._fixed
+        return _new(EngineView, (index, num_blocks, waiting + max(0, hi - lo), running, free,
+                                 lookup, 0, 0, 0))
 
-    def lookup(self, request: RouteLike) -> int:
-        """Prompt tokens of `request` this replica's prefix cache holds now."""
-        return self.engine.cached_prefix_len(request.prefix, request.prompt_len)
+
+def _lookup(engine: Engine, request: RouteLike) -> int:
+    """Prompt tokens of `request` the prefix cache of `engine` holds now (a view's
+    `prefix`)."""
+    return engine.cached_prefix_len(request.prefix, request.prompt_len)
 
 
 def _snapshot_time(snapshot: tuple[float, int, int, int]) -> float:
@@ -184,7 +201,7 @@ def run_cluster(requests: Sequence[Request], setups: Sequence[ReplicaSetup], pol
                                event_sinks[index] if event_sinks else None,
                                replica_chunk(len(setups)))
             if signal_delay > 0:
-                replica.history = [replica.snapshot]
+                replica.history = [(0.0, 0, 0, replica.num_blocks)]
             replicas.append(replica)
         loop = _Loop(replicas, router, signal_delay, queue, pd)
         for replica in replicas:
@@ -314,40 +331,50 @@ class _Loop:
 
     def run(self) -> None:
         """Run until every arrival is routed and no replica has a step left."""
-        replicas, arrivals = self.replicas, self.arrivals
-        self._routed_at = [[] for _ in replicas]
-        heap: list[tuple[float, int, int, int]] = [(0.0, STEP, r.index, 0) for r in replicas]
-        heapq.heapify(heap)
+        arrivals = self.arrivals
+        self._routed_at = [[] for _ in self.replicas]
         pd = self.pd
+        slack, never = ARRIVAL_SLACK, math.inf  # (C doubles in the compiled build)
         while True:
             arrival = arrivals.next_time()
+            replica = self._first_due()
             if pd is not None and pd.link.busy:
                 # Deliveries are events of this clock: after arrivals, before steps, of
                 # the same time (a delivery by a step's start joins it, as an arrival does).
                 due = pd.link.next_time()
-                if due < arrival and (not heap or due <= heap[0][0] + 1e-9 * (1.0 + due)):
-                    self._deliver(due, heap)
+                if due < arrival and (replica is None
+                                      or due <= replica.now + 1e-9 * (1.0 + due)):
+                    self._deliver(due)
                     continue
-            if arrival < math.inf:
-                if not heap:
-                    self._route(arrival, heap)
+            if arrival < never:
+                if replica is None:
+                    self._route(arrival)
                     continue
-                start = heap[0][0]
+                start = replica.now
                 # A hair of slack, as in run_loop: an arrival by a step's start joins it.
-                if arrival <= start + ARRIVAL_SLACK * (1.0 + start):
-                    self._route(arrival, heap)
+                if arrival <= start + slack * (1.0 + start):
+                    self._route(arrival)
                     continue
-            elif not heap:
+            elif replica is None:
                 # Nothing runs anywhere: what is still queued starves, its next turns come.
                 if arrivals.holding and self._release_stuck():
                     continue
                 return
-            _, _, index, _ = heapq.heappop(heap)
-            replica = replicas[index]
-            if self._advance(replica, heap):
+            replica.due = False
+            if self._advance(replica):
                 replica.stopped = True
             elif not replica.idle:
-                heapq.heappush(heap, (replica.now, STEP, index, replica.executed))
+                replica.due = True
+
+    def _first_due(self) -> _Replica | None:
+        """The replica whose next step starts first (ties: the lowest index); None when
+        none has one. (A scan: a replica's field in C each, where a heap made a tuple, a
+        float and two ints a step and called heapq twice.)"""
+        first = None
+        for replica in self.replicas:
+            if replica.due and (first is None or replica.now < first.now):
+                first = replica
+        return first
 
     def _release_stuck(self) -> bool:
         """Every replica is idle or stopped: the requests an idle replica still holds
@@ -360,7 +387,7 @@ class _Loop:
         held = [seq.request.request_id for r in idle for seq in r.engine.held()]
         return self.arrivals.release_stuck(held, max(r.now for r in idle))
 
-    def _route(self, now: float, heap: list[tuple[float, int, int, int]]) -> None:
+    def _route(self, now: float) -> None:
         i, request = self.arrivals.pop()
         k = len(self.order)
         self.order.append(i)
@@ -382,9 +409,9 @@ class _Loop:
             pd.phases[k].prefill = seq
         self.routed[k] = replica.index
         self.seqs[k] = seq
-        self._send(seq, replica, now, heap)
+        self._send(seq, replica, now)
 
-    def _deliver(self, now: float, heap: list[tuple[float, int, int, int]]) -> None:
+    def _deliver(self, now: float) -> None:
         """The link's next event: transfers delivered now go to a decode instance each."""
         pd = self.pd
         assert pd is not None
@@ -394,15 +421,15 @@ class _Loop:
             replica = self._pick(original, now, pool, pd.decode_router, False)
             seq = pd.decode_seq(k, original, now, replica.engine.config.block_size)
             pd.phases[k].decode_replica = replica.index
-            self._send(seq, replica, now, heap)
+            self._send(seq, replica, now)
 
     def _pick(self, request: Request, now: float, pool: list[_Replica], router: Router,
               watch: bool) -> _Replica:
         """The replica of `pool` that `router` sends `request` to (`watch`: an arrival,
         for the idle-witness)."""
-        seen = RouteRequest(request.request_id, request.arrival_time, request.prompt_len,
-                            request.priority, request.class_name, request.session,
-                            request.prefix)
+        seen = _new(RouteRequest, (request.request_id, request.arrival_time,
+                                   request.prompt_len, request.priority, request.class_name,
+                                   request.session, request.prefix))
         views: list[EngineView] = []
         for replica in pool:  # (typed: C calls in the compiled build)
             views.append(replica.view(now, self.delay, self._routed_at[replica.index]))
@@ -411,14 +438,14 @@ class _Loop:
         if len(pool) != len(self.replicas):  # a pool of a P/D cluster: its own indices
             views = [v._replace(index=n) for n, v in enumerate(views)]
         choice = router.route(seen, views)
-        if isinstance(choice, bool) or not isinstance(choice, (int, np.integer)) \
+        if type(choice) is not int and (  # (the exact type first: no lookup of np.integer)
+                isinstance(choice, bool) or not isinstance(choice, (int, np.integer))) \
                 or not 0 <= choice < len(pool):
             raise ValueError(f"router returned {choice!r} for {request.request_id}; expected "
                              f"a replica index 0..{len(pool) - 1}")
         return pool[int(choice)]
 
-    def _send(self, seq: Seq, replica: _Replica, now: float,
-              heap: list[tuple[float, int, int, int]]) -> None:
+    def _send(self, seq: Seq, replica: _Replica, now: float) -> None:
         """`seq` joins `replica` at its next step (waking it if idle)."""
         replica.pending.append(seq)
         if self.delay > 0:
@@ -430,13 +457,13 @@ class _Loop:
                 replica.now = float(replica.step)
             else:
                 replica.now = max(replica.now, now)
-            heapq.heappush(heap, (replica.now, STEP, replica.index, replica.executed))
+            replica.due = True
 
     def _watch_idle(self, views: list[EngineView], now: float) -> None:
         """Remember the longest queue seen while another replica had nothing to do."""
         # (plain loops: a generator and max() with a key cost a microsecond an arrival)
         for view in views:
-            if view.num_outstanding == 0:
+            if view.num_waiting == 0 and view.num_running == 0:  # nothing outstanding
                 idle = view.index
                 break
         else:
@@ -450,32 +477,34 @@ class _Loop:
                                   or worst.num_waiting > self.idle_witness[0]):
             self.idle_witness = (worst.num_waiting, worst.index, now, idle)
 
-    def _advance(self, replica: _Replica, heap: list[tuple[float, int, int, int]]) -> bool:
+    def _advance(self, replica: _Replica) -> bool:
         """Take in what was routed to `replica`, then run its next step or stretch.
         True when it reached `max_steps`."""
         engine = replica.engine
-        stream = replica.events  # (EventStream.poll, inlined: a Python call an advance)
-        if len(stream.events) >= stream._chunk:
-            stream.drain()
+        slack = ARRIVAL_SLACK  # (a C double in the compiled build)
+        if len(replica.backlog) >= replica.drain_at:
+            replica.events.drain()
         arrivals = self.arrivals
         while replica.pending:
-            pending = replica.pending[:]
-            replica.pending.clear()
+            pending = replica.pending
+            replica.pending = []
             for seq in pending:
                 replica.now = max(replica.now, seq.request.arrival_time)  # never start early
                 engine.arrive(seq, replica.step, replica.now)
             # A rejection may have released a next turn due by now: route it before the
             # step (it joins this step if it lands here, as in a single run).
-            horizon = replica.now + ARRIVAL_SLACK * (1.0 + replica.now)
+            horizon = replica.now + slack * (1.0 + replica.now)
             while (due := arrivals.next_time()) <= horizon:
-                self._route(due, heap)
+                self._route(due)
         upcoming = arrivals.next_time()
         if self.pd is not None:  # a delivery may come to a decode instance before then
             upcoming = min(upcoming, self.pd.bound(self.replicas))
-        if arrivals.holding and heap:
+        if arrivals.holding:
             # Another replica's step may end a turn and release the next one, which the
             # router may send here: a stretch must not jump past that step's start.
-            upcoming = min(upcoming, heap[0][0])
+            first = self._first_due()
+            if first is not None:
+                upcoming = min(upcoming, first.now)
         stretch = engine.stretch(replica.step, replica.now, upcoming,
                                  replica.max_steps - replica.executed)
         if stretch is not None:

@@ -5,8 +5,9 @@ order, ties in replica order).
 
 As a single run does, a cluster run under `kvsched run` streams its steps and events while
 it goes (`ClusterSpool`): each replica's steps into a part file, its events into a spool of
-pickled chunks (exact floats, so the merge by time is the in-memory one); writing the
-records then joins the parts, so that the bytes are those written from memory.
+chunks (held in memory up to a bound, then pickled: exact floats, so the merge by time is
+the in-memory one), merged into events.csv as the run ends; writing the records then joins
+the step parts, so that the bytes are those written from memory.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from __future__ import annotations
 import math
 import pickle
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -57,6 +58,10 @@ from kvsched.variant_parts import admission_of, policy_of, slo_of, time_model_of
 
 ROUTER_SEED_TAG = 12  # the router's generator: the scenario seed, tagged apart from the workload's
 PREFILL_ROUTER_SEED_TAG = 13  # a P/D cluster's prefill router (its decode router takes 12)
+
+EVENTS_HELD = 1 << 17
+"""Events a cluster run's spool holds in memory (shared by its replicas) before it pickles
+the rest to part files: pickled and read back, R5's 58k events cost 1.6% of its run."""
 
 PD_REQUEST_COLUMNS = ("prefill_replica", "decode_replica", "transfer_start", "transfer_time",
                       "transfer_bytes")
@@ -127,16 +132,56 @@ def kv_bytes_per_token(spec: RunSpec) -> float:
     return kv_block_bytes(time.model, 1, 1, KV_DTYPE_BYTES[first.engine.kv_cache_dtype])
 
 
+class EventSpool:
+    """One replica's events, chunk by chunk in the order the run hands them on: held in
+    memory while `room` (events) lasts, pickled to `path` from the first chunk that does not
+    fit on."""
+
+    __slots__ = ("path", "room", "held", "_file")
+
+    def __init__(self, path: Path, room: int) -> None:
+        self.path = path
+        self.room = room
+        self.held: list[list[tuple]] = []
+        self._file: BinaryIO | None = None  # the part file, once a chunk did not fit
+
+    def __call__(self, chunk: list[tuple]) -> None:
+        if self._file is None and len(chunk) <= self.room:
+            self.room -= len(chunk)
+            self.held.append(chunk)
+            return
+        if self._file is None:
+            self._file = self.path.open("wb")
+        pickle.dump(chunk, self._file, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+    def chunks(self) -> Iterator[list[tuple]]:
+        """Every chunk in order, each let go once read (the part file then removed)."""
+        held, self.held = self.held[::-1], []
+        while held:
+            yield held.pop()
+        if self._file is not None:
+            self.close()
+            yield from _chunks(self.path)
+            self.path.unlink()
+
+
 class ClusterSpool:
     """Where a cluster run streams its records: part files in the variant's folder, one per
-    replica (`.steps-K.csv`, rows only, unless records are `summary`; `.events-K.pickle`),
-    joined by `write_cluster_records` and removed."""
+    replica (`.steps-K.csv`, rows only, unless records are `summary`, joined by
+    `write_cluster_records` and removed), and each replica's `EventSpool` (its part file
+    `.events-K.pickle`), merged into events.csv by `write_events` as the run ends."""
 
     def __init__(self, folder: Path, records: RecordMode, num_replicas: int) -> None:
         self.folder = folder
         self.records = records
         self.chunk = replica_chunk(num_replicas)
+        self._room = EVENTS_HELD // max(1, num_replicas)
         self._files: list[Any] = []
+        self._events: list[EventSpool] = []
 
     def steps_part(self, index: int) -> Path:
         return self.folder / f".steps-{index}.csv"
@@ -152,13 +197,18 @@ class ClusterSpool:
         self._files.append(writer)
         return StepLog(num_blocks, keep=False, sink=writer, chunk=self.chunk)
 
-    def event_sink(self, index: int) -> Callable[[list[tuple]], None]:
-        handle = self.events_part(index).open("wb")
-        self._files.append(handle)
-        return lambda chunk: pickle.dump(chunk, handle, protocol=pickle.HIGHEST_PROTOCOL)
+    def event_sink(self, index: int) -> EventSpool:
+        spool = EventSpool(self.events_part(index), self._room)
+        self._events.append(spool)
+        return spool
+
+    def write_events(self) -> None:
+        """events.csv from every replica's events (all handed on: the run ended)."""
+        _merge_events(self.folder / "events.csv", [spool.chunks() for spool in self._events])
+        self._events = []
 
     def close(self) -> None:
-        for open_file in self._files:
+        for open_file in [*self._files, *self._events]:
             open_file.close()
         self._files = []
 
@@ -201,7 +251,7 @@ def run_cluster_variant(variant: Variant, requests: Sequence[Request],
         # inside it, while they live: its next pass then walked their objects, ~25k in R5,
         # and kept them a generation longer).
         with collector_off(pass_after=False):
-            return run_cluster(requests, setups, policies, router,
+            result = run_cluster(requests, setups, policies, router,
                                signal_delay=cluster.signal_delay,
                                admissions=[admission] * len(setups), slo=slo_of(spec),
                                backpressure=Backpressure(pressure.window, pressure.threshold,
@@ -217,12 +267,16 @@ def run_cluster_variant(variant: Variant, requests: Sequence[Request],
                                pd=pd)
     except ValueError as exc:  # a user router that returned a bad index
         raise KvschedError(f"{variant.scenario.source}: cluster.router: {exc}") from None
+    if spool is not None:
+        spool.write_events()
+    return result
 
 
 def write_cluster_records(folder: Path, result: ClusterResult, records: RecordMode,
                           streamed: bool = False) -> None:
     """requests.csv, steps.csv (unless records: summary) and events.csv of a cluster run
-    (`streamed`: its steps and events are in `ClusterSpool` part files in `folder`)."""
+    (`streamed`: its steps are in `ClusterSpool` part files in `folder`, its events.csv
+    written as it ended)."""
     rows = rows_of(result.requests)  # (a table's rows, not records made of them first)
     if result.phases is None:
         assert isinstance(rows, TableRows)
@@ -242,7 +296,6 @@ def write_cluster_records(folder: Path, result: ClusterResult, records: RecordMo
         if records is not RecordMode.SUMMARY:
             _join_parts(folder / "steps.csv", (*columns, "replica"),
                         [spool.steps_part(k) for k in replicas])
-        _merge_events(folder / "events.csv", [spool.events_part(k) for k in replicas])
         return
     if records is not RecordMode.SUMMARY:
         write_rows(folder / "steps.csv", (*columns, "replica"), _step_rows(result, records))
@@ -284,8 +337,8 @@ class _Spool:
 
     __slots__ = ("chunks", "events", "keys", "top", "finished")
 
-    def __init__(self, path: Path) -> None:
-        self.chunks = _chunks(path)
+    def __init__(self, chunks: Iterator[list[tuple]]) -> None:
+        self.chunks = chunks
         self.events: list[tuple] = []  # read and not yet written
         self.keys = np.zeros(0)
         self.top = -math.inf  # the largest time read so far
@@ -313,16 +366,17 @@ class _Spool:
         return events, keys
 
 
-def _merge_events(path: Path, parts: list[Path]) -> None:
-    """events.csv from the replicas' spooled events, merged as `cluster._merged_events`
-    merges them in memory (`merge_by_time`), a chunk of each at a time: what can go now is
-    what no unread event can precede (a stream's keys only grow); the spools removed. The
+def _merge_events(path: Path, streams: list[Iterator[list[tuple]]]) -> None:
+    """events.csv from the replicas' spooled events (each replica's chunks, in order),
+    merged as `cluster._merged_events` merges them in memory (`merge_by_time`), a chunk of
+    each at a time: what can go now is what no unread event can precede (a stream's keys
+    only grow). The
     collector is off meanwhile: the chunks of tuples it reads and writes live across a few of
     its passes, which then count them as long-lived and walk everything the run holds (two
     full passes, 0.17 s of R5's 3.2 s). Nor a pass as it ends: the chunks are gone by then,
     and a full pass there walked all the run still holds to free only what the replicas'
     prefix caches left (0.07 s of R5's 2.2 s)."""
-    spools = [_Spool(part) for part in parts]
+    spools = [_Spool(chunks) for chunks in streams]
     writer = RowCsv(path, (*EVENT_COLUMNS, "replica"))
     try:
         with collector_off(pass_after=False):
@@ -340,8 +394,6 @@ def _merge_events(path: Path, parts: list[Path]) -> None:
                 writer.columns([*zip(*rows, strict=True), tags.tolist()], len(rows))
     finally:
         writer.close()
-    for part in parts:
-        part.unlink()
 
 
 def _step_rows(result: ClusterResult, records: RecordMode) -> Iterator[tuple]:

@@ -9,8 +9,7 @@ as of the arrival (or `signal_delay` seconds earlier), never the future.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -19,9 +18,12 @@ from kvsched.engine.view import PrefixLookup as PrefixLookup
 from kvsched.prefix import Prefix
 
 
-@dataclass(frozen=True, slots=True)
-class RouteRequest:
-    """A request as a router may see it: everything but its true output length."""
+class RouteRequest(NamedTuple):
+    """A request as a router may see it: everything but its true output length.
+
+    A named tuple, not a frozen dataclass (as `EngineView`): a cluster makes one per
+    arrival, and the loop makes it in one C call (`tuple.__new__`) where a frozen
+    dataclass sets each of its seven fields through `object.__setattr__`."""
 
     request_id: str
     arrival_time: float
@@ -56,9 +58,9 @@ class RouterBase:
 def least_loaded(replicas: Sequence[EngineView]) -> int:
     """The replica with the fewest outstanding requests; ties to the lowest index."""
     best = replicas[0]
-    least = best.num_outstanding
+    least = best.num_waiting + best.num_running
     for view in replicas:  # (a loop: min() with a key tuple per view costs twice as much)
-        load = view.num_outstanding
+        load = view.num_waiting + view.num_running  # num_outstanding, without its call
         if load < least or (load == least and view.index < best.index):
             best, least = view, load
     return best.index
