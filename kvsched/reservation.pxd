@@ -8,7 +8,7 @@ cdef class NewTokenRatio:
                    _=cython.longlong)
     cpdef decay_steps(self, long long k)
 
-@cython.locals(total=cython.double, seq=Seq)
+@cython.locals(total=cython.double, seq=Seq, clip=cython.longlong)
 cpdef double reserved(list running, long long tick, double ratio)
 
 cdef class FutureTokenReservation:

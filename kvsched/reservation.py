@@ -69,9 +69,10 @@ def reserved(running: list[Seq], tick: int, ratio: float) -> float:
     """What the decoding requests `running` reserve: `min(output_len - generated, CLIP) x
     ratio` each, summed in the batch's order (SGLang's float sum). A running request's
     generated count is `base + tick` (`kvsched.sequence.Seq`: the scheduler's decode clock)."""
+    clip = CLIP_MAX_NEW_TOKENS  # (compiled: a C integer, the sum is C arithmetic)
     total = 0.0
     for seq in running:
-        total += min(seq.output_len - (seq.base + tick), CLIP_MAX_NEW_TOKENS) * ratio
+        total += min(seq.output_len - (seq.base + tick), clip) * ratio
     return total
 
 

@@ -102,6 +102,7 @@ def free_tokens(sched: Scheduler) -> int:
         free += seq.blocks * block_size - -(-done // block_size) * block_size
     return free
 
+
 def decoding(sched: Scheduler, plan: StepPlan | None = None) -> list[Seq]:
     """The decoding requests, in the batch's order (their generated count: `base` plus the
     decode clock); a prefill that completes in `plan` is not decoding yet."""
