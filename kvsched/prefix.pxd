@@ -26,7 +26,7 @@ cpdef Py_ssize_t _segment_at(Prefix prefix, long long token)
 cpdef tuple block_key(Prefix prefix, long long block_size, long long position)
 
 @cython.locals(shared=cython.longlong, i=cython.Py_ssize_t, len_a=cython.longlong,
-               len_b=cython.longlong)
+               len_b=cython.longlong, segment=object)
 cpdef long long common_prefix(object a, object b)
 
 cdef class Blocks:

@@ -190,7 +190,12 @@ def common_prefix(a: Sequence[Segment], b: Sequence[Segment]) -> int:
     """Tokens two segment lists share from the start."""
     shared = 0
     for i in range(min(len(a), len(b))):
-        id_a, len_a = a[i]
+        segment = a[i]
+        if segment is b[i]:  # one tuple (a trace's block, shared by every prompt holding it)
+            len_a = segment[1]
+            shared += len_a
+            continue
+        id_a, len_a = segment
         id_b, len_b = b[i]
         if id_a != id_b:
             break
