@@ -258,7 +258,7 @@ def sglang_round_decisions(config: dict[str, Any], state: dict[str, Any]) -> dic
                           int(spec["max_new_tokens"]))
         return Seq.of(request, index, page)
 
-    running = [(int(r["generated"]), int(r["max_new_tokens"])) for r in state["running"]]
+    running = [_decoding(r, i, page) for i, r in enumerate(state["running"])]
     admitted: list[list[Any]] = []
     continued = []
     chunked_next = None
@@ -267,7 +267,7 @@ def sglang_round_decisions(config: dict[str, Any], state: dict[str, Any]) -> dic
         current = seq(spec, 0)
         current.prefill_left = int(spec["prompt_len"]) - int(spec["done"])
         chunk = min(current.prefill_left, budget, cap)
-        limit = reservation.continue_limit(running, free)
+        limit = reservation.continue_limit(running, 0, free)
         if limit is not None:
             chunk = min(chunk, limit)
         budget -= chunk
@@ -278,7 +278,7 @@ def sglang_round_decisions(config: dict[str, Any], state: dict[str, Any]) -> dic
         if current.prefill_left:
             chunked_next = current.request.request_id
     waiting = [seq(w, i + 1) for i, w in enumerate(state["waiting"])]
-    if reservation.open_round(running, continued, len(waiting)):
+    if reservation.open_round(running, 0, continued, len(waiting)):
         for head in waiting:
             if not reservation.may_try(free):
                 break
@@ -301,6 +301,16 @@ def sglang_round_decisions(config: dict[str, Any], state: dict[str, Any]) -> dic
                 break
     return {"admitted": admitted, "chunked_next": chunked_next,
             "batch_is_full": reservation.batch_is_full}
+
+
+def _decoding(spec: dict[str, Any], index: int, page: int) -> Seq:
+    """A decoding request of a round record: `generated` tokens so far (its `base`, the
+    reservation reading it at tick 0)."""
+    request = Request(str(spec["id"]), 0.0, int(spec["prompt_len"]),
+                      int(spec["max_new_tokens"]))
+    seq = Seq.of(request, index, page)
+    seq.base = int(spec["generated"])
+    return seq
 
 
 # The loop harness's defaults (conformance/sglang_loop_driver.py DEFAULTS).
@@ -384,7 +394,9 @@ def sglang_priority_round_decisions(config: dict[str, Any],
     for spec, head in zip(state["waiting"], waiting, strict=True):
         if spec.get("tried"):
             reservation.prepared(head)
-    reservation.open_round([(g, s.output_len) for s, g in running], [], len(waiting))
+    for s, g in running:
+        s.base = g  # (the reservation reads it at tick 0)
+    reservation.open_round([s for s, _ in running], 0, [], len(waiting))
     admitted: list[list[Any]] = []
     preempted: list[str] = []
     for head in waiting:

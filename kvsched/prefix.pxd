@@ -8,6 +8,10 @@ cdef class Prefix:
     cdef readonly long long num_tokens
 
     cpdef tuple block_key(self, long long block_size, long long position)
+    cdef _fill(self, tuple segments, long long num_tokens)
+
+@cython.locals(out=Prefix)
+cdef Prefix _made(tuple segments, long long num_tokens)
 
 @cython.locals(out=Prefix)
 cpdef Prefix extended(Prefix prefix, tuple more)
@@ -22,7 +26,7 @@ cpdef Py_ssize_t _segment_at(Prefix prefix, long long token)
 cpdef tuple block_key(Prefix prefix, long long block_size, long long position)
 
 @cython.locals(shared=cython.longlong, i=cython.Py_ssize_t, len_a=cython.longlong,
-               len_b=cython.longlong)
+               len_b=cython.longlong, segment=object)
 cpdef long long common_prefix(object a, object b)
 
 cdef class Blocks:
@@ -32,6 +36,6 @@ cdef class Blocks:
     cdef readonly dict full
 
     @cython.locals(n=cython.Py_ssize_t, i=cython.Py_ssize_t, item=object, b=cython.longlong,
-                   size=cython.longlong, base=cython.longlong, last=cython.longlong,
+                   size=object, max_id=object, base=cython.longlong, last=cython.longlong,
                    full=dict, chain=list, segment=object)
     cpdef Prefix prefix(self, list ids, long long prompt_len)

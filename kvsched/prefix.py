@@ -35,13 +35,17 @@ class Prefix:
             if length < 1:
                 raise ValueError(f"segment {seg_id} has {length} tokens; expected >= 1")
             total += length
-        self.segments = tuple(segments)
+        self._fill(tuple(segments), total)
+
+    def _fill(self, segments: tuple[Segment, ...], num_tokens: int) -> None:
+        """Set a new prefix's fields: `segments`, which hold `num_tokens` tokens."""
+        self.segments = segments
         # block size -> hashes of every full block (a request's identity is hashed once)
         self._memo: dict[int, list[int]] = {}
         # the segment the last lookup found and its first token (`_segment_at` starts there)
         self._at = 0
         self._at_start = 0
-        self.num_tokens = total  # (asked on every cache lookup)
+        self.num_tokens = num_tokens  # (asked on every cache lookup)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Prefix):
@@ -118,6 +122,14 @@ class Prefix:
         return hashes
 
 
+def _made(segments: tuple[Segment, ...], num_tokens: int) -> Prefix:
+    """A prefix of segments made here, known to be valid and to hold `num_tokens` tokens
+    (not checked and summed again, as `Prefix()` does)."""
+    out = Prefix.__new__(Prefix)
+    out._fill(segments, num_tokens)
+    return out
+
+
 def extended(prefix: Prefix | None, more: tuple[Segment, ...]) -> Prefix:
     """A new prefix: `prefix`'s segments, then `more`'s (a request's identity: its workload
     prefix and its own tokens). Only `more` is checked and summed, `prefix` was when made."""
@@ -178,7 +190,12 @@ def common_prefix(a: Sequence[Segment], b: Sequence[Segment]) -> int:
     """Tokens two segment lists share from the start."""
     shared = 0
     for i in range(min(len(a), len(b))):
-        id_a, len_a = a[i]
+        segment = a[i]
+        if segment is b[i]:  # one tuple (a trace's block, shared by every prompt holding it)
+            len_a = segment[1]
+            shared += len_a
+            continue
+        id_a, len_a = segment
         id_b, len_b = b[i]
         if id_a != id_b:
             break
@@ -211,12 +228,15 @@ class Blocks:
         n = len(ids)
         if not n:
             return None
+        # (compiled: Python ints, which the ids are compared with and segments hold as they
+        # are, not made per id)
+        size, max_id = self.block_size, self.max_id
+        base, full = self.base, self.full
+        chain = []
         for i in range(n):
             item = ids[i]
-            if type(item) is not int or item < 0 or item > self.max_id:
+            if type(item) is not int or item < 0 or item > max_id:
                 raise ValueError(item)
-        size, base, full = self.block_size, self.base, self.full
-        chain = []
         for i in range(n - 1):
             item = ids[i]
             segment = full.get(item)
@@ -225,13 +245,15 @@ class Blocks:
                 segment = full[item] = (base | b, size)
             chain.append(segment)
         item = ids[n - 1]
-        b = item
-        last = min(size, prompt_len - size * (n - 1))
-        if last < size:
+        last = prompt_len - size * (n - 1)
+        if last < size:  # the prompt ends inside its last block
+            b = item
             segment = (base | b, last)
         else:
+            last = size
             segment = full.get(item)
             if segment is None:
+                b = item
                 segment = full[item] = (base | b, size)
         chain.append(segment)
-        return Prefix(tuple(chain))
+        return _made(tuple(chain), size * (n - 1) + last)

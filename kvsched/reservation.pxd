@@ -8,6 +8,9 @@ cdef class NewTokenRatio:
                    _=cython.longlong)
     cpdef decay_steps(self, long long k)
 
+@cython.locals(total=cython.double, seq=Seq, clip=cython.longlong)
+cpdef double reserved(list running, long long tick, double ratio)
+
 cdef class FutureTokenReservation:
     cdef public NewTokenRatio ratio
     cdef public long long page, max_prefill_tokens
@@ -25,13 +28,11 @@ cdef class FutureTokenReservation:
     cpdef long long _ceil(self, long long tokens)
     cpdef idle(self)
     cpdef _latch(self, bint full)
-    @cython.locals(ratio=cython.double, offset=cython.double, done=cython.longlong,
-                   output_len=cython.longlong, page=cython.longlong, charged=cython.longlong,
+    @cython.locals(offset=cython.double, page=cython.longlong, charged=cython.longlong,
                    max_new=cython.longlong, seq=Seq)
-    cpdef bint open_round(self, object running, object continued, long long waiting)
-    @cython.locals(ratio=cython.double, reserved=cython.double, done=cython.longlong,
-                   output_len=cython.longlong)
-    cpdef object continue_limit(self, object running, long long free_tokens)
+    cpdef bint open_round(self, list running, long long tick, object continued,
+                          long long waiting)
+    cpdef object continue_limit(self, list running, long long tick, long long free_tokens)
     cpdef prepared(self, Seq seq)
     @cython.locals(max_new=cython.longlong, paged=cython.longlong, chunk=cython.longlong)
     cpdef object check(self, Seq seq, long long tokens, long long free_tokens)

@@ -65,6 +65,17 @@ class NewTokenRatio:
         self.current = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(pairs)) / (max_new + 1))
 
 
+def reserved(running: list[Seq], tick: int, ratio: float) -> float:
+    """What the decoding requests `running` reserve: `min(output_len - generated, CLIP) x
+    ratio` each, summed in the batch's order (SGLang's float sum). A running request's
+    generated count is `base + tick` (`kvsched.sequence.Seq`: the scheduler's decode clock)."""
+    clip = CLIP_MAX_NEW_TOKENS  # (compiled: a C integer, the sum is C arithmetic)
+    total = 0.0
+    for seq in running:
+        total += min(seq.output_len - (seq.base + tick), clip) * ratio
+    return total
+
+
 class FutureTokenReservation:
     """One engine's SGLang admission state: the ratio, the batch-full latch, and the
     budgets of the round in progress. The scheduler calls it at fixed points only:
@@ -137,13 +148,12 @@ class FutureTokenReservation:
         self.batch_is_full = full
         self._held = full and self._decoding > 0
 
-    def open_round(self, running: Iterable[tuple[int, int]],
+    def open_round(self, running: list[Seq], tick: int,
                    continued: Iterable[tuple[Seq, int]], waiting: int) -> bool:
         """Start a prefill round; False when the batch is full or nobody waits.
 
-        `running`: (generated, output_len) of each decoding request; `continued`: the
-        chunks of unfinished prefills already scheduled in this step."""
-        running = list(running)
+        `running`: the decoding requests, `tick` their decode clock (`reserved`);
+        `continued`: the chunks of unfinished prefills already scheduled in this step."""
         continued = list(continued)
         self._decoding = len(running)
         if self.preemption_threshold is not None or continued or not running or not self._held:
@@ -156,10 +166,7 @@ class FutureTokenReservation:
         self._rem_chunk = self.chunk_size
         self._admitted = 0
         self._pages = 0
-        ratio = self.ratio.current
-        offset = 0.0
-        for done, output_len in running:
-            offset += min(output_len - done, CLIP_MAX_NEW_TOKENS) * ratio
+        offset = reserved(running, tick, self.ratio.current)
         page = self.page
         self._charged = 0
         for seq, chunk in continued:
@@ -176,18 +183,14 @@ class FutureTokenReservation:
         self._in_batch = len(running) + (self._pages // page)
         return bool(waiting) and (not self.batch_is_full or self.preemption_threshold is not None)
 
-    def continue_limit(self, running: Iterable[tuple[int, int]], free_tokens: int) -> int | None:
+    def continue_limit(self, running: list[Seq], tick: int, free_tokens: int) -> int | None:
         """The most tokens the unfinished chunked request may compute now, None for no limit
         beyond the chunk size: SGLang's `add_chunked_req` takes `min(chunk,
         int(free - running reservations))` when that is positive (`available_chunk_tokens`),
-        not rounded to pages."""
+        not rounded to pages. `running`, `tick`: as `open_round`'s."""
         if self.chunk_size is None:
             return None
-        ratio = self.ratio.current
-        reserved = 0.0
-        for done, output_len in running:
-            reserved += min(output_len - done, CLIP_MAX_NEW_TOKENS) * ratio
-        left = int(free_tokens - reserved)
+        left = int(free_tokens - reserved(running, tick, self.ratio.current))
         return left if left > 0 else None
 
     def prepared(self, seq: Seq) -> None:

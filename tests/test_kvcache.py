@@ -128,6 +128,18 @@ def test_radix_evicts_the_least_recently_used_unlocked_leaf():
     cache.check()
 
 
+def test_radix_refuses_an_eviction_key_past_its_range():
+    """The heap key (last access, tie) must fit a 64-bit integer: an access time of 2**31
+    walks raises instead of wrapping."""
+    cache = RadixCache(6, BLOCK)
+    prefix = Prefix(((1, 8),))
+    cache._clock = (1 << 31) - 1
+    cache.allocate(0, prefix, 0, 2)
+    cache.commit(0, prefix, 8)
+    with pytest.raises(OverflowError):
+        cache.free(0)  # the unlocked leaf becomes a candidate
+
+
 def test_radix_keeps_a_running_requests_prefix_and_frees_duplicates():
     cache = RadixCache(10, BLOCK)
     shared = (5, 8)

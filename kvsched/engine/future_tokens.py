@@ -102,17 +102,23 @@ def free_tokens(sched: Scheduler) -> int:
         free += seq.blocks * block_size - -(-done // block_size) * block_size
     return free
 
-def decoding_pairs(sched: Scheduler, back: int,
-                   plan: StepPlan | None = None) -> list[tuple[int, int]]:
-    """(generated, output_len) of each decoding request, `back` passes ago; a prefill
-    that completes in `plan` is not decoding yet."""
-    tick = sched.tick - back
-    done = {seq for seq, _ in plan.prefills} if plan is not None and plan.prefills else ()
-    return [(seq.base + tick, seq.output_len) for seq in sched.running.values()
-            if seq not in done]
+
+def decoding(sched: Scheduler, plan: StepPlan | None = None) -> list[Seq]:
+    """The decoding requests, in the batch's order (their generated count: `base` plus the
+    decode clock); a prefill that completes in `plan` is not decoding yet."""
+    running = sched.running
+    if plan is None or not plan.prefills:
+        return list(running.values())
+    done = {seq for seq, _ in plan.prefills}
+    return [seq for seq in running.values() if seq not in done]
+
 
 def after_decode(sched: Scheduler, plan: StepPlan, retracted: bool) -> None:
     """SGLang's update_running_batch: a retraction re-estimates the ratio from the
     requests left (their tokens before this pass), else it decays."""
     assert sched.reservation is not None
-    sched.reservation.after_decode(retracted, decoding_pairs(sched, 1) if retracted else ())
+    left: list[tuple[int, int]] = []
+    if retracted:
+        tick = sched.tick - 1
+        left = [(seq.base + tick, seq.output_len) for seq in decoding(sched)]
+    sched.reservation.after_decode(retracted, left)

@@ -1,8 +1,10 @@
 cimport cython
 from kvsched.blocks cimport BlockPool
+from kvsched.engine cimport future_tokens
 from kvsched.engine.gaps cimport GapTracker
 from kvsched.engine.plan cimport StepPlan
 from kvsched.kvcache.tracker cimport PrefixTracker
+from kvsched.reservation cimport FutureTokenReservation
 from kvsched.sequence cimport Seq
 from kvsched.waiting cimport WaitingQueue
 
@@ -35,7 +37,8 @@ cdef class Scheduler:
     cdef public bint _v0_prefix, _v0_round
     cdef public list _releases
     cdef public bint _dynamic
-    cdef public object reservation, partial
+    cdef public FutureTokenReservation reservation
+    cdef public object partial
     cdef public bint _v0_priority
     cdef public bint _chunked, _worst_case, _has_delay, _admit_after_preempt
     cdef public bint _swap_in_after_preempt, _prefill_past_swapped, _readmit_victims
@@ -70,7 +73,7 @@ cdef class Scheduler:
     cpdef bint _head_stops(self, Seq seq, long long budget)
     @cython.locals(seq=Seq, victim=Seq, cap=cython.longlong, chunk=cython.longlong)
     cpdef long long _continue_prefills(self, StepPlan plan, long long budget)
-    @cython.locals(pool=BlockPool, waiting=WaitingQueue, block_size=cython.longlong, chunked=bint, max_num_seqs=cython.longlong, seq=Seq, granted=Seq, cached=cython.longlong, need=cython.longlong, rest=cython.longlong, tokens=cython.longlong, hit=cython.longlong, gate=cython.longlong, cost=cython.longlong, todo=cython.longlong, cap=cython.longlong, chunk=cython.longlong, fresh=cython.longlong, preempting=bint, past_swapped=bint, readmit=bint, i=cython.longlong, counted=cython.longlong, slot=cython.longlong, opened=bint, present=cython.longlong)
+    @cython.locals(pool=BlockPool, waiting=WaitingQueue, block_size=cython.longlong, chunked=bint, max_num_seqs=cython.longlong, seq=Seq, granted=Seq, cached=cython.longlong, need=cython.longlong, rest=cython.longlong, tokens=cython.longlong, hit=cython.longlong, gate=cython.longlong, cost=cython.longlong, todo=cython.longlong, cap=cython.longlong, chunk=cython.longlong, fresh=cython.longlong, preempting=bint, past_swapped=bint, readmit=bint, i=cython.longlong, counted=cython.longlong, slot=cython.longlong, opened=bint, present=cython.longlong, reservation=FutureTokenReservation)
     cpdef long long _admit(self, StepPlan plan, long long budget, bint allow_prefill, bint allow_swap)
     cpdef _v0_look(self, StepPlan plan, bint readmit)
     cpdef long long v0_counted(self, Seq seq, long long hit)

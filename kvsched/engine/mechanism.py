@@ -552,8 +552,8 @@ class Scheduler:
         worst_case = self._worst_case
         limit = None
         if self.reservation is not None:  # SGLang caps the continued chunk by memory left
-            limit = self.reservation.continue_limit(future_tokens.decoding_pairs(self, 0, plan),
-                                                    future_tokens.free_tokens(self))
+            limit = self.reservation.continue_limit(future_tokens.decoding(self, plan),
+                                                    self.tick, future_tokens.free_tokens(self))
         for seq in list(self.prefilling.values()):
             if seq.state is not PREFILLING:
                 continue  # preempted as a victim earlier in this loop
@@ -594,7 +594,7 @@ class Scheduler:
         front: list[Seq] = []  # swapped in, to lead the running queue
         aside: list[tuple] = []
         if reservation is not None and not reservation.open_round(
-                future_tokens.decoding_pairs(self, 0, plan), plan.prefills, len(waiting)):
+                future_tokens.decoding(self, plan), self.tick, plan.prefills, len(waiting)):
             return budget
         if reservation is not None and self.prefix is not None:
             future_tokens.refresh_waiting(self, plan)

@@ -2,6 +2,8 @@ cimport cython
 from kvsched.prefix cimport Prefix
 from kvsched.prefix cimport block_key, common_prefix
 
+cdef long long _TIE_SPAN, _MAX_ACCESS
+
 cdef class _Node:
     cdef public object chain
     cdef public long long start, end
@@ -47,7 +49,7 @@ cdef class RadixCache:
     cpdef _Node _split(self, _Node child, long long tokens)
     @cython.locals(walk=_Node, before=cython.longlong)
     cpdef _lock(self, _Node node, long long delta)
-    @cython.locals(key=object)
+    @cython.locals(key=cython.longlong, item=object)
     cpdef _candidate(self, _Node leaf)
     @cython.locals(end=_Node, before=cython.longlong, added=cython.longlong)
     cpdef long long _insert(self, object prefix, long long total)
@@ -57,7 +59,7 @@ cdef class RadixCache:
     cdef _refresh(self, _Node node)
     @cython.locals(freed=cython.longlong, leaf=_Node, parent=_Node, access=cython.longlong,
                    chain=object, size=cython.longlong, tokens_of=cython.longlong,
-                   key=object, queued=dict)
+                   key=cython.longlong, item=object, queued=dict, heap=list)
     cpdef _evict(self, long long tokens)
     @cython.locals(matched=cython.longlong, node=_Node)
     cpdef long long match(self, object prefix, long long num_tokens, bint split=*)

@@ -37,7 +37,11 @@ if TYPE_CHECKING:
     from kvsched.kvcache.offload import HostTier
 
 
-_TIE_SPAN = 1 << 40  # heap ties below it: pushes in a run (one per touched leaf) stay far under
+# An eviction candidate's heap key is last access * _TIE_SPAN + tie: below 2**63, a C integer in
+# the compiled build, while ties (one per push, a run's pushes) stay below _TIE_SPAN and
+# access times (one per walk) below _MAX_ACCESS, billions past what a run reaches
+_TIE_SPAN = 1 << 32
+_MAX_ACCESS = 1 << 31
 
 
 class _Node:
@@ -248,9 +252,12 @@ class RadixCache:
 
     def _candidate(self, leaf: _Node) -> None:
         self._tie += 1
+        if self._tie >= _TIE_SPAN or leaf.last_access >= _MAX_ACCESS:
+            raise OverflowError("the radix tree's eviction order ran out of keys")
         key = leaf.last_access * _TIE_SPAN + self._tie
-        self._queued[key] = leaf
-        heappush(self._heap, key)
+        item = key  # (compiled: the one Python int the dict and the heap hold)
+        self._queued[item] = leaf
+        heappush(self._heap, item)
 
     def _insert(self, prefix: Prefix, total: int) -> int:
         """Insert `prefix`'s first `total` tokens; the tokens that were already in the tree."""
@@ -298,8 +305,9 @@ class RadixCache:
         queued = self._queued
         freed = 0
         while freed < tokens and heap:
-            key = heappop(heap)
-            leaf = queued.pop(key)
+            item = heappop(heap)
+            leaf = queued.pop(item)
+            key = item  # (compiled: as a C integer)
             access = key // _TIE_SPAN
             parent = leaf.parent
             if (parent is None or leaf.lock or leaf.children or access != leaf.last_access
