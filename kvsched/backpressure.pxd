@@ -2,8 +2,7 @@ cimport cython
 
 cdef class ThrashMonitor:
     cdef public object config
-    cdef public object _ring_r, _ring_g
-    cdef long long[::1] _r, _g
+    cdef public list _ring_r, _ring_g
     cdef public long long _size, _count, _total_r, _total_g, _window
     cdef public bint signal
     cdef public object _skipped

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from array import array
 from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
@@ -50,7 +49,7 @@ class ThrashMonitor:
     memory stays the same however long the run."""
 
     __slots__ = ("config", "_ring_r", "_ring_g", "_size", "_count", "_total_r", "_total_g",
-                 "signal", "_skipped", "_window", "_threshold", "_release", "_r", "_g")
+                 "signal", "_skipped", "_window", "_threshold", "_release")
 
     def __init__(self, config: Backpressure) -> None:
         self.config = config
@@ -62,11 +61,8 @@ class ThrashMonitor:
 
     def clear(self) -> None:
         """Forget the window (the engine went idle: nothing is left to thrash)."""
-        zeros = bytes(8 * self._size)
-        self._ring_r = array("q", zeros)  # running totals, slot = step count % size
-        self._ring_g = array("q", zeros)
-        self._r = self._ring_r  # (typed views of the rings compiled: C reads and writes)
-        self._g = self._ring_g
+        self._ring_r = [0] * self._size  # running totals, slot = step count % size
+        self._ring_g = [0] * self._size
         self._count = 0
         self._total_r = 0
         self._total_g = 0
@@ -83,7 +79,7 @@ class ThrashMonitor:
         if self.signal:
             return False
         start = max(0, self._count - self._window)
-        return self._total_r == self._r[start % self._size]
+        return self._total_r == self._ring_r[start % self._size]
 
     def update(self, recomputed: int, generated: int) -> float:
         """Add one step; return the window's ratio (and move `signal`)."""
@@ -91,15 +87,15 @@ class ThrashMonitor:
         count = self._count = self._count + 1
         total_r = self._total_r = self._total_r + recomputed
         total_g = self._total_g = self._total_g + generated
-        self._r[count % size] = total_r
-        self._g[count % size] = total_g
+        self._ring_r[count % size] = total_r
+        self._ring_g[count % size] = total_g
         start = max(0, count - self._window) % size
-        window_r = total_r - self._r[start]
+        window_r = total_r - self._ring_r[start]
         if not window_r and not self.signal:
             return 0.0
         if self._skipped:
             self._write_skipped()
-        ratio = window_r / max(1, total_g - self._g[start])
+        ratio = window_r / max(1, total_g - self._ring_g[start])
         if self.signal:
             self.signal = ratio >= self._release
         else:
@@ -129,11 +125,11 @@ class ThrashMonitor:
             start, count = first % size, last - first + 1
             head = min(count, size - start)
             g_first = total_g - (last - first) * generated
-            ring_g[start:start + head] = array("q", range(
-                g_first, g_first + head * generated, generated) if generated else [total_g] * head)
+            ring_g[start:start + head] = range(g_first, g_first + head * generated, generated) \
+                if generated else [total_g] * head
             if count > head:
                 rest = count - head
                 g_rest = g_first + head * generated
-                ring_g[:rest] = array("q", range(
-                    g_rest, g_rest + rest * generated, generated) if generated else [total_g] * rest)
+                ring_g[:rest] = range(g_rest, g_rest + rest * generated, generated) \
+                    if generated else [total_g] * rest
         self._skipped.clear()
