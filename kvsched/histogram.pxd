@@ -14,7 +14,7 @@ cdef class GapHistogram:
 
     cpdef add(self, double value, long long count=*)
     cpdef swap(self, double old, double new)
-    @cython.locals(exact=dict, left=cython.longlong, key=cython.longlong)
+    @cython.locals(exact=dict, left=cython.longlong, key=cython.longlong, boxed=object)
     cpdef _count_value(self, double value, long long count)
     cpdef long long _bucket(self, double value)
     cpdef _join_span(self, double low, double high, long long key)

@@ -105,26 +105,32 @@ class GapHistogram:
 
     def _count_value(self, value: float, count: int) -> None:
         """`count` more (or fewer) gaps of `value` in the counts (not in `count`, `total`)."""
+        # (Compiled, `boxed` is the key made a Python object once for the two dict
+        # operations, and the sum is C's: boxing each operand cost R1 ~40M instructions.)
         exact = self._exact
         if exact is not None:
-            left = exact.get(value, 0) + count
+            boxed = value
+            left = exact.get(boxed, 0)
+            left += count
             if left:
-                exact[value] = left
+                exact[boxed] = left
                 if len(exact) > self._max_exact:
                     self._to_buckets()
             else:
-                del exact[value]
+                del exact[boxed]
             return
         if self._span_low <= value <= self._span_high:
             key = self._span_key
         else:
             key = self._bucket(value)
             self._join_span(value, value, key)
-        left = self._buckets.get(key, 0) + count
+        boxed = key
+        left = self._buckets.get(boxed, 0)
+        left += count
         if left:
-            self._buckets[key] = left
+            self._buckets[boxed] = left
         else:
-            del self._buckets[key]
+            del self._buckets[boxed]
 
     def add_between(self, ends: list[float], count: int) -> None:
         """`count` gaps between each two consecutive `ends` (the end times of decode steps that

@@ -18,3 +18,6 @@ cdef class Arrivals:
 
 @cython.locals(queue=ArrivalQueue, backlog=list, drain_at=cython.longlong, step=cython.longlong, executed=cython.longlong, now=cython.double, turns=cython.longlong, abort_mask=cython.longlong, slack=cython.double, horizon=cython.double, upcoming=cython.double, seq=Seq, stretch=Stretch, batch=list)
 cpdef tuple run_loop(Engine engine, Arrivals seqs, StepLog log, long long max_steps, bint whole_steps, object events=*, object progress=*, object abort=*)
+
+@cython.locals(first_step=object, status=object)
+cpdef put_record(object records, object i, Seq seq, object leftover, Engine engine)

@@ -253,7 +253,13 @@ def put_record(records: RecordTable, i: int, seq: Seq, leftover: Status, engine:
         status = _REJECTED
     else:
         status = leftover.value
-    records.put(i, seq, status, engine.generated(seq))
+    first_step = seq.first_token_step
+    records.put(i, seq, status, engine.generated(seq), seq.first_scheduled_time,
+                seq.first_token_time,
+                None if first_step is None else first_step - seq.join_step + 1,
+                seq.finish_time, seq.max_token_gap, seq.prefix_hit_tokens,
+                bool(seq.num_preemptions or seq.num_recomputed_tokens or seq.num_swapped_blocks
+                     or seq.cached_tokens or seq.end_reason is not None))
 
 
 _FINISHED, _REJECTED = Status.FINISHED.value, Status.REJECTED.value
