@@ -4,3 +4,5 @@ cdef class BlockPool:
     cpdef bint can_admit(self, long long num_blocks)
     cpdef allocate(self, long long num_blocks)
     cpdef release(self, long long num_blocks)
+
+cpdef long long blocks_for(long long num_tokens, long long block_size)

@@ -1,3 +1,5 @@
+from kvsched.blocks cimport blocks_for
+
 cdef class Seq:
     cdef public object request
     cdef public long long index

@@ -1,4 +1,5 @@
 cimport cython
+from kvsched.blocks cimport blocks_for
 from kvsched.engine.mechanism cimport Scheduler
 from kvsched.sequence cimport Seq
 

@@ -1,5 +1,5 @@
 cimport cython
-from kvsched.blocks cimport BlockPool
+from kvsched.blocks cimport BlockPool, blocks_for
 from kvsched.engine cimport future_tokens
 from kvsched.engine.gaps cimport GapTracker
 from kvsched.engine.plan cimport StepPlan

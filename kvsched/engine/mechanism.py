@@ -40,6 +40,14 @@ PREEMPTED = SeqState.PREEMPTED
 FINISHED = SeqState.FINISHED
 ADMIT = EventKind.ADMIT
 FINISH = EventKind.FINISH
+PREEMPT = EventKind.PREEMPT
+SWAP_OUT = EventKind.SWAP_OUT
+SWAP_IN = EventKind.SWAP_IN
+FRONT = Requeue.FRONT
+BACK = Requeue.BACK
+QUEUE_TAIL = Victim.QUEUE_TAIL
+LAST_ADMITTED = Victim.LAST_ADMITTED
+LOWEST_PRIORITY = Victim.LOWEST_PRIORITY
 
 
 class Scheduler:
@@ -404,15 +412,15 @@ class Scheduler:
 
     def _pick_victim(self) -> Seq:
         rule = self._victim
-        if rule is Victim.QUEUE_TAIL:
+        if rule is QUEUE_TAIL:
             queue = self.prefilling or self.running
             return next(reversed(queue.values()))
-        if rule is Victim.LAST_ADMITTED:  # both queues are in admission order
+        if rule is LAST_ADMITTED:  # both queues are in admission order
             tails = [next(reversed(q.values())) for q in (self.running, self.prefilling) if q]
             tails.extend(self.departing)  # async: finished, still in vLLM's running list
             return max(tails, key=admission_key)
         candidates = chain(self.running.values(), self.prefilling.values(), self.departing)
-        if rule is Victim.LOWEST_PRIORITY:  # vLLM V1's max(running, key=(priority, arrival))
+        if rule is LOWEST_PRIORITY:  # vLLM V1's max(running, key=(priority, arrival))
             # returns the first of equal keys in its running list: the earliest admitted
             return max(candidates,
                        key=lambda s: (s.request.priority, s.request.arrival_time, -s.admit_seq))
@@ -468,25 +476,25 @@ class Scheduler:
                                     self._num_cumulative_preemption + 1)))
         self._num_cumulative_preemption += 1
         mode = "swap" if swap else "recompute"
-        self.events.append((plan.step, plan.time, request.request_id, EventKind.PREEMPT,
+        self.events.append((plan.step, plan.time, request.request_id, PREEMPT,
                             f"{mode}; {victim.blocks} blocks freed for "
                             f"{cause.request.request_id}"))
         if swap:
-            victim.state = SeqState.SWAPPED
+            victim.state = SWAPPED
             victim.host_blocks = victim.blocks
             victim.num_swapped_blocks += victim.blocks
             plan.swapped_out_blocks += victim.blocks
-            self.events.append((plan.step, plan.time, request.request_id, EventKind.SWAP_OUT,
+            self.events.append((plan.step, plan.time, request.request_id, SWAP_OUT,
                                 f"{victim.blocks} blocks"))
         else:
-            victim.state = SeqState.PREEMPTED
+            victim.state = PREEMPTED
         victim.blocks = 0
         requeue = self._requeue
         if swap and self._swapped_fifo:
             self.waiting.push_swapped(victim)
-        elif requeue is Requeue.FRONT:
+        elif requeue is FRONT:
             self.waiting.push_front(victim)
-        elif requeue is Requeue.BACK:
+        elif requeue is BACK:
             self.waiting.push(victim, plan.time)
         else:  # as vLLM V1's priority heap: its original (priority, arrival) place
             self.waiting.push(victim, request.arrival_time)
@@ -506,7 +514,7 @@ class Scheduler:
         self.committed_blocks -= victim.lifetime_blocks
         victim.num_preemptions += 1
         plan.preempted.append(victim)
-        self.events.append((plan.step, plan.time, victim.request.request_id, EventKind.PREEMPT,
+        self.events.append((plan.step, plan.time, victim.request.request_id, PREEMPT,
                             f"recompute; {victim.blocks} blocks freed for "
                             f"{cause.request.request_id}"))
         victim.blocks = 0
@@ -639,7 +647,7 @@ class Scheduler:
                     front.append(seq)
                 plan.swapped_in_blocks += seq.host_blocks
                 seq.num_swapped_blocks += seq.host_blocks
-                self.events.append((plan.step, plan.time, request.request_id, EventKind.SWAP_IN,
+                self.events.append((plan.step, plan.time, request.request_id, SWAP_IN,
                                     f"{seq.host_blocks} blocks"))
                 seq.host_blocks = 0
                 if rest:

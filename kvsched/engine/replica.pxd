@@ -1,6 +1,7 @@
 cimport cython
 from kvsched.backpressure cimport ThrashMonitor
 from kvsched.blocks cimport BlockPool
+from kvsched.kvcache.tracker cimport PrefixTracker
 from kvsched.engine.mechanism cimport Scheduler
 from kvsched.engine.plan cimport StepPlan
 from kvsched.sequence cimport Seq
@@ -25,7 +26,7 @@ cdef class Engine:
     cdef public double _load_per_block
 
     cpdef arrive(self, Seq seq, long long step, double now)
-    @cython.locals(sched=Scheduler, monitor=ThrashMonitor, plan=StepPlan, idle=bint, num_decodes=cython.longlong, computed=cython.longlong, swapped=cython.longlong, duration=cython.double, num_running=cython.longlong, num_waiting=cython.longlong, pool=BlockPool, blocks_free=cython.longlong, end=cython.double, signal=bint, ratio=cython.double, changed=bint, cached=cython.longlong, evicted=cython.longlong)
+    @cython.locals(sched=Scheduler, monitor=ThrashMonitor, plan=StepPlan, idle=bint, num_decodes=cython.longlong, computed=cython.longlong, swapped=cython.longlong, duration=cython.double, num_running=cython.longlong, num_waiting=cython.longlong, pool=BlockPool, blocks_free=cython.longlong, end=cython.double, signal=bint, ratio=cython.double, changed=bint, cached=cython.longlong, evicted=cython.longlong, prefix=PrefixTracker)
     cpdef object step(self, long long step, double now)
     @cython.locals(stretch=Stretch)
     cpdef Stretch stretch(self, long long step, double now, double next_arrival, long long max_steps)

@@ -220,7 +220,7 @@ class Engine:
         cached = evicted = 0
         prefix = sched.prefix
         if prefix is not None:
-            cached, evicted = prefix.num_cached, prefix.take_evicted()
+            cached, evicted = prefix.blocks_cached(), prefix.take_evicted()
         self._steady = self.stretches and not changed and (
             plan.is_pure_decode and plan.num_decodes == len(sched.running) or self._settled())
         return _outcome(StepOutcome, (  # (tuple.__new__: StepOutcome's own __new__ is Python)

@@ -114,7 +114,7 @@ def decode_stretch(sched: Scheduler, step: int, now: float, step_time: float | N
         # visit for it then.
         filled = 1 if prefix is not None and prefix.eager and not prefix.lagged else 0
         due_ticks = sorted([t for t in block_due if t <= horizon + filled])
-    cached_start = prefix.num_cached if prefix is not None else 0
+    cached_start = prefix.blocks_cached() if prefix is not None else 0
     while due_ticks:
         t = heapq.heappop(due_ticks)
         due = block_due[t]
@@ -122,7 +122,7 @@ def decode_stretch(sched: Scheduler, step: int, now: float, step_time: float | N
         if filled and growing and t - 1 > tick:
             assert prefix is not None
             prefix.filled_each([seq for seq, _epoch in growing])
-            cached_at[t - 1] = prefix.num_cached
+            cached_at[t - 1] = prefix.blocks_cached()
         if t > horizon or len(growing) > spare:
             horizon = min(horizon, t - 1)  # the stretch ends before this pass
             break
@@ -137,7 +137,7 @@ def decode_stretch(sched: Scheduler, step: int, now: float, step_time: float | N
                 prefix.grow_each([seq for seq, _epoch in growing])
                 prefix.decode_pass(n)
                 evicted_at[t] = prefix.take_evicted()
-                cached_at[t] = prefix.num_cached  # (a radix leaf may be < a block)
+                cached_at[t] = prefix.blocks_cached()  # (a radix leaf may be < a block)
                 if prefix.decode_evicts(n):  # SGLang's next pass evicts: the stretch ends
                     horizon = min(horizon, t)
             later = block_due.get(t + block_size)
@@ -192,7 +192,7 @@ def decode_stretch(sched: Scheduler, step: int, now: float, step_time: float | N
         if prefix is not None:
             sched._release_finished()
             assert stretch.cached_blocks is not None
-            stretch.cached_blocks[-1] = prefix.num_cached  # the finished cached theirs
+            stretch.cached_blocks[-1] = prefix.blocks_cached()  # the finished cached theirs
         if stretch.num_finished and reservation is not None:
             reservation.left_batch()
     return stretch

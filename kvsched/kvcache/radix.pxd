@@ -38,6 +38,7 @@ cdef class RadixCache:
     cdef public object spill
 
     cdef long long _free(self)
+    cpdef long long blocks_cached(self)
     cdef long long _available(self)
     @cython.locals(node=_Node, child=_Node, depth=cython.longlong, end=cython.longlong,
                    page=cython.longlong)

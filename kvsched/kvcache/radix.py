@@ -160,6 +160,10 @@ class RadixCache:
 
     @property
     def num_cached(self) -> int:
+        return self.blocks_cached()
+
+    def blocks_cached(self) -> int:
+        """`num_cached` as the compiled tracker reads it: a C call, not a Python property."""
         return self.tree_tokens // self.block_size
 
     @property

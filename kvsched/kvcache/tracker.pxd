@@ -49,6 +49,7 @@ cdef class PrefixTracker:
     cpdef preempted(self, Seq seq, long long computed, long long remaining=*,
                     bint retraction=*)
     cpdef RadixCache _tree(self)
+    cpdef long long blocks_cached(self)
     cpdef decode_pass(self, long long num_decodes)
     @cython.locals(size=cython.longlong)
     cpdef bint passes_fit(self, long long num_decodes, long long num_blocks)

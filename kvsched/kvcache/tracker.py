@@ -116,8 +116,17 @@ class PrefixTracker:
 
     @property
     def num_cached(self) -> int:
-        if self.hashed is not None:
-            return self.hashed.cached
+        return self.blocks_cached()
+
+    def blocks_cached(self) -> int:
+        """`num_cached` as the compiled engine reads it after every decode pass: a C call,
+        not a Python property (an attribute lookup there)."""
+        hashed = self.hashed
+        if hashed is not None:
+            return hashed.cached
+        radix = self.radix
+        if radix is not None:
+            return radix.blocks_cached()
         return self.cache.num_cached
 
     def _free(self) -> int:

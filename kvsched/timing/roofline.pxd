@@ -7,7 +7,17 @@ cdef class StepCosts:
     cdef public double step_fixed, decode_fixed, swap_per_block
     cdef public double attn_pair, attn_kv_byte, attn_q_byte, attn_fixed
     cdef public dict layer_cache, head_cache, decode_cache
-    cdef public object roofline
+    cdef public list gemms
+    cdef public object head
+    cdef public double kernel, ew_fixed, ew_per_token, ar_fixed, ar_per_token
+    cdef public long long tile
+
+    cpdef double gemm_time(self, object gemm, object tokens)
+    cpdef double elementwise_time(self, long long tokens)
+    cpdef double allreduce_time(self, long long tokens)
+    @cython.locals(value=cython.double, total=cython.double)
+    cpdef double layer_time(self, long long tokens)
+    cpdef double head_time(self, long long rows)
 
     @cython.locals(pairs=cython.double, kv_tokens=cython.longlong, queries=cython.longlong, chunk=cython.longlong, cached=cython.longlong, memory=cython.double)
     cpdef double prefill_attention(self, object chunks)

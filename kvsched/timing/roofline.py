@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kvsched.floatsum import fold
 from kvsched.timing.hardware import (
     KV_DTYPE_BYTES,
     WEIGHT_DTYPE_BYTES,
@@ -184,7 +183,10 @@ class RooflineStep:
         costs.attn_q_byte = 2 * heads * hd * b / attn_bw  # per query (read q, write o)
         costs.attn_fixed = self._attn_fixed
         costs.layer_cache, costs.head_cache = self._layer_cache, self._head_cache
-        costs.roofline = self  # (a cycle: the two live and die together)
+        costs.gemms, costs.head, costs.kernel, costs.tile = (
+            self._gemms, self._head, self._kernel, self._tile)
+        costs.ew_fixed, costs.ew_per_token = self._ew_fixed, self._ew_per_token
+        costs.ar_fixed, costs.ar_per_token = self._ar_fixed, self._ar_per_token
         set_(self, "_costs", costs)
 
     @property
@@ -195,13 +197,9 @@ class RooflineStep:
     # -- operators ---------------------------------------------------------------------
 
     def _gemm(self, gemm: _Gemm, tokens: int) -> float:
-        """Soft maximum of compute and memory time, plus the kernel's fixed cost. The compute
-        counts whole tiles of token rows (when the calibration has a `gemm_tile`)."""
-        tile = self._tile
-        compute = gemm.flops_per_token * (-(-tokens // tile) * tile if tile else tokens)
-        memory = gemm.weight_bytes + gemm.bytes_per_token * tokens
-        p = gemm.p
-        return (compute ** p + memory ** p) ** gemm.inv_p + self._kernel
+        """Soft maximum of compute and memory time, plus the kernel's fixed cost
+        (`StepCosts.gemm_time`)."""
+        return self._costs.gemm_time(gemm, tokens)
 
     def gemm_times(self, tokens: int) -> tuple[float, ...]:
         """One layer's four GEMMs at `tokens` tokens: qkv, o, gate+up, down."""
@@ -209,11 +207,11 @@ class RooflineStep:
 
     def elementwise_time(self, tokens: int) -> float:
         """One layer's five element-wise kernels (norms, rope, activation, residual add)."""
-        return self._ew_fixed + self._ew_per_token * tokens
+        return self._costs.elementwise_time(tokens)
 
     def allreduce_time(self, tokens: int) -> float:
         """One layer's two tensor-parallel all-reduces of `tokens` x hidden activations."""
-        return self._ar_fixed + self._ar_per_token * tokens
+        return self._costs.allreduce_time(tokens)
 
     def decode_attention_time(self, kv_tokens: int) -> float:
         """One layer's decode attention reading `kv_tokens` tokens of KV (one kernel)."""
@@ -221,25 +219,11 @@ class RooflineStep:
 
     def layer_time(self, tokens: int) -> float:
         """One layer's dense part at `tokens` tokens: GEMMs, element-wise, all-reduces."""
-        cached = self._layer_cache.get(tokens)
-        if cached is not None:
-            return cached
-        value = 0.0
-        if tokens:
-            value = fold(self.gemm_times(tokens)) + self.elementwise_time(tokens)
-            value += self.allreduce_time(tokens)
-        if len(self._layer_cache) < 65536:
-            self._layer_cache[tokens] = value
-        return value
+        return self._costs.layer_time(tokens)
 
     def head_time(self, rows: int) -> float:
         """The LM head on the `rows` that sample a token this step."""
-        cached = self._head_cache.get(rows)
-        if cached is None:
-            cached = self._gemm(self._head, rows) if rows else 0.0
-            if len(self._head_cache) < 65536:
-                self._head_cache[rows] = cached
-        return cached
+        return self._costs.head_time(rows)
 
     def prefill_attention_time(self, chunks: Sequence[tuple[int, int]]) -> float:
         """One layer's attention over the prefill chunks (one varlen kernel)."""
@@ -331,7 +315,8 @@ class StepCosts:
                  "weight_bytes", "kv_bytes_per_token", "kv_coef", "peak_flops", "memory_bw",
                  "step_fixed", "decode_fixed", "swap_per_block", "attn_pair", "attn_kv_byte",
                  "attn_q_byte", "attn_fixed", "layer_cache", "head_cache", "decode_cache",
-                 "roofline")
+                 "gemms", "head", "kernel", "tile", "ew_fixed", "ew_per_token",
+                 "ar_fixed", "ar_per_token")
 
     def __init__(self, model: Model, gpu: Gpu, tp: int, kv_coef: float,
                  weight_dtype_bytes: int = DTYPE_BYTES, kv_dtype_bytes: int = DTYPE_BYTES,
@@ -354,8 +339,56 @@ class StepCosts:
         self.layer_cache: dict[int, float] = {}  # layer (head) time by tokens (rows)
         self.head_cache: dict[int, float] = {}
         self.decode_cache: dict[int, float] = {}  # a decode step's base by its decodes
-        # the RooflineStep that prices a layer or LM-head size the caches do not hold
-        self.roofline: RooflineStep | None = None
+        # The RooflineStep's operator constants (set by it): a layer or LM-head size the
+        # caches miss is priced here, in typed code in the compiled build (R1 misses ~1.9k
+        # sizes an hour, R5 as many for each replica's own time model).
+        self.gemms: list[_Gemm] = []
+        self.head: _Gemm | None = None
+        self.kernel = self.ew_fixed = self.ew_per_token = self.ar_fixed = self.ar_per_token = 0.0
+        self.tile = 0
+
+    def gemm_time(self, gemm: _Gemm, tokens: int) -> float:
+        """Soft maximum of compute and memory time, plus the kernel's fixed cost. The compute
+        counts whole tiles of token rows (when the calibration has a `gemm_tile`). Python
+        arithmetic in both builds: `tokens` may be any real (a test's crossover point)."""
+        tile = self.tile
+        compute = gemm.flops_per_token * (-(-tokens // tile) * tile if tile else tokens)
+        memory = gemm.weight_bytes + gemm.bytes_per_token * tokens
+        p = gemm.p  # (the powers on Python floats: `float.__pow__`, as the formula was fitted)
+        return (compute ** p + memory ** p) ** gemm.inv_p + self.kernel
+
+    def elementwise_time(self, tokens: int) -> float:
+        return self.ew_fixed + self.ew_per_token * tokens
+
+    def allreduce_time(self, tokens: int) -> float:
+        return self.ar_fixed + self.ar_per_token * tokens
+
+    def layer_time(self, tokens: int) -> float:
+        """`RooflineStep.layer_time`: cached by size."""
+        cached = self.layer_cache.get(tokens)
+        if cached is not None:
+            return cached
+        value = 0.0
+        if tokens:
+            total = 0.0  # the four GEMMs added left to right
+            for gemm in self.gemms:
+                total += self.gemm_time(gemm, tokens)
+            value = total + self.elementwise_time(tokens)
+            value += self.allreduce_time(tokens)
+        if len(self.layer_cache) < 65536:
+            self.layer_cache[tokens] = value
+        return value
+
+    def head_time(self, rows: int) -> float:
+        """`RooflineStep.head_time`: cached by size."""
+        cached = self.head_cache.get(rows)
+        if cached is None:
+            head = self.head
+            assert head is not None
+            cached = self.gemm_time(head, rows) if rows else 0.0
+            if len(self.head_cache) < 65536:
+                self.head_cache[rows] = cached
+        return cached
 
     def prefill_attention(self, chunks: Sequence[tuple[int, int]]) -> float:
         """One layer's attention over the prefill chunks (one varlen kernel)."""
@@ -374,12 +407,10 @@ class StepCosts:
     def base(self, tokens: int, rows: int, prefill_attention: float, num_decodes: int,
              swapped_blocks: int) -> float:
         """Everything but the decodes' KV reads."""
-        model = self.roofline
-        assert model is not None
         cached = self.layer_cache.get(tokens)
-        layer = model.layer_time(tokens) if cached is None else cached
+        layer = self.layer_time(tokens) if cached is None else cached
         cached = self.head_cache.get(rows)
-        head = model.head_time(rows) if cached is None else cached
+        head = self.head_time(rows) if cached is None else cached
         base = self.step_fixed + self.layers * (layer + prefill_attention)
         base += head
         if num_decodes:

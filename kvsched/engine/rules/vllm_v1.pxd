@@ -1,5 +1,5 @@
 cimport cython
-from kvsched.blocks cimport BlockPool
+from kvsched.blocks cimport BlockPool, blocks_for
 from kvsched.engine cimport head_of_line
 from kvsched.engine.mechanism cimport Scheduler
 from kvsched.engine.plan cimport StepPlan
