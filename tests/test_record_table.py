@@ -164,6 +164,35 @@ def test_columns_make_the_requests_the_dataclass_makes():
     assert [repr(r) for r in made] == [repr(r) for r in expected]
 
 
+@pytest.mark.parametrize("field, value, column", [
+    ("num_preemptions", 2, "num_preemptions"),
+    ("num_recomputed_tokens", 17, "num_recomputed_tokens"),
+    ("num_swapped_blocks", 3, "num_swapped_blocks"),
+    ("cached_tokens", 32, "cached_tokens"),
+    ("end_reason", "cut short", None),
+])
+def test_a_rare_value_alone_reaches_the_record(field, value, column):
+    """`put_record` reads the common values in C and passes the rare ones on only when one
+    is there (`counted`): each rare value, set alone, is in the record."""
+    from kvsched import EngineConfig as Config
+    from kvsched.cluster.loop import put_record
+    from kvsched.engine.replica import Engine
+    from kvsched.request import Status
+    from kvsched.sequence import Seq
+
+    request = Request("r0", 0.0, 20, 4)
+    table = RecordTable([request])
+    seq = Seq.of(request, 0, 16)
+    setattr(seq, field, value)
+    put_record(table, 0, seq, Status.STARVED, Engine(Config(), make_policy("fcfs"),
+                                                      LinearStep()))
+    record = table[0]
+    if column is None:
+        assert table.reasons == {0: value}
+    else:
+        assert getattr(record, column) == value
+
+
 @settings(max_examples=40, **SETTINGS)
 @given(st.lists(st.integers(0, 6), min_size=1, max_size=20), st.integers(1, 4),
        st.booleans())

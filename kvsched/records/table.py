@@ -84,6 +84,8 @@ class RecordTable(Sequence[RequestRecord]):
             self._put_counts(i, seq)
 
     def _put_counts(self, i: int, seq: Seq) -> None:
+        """The rare values: `put_record`'s `counted` says whether any is there, so a field
+        added here is added to that test too (tests/test_record_table.py sets each alone)."""
         if seq.num_preemptions:
             self._count("num_preemptions")[i] = seq.num_preemptions
         if seq.num_recomputed_tokens:
