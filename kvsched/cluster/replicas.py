@@ -50,6 +50,10 @@ from kvsched.turns import ARRIVAL_SLACK, ArrivalQueue, check_ids, check_turns
 _new = tuple.__new__
 """A named tuple made in one C call: `EngineView` and `RouteRequest` spelled whole (their
 own `__new__` is Python code, a frame per view, four views and a request an arrival)."""
+_UNSEEN = tuple([EngineView._field_defaults[name] for name in EngineView._fields[6:]])
+"""A replica's view leaves the fields after its prefix lookup (decodes, queued and KV
+tokens) at their declared defaults: the view `_new` makes has them all."""
+
 
 _PRUNE = 4096  # delayed views: drop snapshots and routing times older than this many
 
@@ -131,7 +135,7 @@ class _Replica:
         if self.history is None or delay == 0:
             index, num_blocks, lookup = self._fixed
             return _new(EngineView, (index, num_blocks, self.waiting + len(self.pending),
-                                     self.running, self.free, lookup, 0, 0, 0))
+                                     self.running, self.free, lookup) + _UNSEEN)
         seen = now - delay
         history = self.history
         k = bisect_right(history, seen, key=_snapshot_time)
@@ -147,7 +151,7 @@ class _Replica:
             del routed_at[:lo]
         index, num_blocks, lookup = self._fixed
         return _new(EngineView, (index, num_blocks, waiting + max(0, hi - lo), running, free,
-                                 lookup, 0, 0, 0))
+                                 lookup) + _UNSEEN)
 
 
 def _lookup(engine: Engine, request: RouteLike) -> int:

@@ -231,11 +231,6 @@ class RooflineStep:
 
     # -- the time model ----------------------------------------------------------------
 
-    def _base(self, tokens: int, rows: int, prefill_attention: float, num_decodes: int,
-              swapped_blocks: int) -> float:
-        """Everything but the decodes' KV reads, which `duration` adds last."""
-        return self._costs.base(tokens, rows, prefill_attention, num_decodes, swapped_blocks)
-
     def duration_shape(self, shape: BatchShape) -> float:
         """Seconds one step of this batch takes."""
         return self._costs.duration(shape.prefill_chunks, shape.num_decodes,
